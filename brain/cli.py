@@ -1,0 +1,41 @@
+"""The ``brain`` command line: one typer app; each command lives with the module that owns it."""
+
+from __future__ import annotations
+
+import typer
+
+from brain import __version__
+
+app = typer.Typer(
+    name="brain",
+    help="Run and watch the vLLM model server: launch, readiness, diagnosis, restarts, metrics.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"brain (marathon) {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
+    ),
+) -> None:
+    """Run and watch the vLLM model server."""
+
+
+def _register() -> None:
+    from brain.sim.cli import sim_command
+
+    app.command("sim", help="Serve the simulated vLLM server (no GPU needed).")(sim_command)
+    from brain.cli_server import register
+
+    register(app)
+
+
+_register()

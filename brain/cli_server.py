@@ -1,0 +1,544 @@
+"""The server commands of ``brain``: up, down, restart, ps, status, logs, doctor, profiles,
+preload start|stop|status.
+
+Thin: each command builds a ServerSpec (profile + preset + ``--set``), calls the launcher,
+readiness, supervisor or preload module, and prints with rich. Expected failures (bad spec,
+busy port, failed start with its diagnosis, preload mismatch) print a clear message and exit
+non-zero; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from brain.errors import BrainError, SpecError
+from brain.launchers import make_launcher
+from brain.launchers.base import Launcher, ServerHandle
+from brain.spec import ServerSpec
+from brain.state import Registry, ServerRecord, state_dir
+
+DEFAULT_PROFILE = "gemma4-e4b-mtp"
+F = TypeVar("F", bound=Callable[..., Any])
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _expected_errors(fn: F) -> F:
+    """Print BrainErrors (and their diagnosis) as messages and exit 1, without a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as exc:
+            err.print(f"[red]spec error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except BrainError as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- spec building
+
+
+def build_spec(
+    profile: str | None,
+    sets: list[str] | None = None,
+    preset: str | None = None,
+    backend: str | None = None,
+    no_gpu: bool = False,
+) -> ServerSpec:
+    """Profile, then preset, then ``--backend``/``--no-gpu``, then ``--set`` (last wins)."""
+    from brain.profiles import apply_overrides, apply_preset, load_profile
+
+    spec = load_profile(profile or DEFAULT_PROFILE)
+    if preset:
+        spec = apply_preset(spec, preset)
+    extra: list[str] = []
+    if backend:
+        extra.append(f"backend={backend}")
+    if no_gpu:
+        extra.append("docker.request_gpus=false")
+    overrides = extra + list(sets or [])
+    return apply_overrides(spec, overrides) if overrides else spec
+
+
+def _launcher_for(spec: ServerSpec, pull: bool = False) -> Launcher:
+    return make_launcher(spec.backend, request_gpus=None, pull=pull)
+
+
+def _launcher_for_record(record: ServerRecord) -> Launcher:
+    return make_launcher(record.backend)
+
+
+def _pick(registry: Registry, name: str | None) -> ServerRecord:
+    """The named server, or the only one; a clear error otherwise."""
+    records = registry.servers()
+    if name:
+        rec = registry.get(name)
+        if rec is None:
+            known = ", ".join(r.name for r in records) or "none"
+            raise BrainError(f"no server named {name!r} was started by brain (running: {known}).")
+        return rec
+    if not records:
+        raise BrainError("no server is running (start one with: brain up PROFILE).")
+    if len(records) > 1:
+        raise BrainError(
+            "several servers are running; name one: " + ", ".join(r.name for r in records)
+        )
+    return records[0]
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _say(msg: str) -> None:
+    err.print(f"[dim]brain:[/dim] {escape(msg)}", markup=True, soft_wrap=True)
+
+
+def _preflight(registry: Registry) -> Callable[[ServerSpec], None]:
+    from brain.preload import check_preload
+    from brain.supervisor import GpuGuard
+
+    guard = GpuGuard(_say)
+
+    def preflight(spec: ServerSpec) -> None:
+        guard.before_start(spec)
+        check_preload(spec, registry)
+
+    return preflight
+
+
+def _events() -> Any:
+    from brain.events import NullEvents, ServerEventWriter
+
+    try:
+        return ServerEventWriter()
+    except Exception as exc:  # an unwritable database must not stop the server
+        _say(f"server events will not be recorded ({exc})")
+        return NullEvents()
+
+
+def _fmt_age(seconds: float) -> str:
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@_expected_errors
+def up(
+    profile: str = typer.Argument(None, help=f"Profile name or YAML file [{DEFAULT_PROFILE}]."),
+    set_: list[str] = typer.Option(None, "--set", help="Override a spec key: key=value."),
+    preset: str = typer.Option(None, "--preset", help="Apply a preset (brain profiles)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the command, start nothing."),
+    watch: bool = typer.Option(False, "--watch", help="Stay in the foreground; restart on death."),
+    backend: str = typer.Option(None, "--backend", help="docker, process or sim."),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="Docker: leave out the GPU request."),
+    pull: bool = typer.Option(False, "--pull", help="Docker: pull the image if it is missing."),
+    max_restarts: int = typer.Option(5, "--max-restarts", help="With --watch: cap per window."),
+    window: float = typer.Option(600.0, "--window", help="With --watch: the window, seconds."),
+) -> None:
+    """Start a vLLM server and wait until it is really ready."""
+    from brain.spec import check_launchable, ensure_api_key
+
+    spec = build_spec(profile, set_, preset, backend, no_gpu)
+    if dry_run:
+        from brain.command import dry_run_text
+
+        out.print(dry_run_text(spec), markup=False, soft_wrap=True)
+        return
+    spec = ensure_api_key(spec, state_dir())
+    check_launchable(spec)
+    registry = Registry()
+    existing = registry.get(spec.name)
+    if existing is not None:
+        handle = ServerHandle.from_dict(existing.handle)
+        if _launcher_for_record(existing).status(handle).alive:
+            raise BrainError(
+                f"{spec.name} is already running on port {handle.port} "
+                f"(brain restart {spec.name} / brain down {spec.name})."
+            )
+        registry.remove(spec.name)
+
+    from brain.supervisor import GpuGuard, RestartPolicy, Supervisor
+
+    launcher = _launcher_for(spec, pull)
+    supervisor = Supervisor(
+        spec,
+        launcher,
+        _events(),
+        policy=RestartPolicy(max_restarts=max_restarts, window_s=window),
+        registry=registry,
+        preflight=_preflight(registry),
+        after_stop=GpuGuard(_say).after_stop,
+        say=_say,
+    )
+    _say(f"starting {spec.name} ({spec.backend}: {spec.model}) on {spec.host}:{spec.port}")
+    if not watch:
+        info = supervisor.start_once()
+        _print_ready(spec, info)
+        return
+    supervisor.install_signal_handlers()
+    code = supervisor.run()
+    raise typer.Exit(code)
+
+
+def _print_ready(spec: ServerSpec, info: Any) -> None:
+    t = info.timeline
+    out.print(f"[green]ready[/green] {spec.name}: http://{spec.host}:{spec.port}/v1", markup=True)
+    out.print(f"  model: {', '.join(info.served_names)}  max_model_len: {info.max_model_len}")
+    out.print(f"  vLLM {info.version}  load {info.load_s:.1f} s", end="")
+    if t.kv_cache_tokens:
+        out.print(f"  KV cache {t.kv_cache_tokens:,} tokens", end="")
+    if t.speculative_enabled is not None:
+        out.print(f"  speculative {'on' if t.speculative_enabled else 'off'}", end="")
+    out.print("")
+    if spec.api_key:
+        out.print(f"  API key: in {state_dir() / 'api-keys' / (spec.name + '.key')}")
+
+
+@_expected_errors
+def down(name: str = typer.Argument(None, help="Server name (default: the only one).")) -> None:
+    """Stop a server the brain started (and its supervisor, if any)."""
+    registry = Registry()
+    rec = _pick(registry, name)
+    spec = rec.server_spec()
+    if rec.supervisor_pid and _pid_alive(rec.supervisor_pid) and rec.supervisor_pid != os.getpid():
+        os.kill(rec.supervisor_pid, signal.SIGTERM)
+        deadline = time.monotonic() + spec.timeouts.stop_timeout_s + 15
+        while _pid_alive(rec.supervisor_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _pid_alive(rec.supervisor_pid):
+            raise BrainError(f"the supervisor (pid {rec.supervisor_pid}) did not stop in time.")
+    launcher = _launcher_for_record(rec)
+    handle = ServerHandle.from_dict(rec.handle)
+    if launcher.status(handle).alive:
+        launcher.stop(handle, timeout=spec.timeouts.stop_timeout_s)
+    registry.remove(rec.name)
+    _events().record(rec.name, "stopped", {"reason": "brain down", "ref": handle.ref})
+    from brain.supervisor import GpuGuard
+
+    GpuGuard(_say).after_stop(spec)
+    out.print(f"stopped {rec.name}")
+
+
+@_expected_errors
+def restart(name: str = typer.Argument(None, help="Server name (default: the only one).")) -> None:
+    """Restart a server; with a live weight-cache daemon for it, load from the daemon."""
+    registry = Registry()
+    rec = _pick(registry, name)
+    if rec.supervisor_pid and _pid_alive(rec.supervisor_pid):
+        os.kill(rec.supervisor_pid, signal.SIGHUP)
+        out.print(f"asked the supervisor (pid {rec.supervisor_pid}) to restart {rec.name}")
+        return
+    spec = rec.server_spec()
+    daemon = registry.get_preload(spec.name)
+    if daemon is not None and not spec.preload.enabled:
+        from brain.preload import preload_status
+
+        if preload_status(daemon).alive:
+            preload = spec.preload.model_copy(
+                update={"enabled": True, "socket_dir": daemon.server_spec().preload.socket_dir}
+            )
+            spec = spec.model_copy(update={"preload": preload})
+            _say("a weight-cache daemon is running for it: loading from the daemon")
+    registry_check = _preflight(registry)
+    registry_check(spec)  # refuse before stopping the old server if the new one cannot start
+    launcher = _launcher_for_record(rec)
+    handle = ServerHandle.from_dict(rec.handle)
+    launcher.stop(handle, timeout=spec.timeouts.stop_timeout_s)
+    registry.remove(rec.name)
+    from brain.supervisor import GpuGuard, Supervisor
+
+    GpuGuard(_say).after_stop(spec)
+    supervisor = Supervisor(
+        spec, make_launcher(spec.backend), _events(), registry=registry, preflight=None, say=_say
+    )
+    info = supervisor.start_once()
+    _print_ready(spec, info)
+
+
+@_expected_errors
+def ps() -> None:
+    """The servers and weight-cache daemons the brain started."""
+    registry = Registry()
+    table = Table("server", "state", "model", "port", "uptime", "backend", "supervised")
+    now = time.time()
+    for rec in sorted(registry.servers(), key=lambda r: r.name):
+        handle = ServerHandle.from_dict(rec.handle)
+        try:
+            status = _launcher_for_record(rec).status(handle)
+            state = status.describe()
+        except BrainError as exc:
+            state = f"unknown ({str(exc).splitlines()[0]})"
+            status = None
+        style = "green" if status is not None and status.alive else "red"
+        table.add_row(
+            rec.name,
+            f"[{style}]{state}[/{style}]",
+            str(rec.spec.get("served_model_name") or rec.spec.get("model")),
+            str(handle.port),
+            _fmt_age(now - handle.started_at) if status is not None and status.alive else "-",
+            rec.backend,
+            f"pid {rec.supervisor_pid}" if _pid_alive(rec.supervisor_pid) else "no",
+        )
+    if table.row_count:
+        out.print(table)
+    else:
+        out.print("no servers (start one with: brain up PROFILE)")
+    daemons = registry.preloads()
+    if daemons:
+        from brain.preload import preload_status
+
+        t = Table("preload daemon", "state", "model", "backend", "uptime")
+        for d in daemons:
+            st = preload_status(d)
+            t.add_row(
+                d.name,
+                st.describe(),
+                str(d.fingerprint.get("checkpoint")),
+                d.backend,
+                _fmt_age(now - d.started_at),
+            )
+        out.print(t)
+
+
+def _get(url: str, api_key: str | None = None) -> Any:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(url, headers=headers, timeout=5.0)
+    except httpx.HTTPError as exc:
+        return exc
+    return r
+
+
+@_expected_errors
+def status(
+    name: str = typer.Argument(None, help="Server name (default: the only one)."),
+    interval: float = typer.Option(2.0, "--interval", help="Seconds between metric samples."),
+) -> None:
+    """Health, version, context, load, KV cache and speculative acceptance of a server."""
+    from brain.metrics import fetch_metrics, spec_decode_delta
+
+    registry = Registry()
+    rec = _pick(registry, name)
+    spec = rec.server_spec()
+    handle = ServerHandle.from_dict(rec.handle)
+    base = handle.base_url
+    st = _launcher_for_record(rec).status(handle)
+    table = Table(show_header=False, box=None)
+    table.add_row("server", f"{rec.name} ({rec.backend}) {base}/v1")
+    table.add_row("process", st.describe())
+    health = _get(f"{base}/health")
+    code = getattr(health, "status_code", None)
+    table.add_row(
+        "health",
+        "ok (200)" if code == 200 else (f"HTTP {code}" if code else f"unreachable ({health})"),
+    )
+    if code == 200:
+        version = _get(f"{base}/version")
+        models = _get(f"{base}/v1/models", spec.api_key)
+        if getattr(version, "status_code", 0) == 200:
+            table.add_row("vLLM version", str(version.json().get("version")))
+        if getattr(models, "status_code", 0) == 200:
+            data = models.json().get("data") or []
+            for m in data:
+                table.add_row("model", f"{m.get('id')}  max_model_len {m.get('max_model_len')}")
+        try:
+            before = asyncio.run(fetch_metrics(base))
+            time.sleep(interval)
+            after = asyncio.run(fetch_metrics(base))
+        except Exception as exc:
+            table.add_row("metrics", f"unavailable ({exc})")
+        else:
+            table.add_row(
+                "requests",
+                f"running {after.requests_running or 0:g}, waiting {after.requests_waiting or 0:g}",
+            )
+            if after.kv_cache_usage is not None:
+                table.add_row("KV cache use", f"{after.kv_cache_usage * 100:.1f}%")
+            sd = spec_decode_delta(before, after)
+            if sd is not None:
+                table.add_row(
+                    "speculative",
+                    f"acceptance rate {sd.acceptance_rate * 100:.1f}%, mean acceptance length "
+                    f"{sd.mean_acceptance_length:.2f} (over {interval:g} s, {sd.drafts:g} drafts)",
+                )
+            elif after.spec_drafts is not None:
+                table.add_row("speculative", f"on; no drafts in the last {interval:g} s")
+            else:
+                table.add_row("speculative", "off (no spec_decode metrics)")
+    out.print(table)
+
+
+@_expected_errors
+def logs(
+    name: str = typer.Argument(None, help="Server name (default: the only one)."),
+    follow: bool = typer.Option(False, "-f", "--follow", help="Keep printing new lines."),
+    tail: int = typer.Option(0, "--tail", help="Only the last N lines (0: all)."),
+) -> None:
+    """The server's output (vLLM's log)."""
+    from collections import deque
+
+    registry = Registry()
+    rec = _pick(registry, name)
+    launcher = _launcher_for_record(rec)
+    handle = ServerHandle.from_dict(rec.handle)
+    if tail and not follow:
+        lines: Any = deque(launcher.logs(handle), maxlen=tail)
+    else:
+        lines = launcher.logs(handle, follow=follow)
+    try:
+        for line in lines:
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+    except KeyboardInterrupt:
+        pass
+
+
+@_expected_errors
+def doctor(
+    profile: str = typer.Argument(None, help=f"Profile name or YAML file [{DEFAULT_PROFILE}]."),
+    set_: list[str] = typer.Option(None, "--set", help="Override a spec key: key=value."),
+    preset: str = typer.Option(None, "--preset"),
+    backend: str = typer.Option(None, "--backend"),
+    no_gpu: bool = typer.Option(False, "--no-gpu"),
+) -> None:
+    """Check everything a start needs; each line ok or what to do. Exit 1 if any fails."""
+    from brain.doctor import run_checks
+
+    spec = build_spec(profile, set_, preset, backend, no_gpu)
+    results = run_checks(spec)
+    table = Table("", "check", "result")
+    marks = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
+    for r in results:
+        table.add_row(marks[r.level], r.name, r.message)
+    out.print(f"doctor: {spec.name} ({spec.backend})")
+    out.print(table)
+    if any(r.level == "fail" for r in results):
+        raise typer.Exit(1)
+
+
+@_expected_errors
+def profiles() -> None:
+    """Built-in profiles and presets, one line each."""
+    from brain.profiles import list_presets, list_profiles, load_profile
+
+    out.print("profiles (brain up PROFILE):")
+    for name in list_profiles():
+        try:
+            s = load_profile(name)
+            line = f"  {name:<26} {s.backend:<7} {s.model}  port {s.port}  - {s.description}"
+        except SpecError as exc:
+            line = f"  {name:<26} invalid: {exc}"
+        out.print(line, markup=False, soft_wrap=True)
+    out.print("presets (--preset NAME):")
+    for name, desc in list_presets().items():
+        out.print(f"  {name:<26} {desc}", markup=False, soft_wrap=True)
+
+
+# --------------------------------------------------------------------------- preload
+
+preload_app = typer.Typer(help="The vLLM weight-cache daemon (vllm preload).", no_args_is_help=True)
+
+
+@preload_app.command("start")
+@_expected_errors
+def preload_start(
+    profile: str = typer.Argument(None, help=f"Profile name or YAML file [{DEFAULT_PROFILE}]."),
+    set_: list[str] = typer.Option(None, "--set", help="Override a spec key: key=value."),
+    preset: str = typer.Option(None, "--preset"),
+    backend: str = typer.Option(None, "--backend"),
+    no_gpu: bool = typer.Option(False, "--no-gpu"),
+    timeout: float = typer.Option(None, "--timeout", help="Seconds to wait for READY."),
+) -> None:
+    """Start the daemon with the server's exact engine args; wait for its READY line."""
+    from brain.preload import make_preload_launcher, start_preload
+
+    spec = build_spec(profile, set_, preset, backend, no_gpu)
+    if not spec.preload.enabled:
+        spec = spec.model_copy(
+            update={"preload": spec.preload.model_copy(update={"enabled": True})}
+        )
+    rec = start_preload(spec, make_preload_launcher(spec.backend), Registry(), timeout=timeout)
+    out.print(f"[green]weight-cache daemon ready[/green] for {spec.name}", markup=True)
+    for k, v in rec.fingerprint.items():
+        out.print(f"  {k}: {v}")
+
+
+@preload_app.command("stop")
+@_expected_errors
+def preload_stop(name: str = typer.Argument(None, help="Server name (default: the only one).")):
+    """Stop the daemon."""
+    from brain.preload import stop_preload
+
+    registry = Registry()
+    if name is None:
+        names = [d.name for d in registry.preloads()]
+        if len(names) != 1:
+            raise BrainError("name the daemon to stop: " + (", ".join(names) or "none is running"))
+        name = names[0]
+    if not stop_preload(name, registry):
+        raise BrainError(f"no weight-cache daemon recorded for {name!r}.")
+    out.print(f"stopped the weight-cache daemon for {name}")
+
+
+@preload_app.command("status")
+@_expected_errors
+def preload_status_cmd(name: str = typer.Argument(None)) -> None:
+    """State and fingerprint of the daemon(s)."""
+    from brain.preload import preload_status
+
+    daemons = Registry().preloads()
+    if name:
+        daemons = [d for d in daemons if d.name == name]
+    if not daemons:
+        out.print("no weight-cache daemon is running (brain preload start PROFILE)")
+        raise typer.Exit(1 if name else 0)
+    for d in daemons:
+        out.print(f"{d.name}: {preload_status(d).describe()} ({d.backend})")
+        for k, v in d.fingerprint.items():
+            out.print(f"  {k}: {v}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the server commands to the ``brain`` app."""
+    app.command("up")(up)
+    app.command("down")(down)
+    app.command("restart")(restart)
+    app.command("ps")(ps)
+    app.command("status")(status)
+    app.command("logs")(logs)
+    app.command("doctor")(doctor)
+    app.command("profiles")(profiles)
+    app.add_typer(preload_app, name="preload")

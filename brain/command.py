@@ -1,0 +1,467 @@
+"""ServerSpec -> the exact ``vllm serve`` / ``vllm preload`` argv and Docker run options.
+
+Pure functions: no Docker client, no subprocess, no environment reads (the caller passes the
+environment when it wants pass-through variables resolved). Flag order is stable so argv can
+be compared in tests and diffed by users.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from brain.spec import (
+    CONTAINER_PORT,
+    ServerSpec,
+    docker_mounts,
+    launch_problems,
+    spec_hash,
+    spec_warnings,
+)
+
+REDACTED = "<redacted>"
+
+# `vllm serve` front-end flags that `vllm preload` (EngineArgs only) does not accept, with
+# whether they take a value. Checked against vLLM 0.33.0's parsers.
+_SERVE_ONLY_FLAGS: dict[str, bool] = {
+    "--host": True,
+    "--port": True,
+    "--api-key": True,
+    "--uds": True,
+    "--tool-call-parser": True,
+    "--tool-parser-plugin": True,
+    "--enable-auto-tool-choice": False,
+    "--chat-template": True,
+    "--chat-template-content-format": True,
+    "--response-role": True,
+    "--uvicorn-log-level": True,
+    "--root-path": True,
+    "--allowed-origins": True,
+    "--middleware": True,
+    "--ssl-keyfile": True,
+    "--ssl-certfile": True,
+    "--enable-log-requests": False,
+    "--disable-log-requests": False,
+    "--enable-server-load-tracking": False,
+    "--api-server-count": True,
+    "--lora-modules": True,
+}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def speculative_config_json(spec: ServerSpec) -> str | None:
+    """The ``--speculative-config`` value: compact JSON, keys in a stable order."""
+    sp = spec.speculative
+    if sp is None:
+        return None
+    cfg: dict[str, Any] = {}
+    if sp.method:
+        cfg["method"] = sp.method
+    if sp.model:
+        cfg["model"] = sp.model
+    cfg["num_speculative_tokens"] = sp.num_speculative_tokens
+    if sp.draft_sample_method:
+        cfg["draft_sample_method"] = sp.draft_sample_method
+    if sp.enable_adaptive_verification is not None:
+        cfg["enable_adaptive_verification"] = sp.enable_adaptive_verification
+    cfg.update(sp.extra)
+    return _json(cfg)
+
+
+def model_loader_extra_config(spec: ServerSpec) -> dict[str, Any] | None:
+    """``--model-loader-extra-config`` for ipc_cache; fallback is explicit (vLLM defaults true)."""
+    if not spec.uses_ipc_cache:
+        return None
+    cfg: dict[str, Any] = {}
+    if spec.preload.socket_dir:
+        cfg["socket_dir"] = spec.preload.socket_dir
+    cfg["mode"] = spec.preload.mode
+    cfg["fallback"] = spec.preload.fallback
+    return cfg
+
+
+def _engine_args(spec: ServerSpec, *, for_preload: bool) -> list[str]:
+    """Flags shared by `vllm serve` and `vllm preload`, in a fixed order."""
+    a: list[str] = []
+    if spec.tensor_parallel_size != 1:
+        a += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    if spec.max_model_len is not None:
+        a += ["--max-model-len", str(spec.max_model_len)]
+    a += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization:g}"]
+    if spec.max_num_seqs is not None:
+        a += ["--max-num-seqs", str(spec.max_num_seqs)]
+    if spec.max_num_batched_tokens is not None:
+        a += ["--max-num-batched-tokens", str(spec.max_num_batched_tokens)]
+    if spec.max_num_queued_reqs is not None and not for_preload:
+        a += ["--max-num-queued-reqs", str(spec.max_num_queued_reqs)]
+    if spec.dtype:
+        a += ["--dtype", spec.dtype]
+    if spec.quantization:
+        a += ["--quantization", spec.quantization]
+    if spec.kv_cache_dtype:
+        a += ["--kv-cache-dtype", spec.kv_cache_dtype]
+    if spec.enable_chunked_prefill is not None:
+        a.append(
+            "--enable-chunked-prefill"
+            if spec.enable_chunked_prefill
+            else "--no-enable-chunked-prefill"
+        )
+    if spec.enable_prefix_caching is not None:
+        a.append(
+            "--enable-prefix-caching"
+            if spec.enable_prefix_caching
+            else "--no-enable-prefix-caching"
+        )
+    if spec.enforce_eager:
+        a.append("--enforce-eager")
+    if spec.attention_backend:
+        a += ["--attention-backend", spec.attention_backend]
+    if spec.trust_remote_code:
+        a.append("--trust-remote-code")
+    if spec.generation_config:
+        a += ["--generation-config", spec.generation_config]
+    if not for_preload:
+        if spec.uses_ipc_cache:
+            a += ["--load-format", "ipc_cache"]
+            a += ["--model-loader-extra-config", _json(model_loader_extra_config(spec))]
+        elif spec.load_format:
+            a += ["--load-format", spec.load_format]
+    spec_json = speculative_config_json(spec)
+    if spec_json:
+        a += ["--speculative-config", spec_json]
+    if spec.reasoning_parser:
+        a += ["--reasoning-parser", spec.reasoning_parser]
+    if spec.limit_mm_per_prompt is not None:
+        a += ["--limit-mm-per-prompt", _json(spec.limit_mm_per_prompt)]
+    if spec.allowed_local_media_path:
+        a += ["--allowed-local-media-path", spec.allowed_local_media_path]
+    return a
+
+
+def _listen_address(spec: ServerSpec, in_container: bool) -> tuple[str, int]:
+    """Inside a bridged container vLLM must listen on all interfaces at the container port;
+    the host side of the publish decides who can reach it."""
+    if in_container and not spec.docker.network_host:
+        return "0.0.0.0", CONTAINER_PORT
+    return spec.host, spec.port
+
+
+def vllm_serve_argv(
+    spec: ServerSpec, *, in_container: bool | None = None, redact: bool = False
+) -> list[str]:
+    """What follows ``vllm serve``: the model positional, then flags in a stable order.
+
+    ``in_container`` defaults to ``spec.backend == "docker"``. ``redact`` hides the API key
+    (for printing).
+    """
+    if in_container is None:
+        in_container = spec.backend == "docker"
+    host, port = _listen_address(spec, in_container)
+    argv = [spec.model]
+    if spec.served_model_name:
+        argv += ["--served-model-name", spec.served_model_name]
+    argv += ["--host", host, "--port", str(port)]
+    if spec.api_key:
+        argv += ["--api-key", REDACTED if redact else spec.api_key]
+    argv += _engine_args(spec, for_preload=False)
+    if spec.enable_auto_tool_choice:
+        argv.append("--enable-auto-tool-choice")
+    if spec.tool_call_parser:
+        argv += ["--tool-call-parser", spec.tool_call_parser]
+    if spec.chat_template:
+        argv += ["--chat-template", spec.chat_template]
+    argv += spec.extra_args
+    return argv
+
+
+def _drop_serve_only(args: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        flag, has_eq, _ = arg.partition("=")
+        if flag in _SERVE_ONLY_FLAGS:
+            skip = _SERVE_ONLY_FLAGS[flag] and not has_eq
+            continue
+        out.append(arg)
+    return out
+
+
+def vllm_preload_argv(spec: ServerSpec) -> list[str]:
+    """What follows ``vllm preload``: the serve engine args, minus front-end flags and minus
+    ``--load-format`` (the daemon must load from disk), plus the daemon's own flags.
+
+    The engine args must equal the server's so the WeightCacheKey matches.
+    """
+    argv = ["--model", spec.model, *_engine_args(spec, for_preload=True)]
+    argv += _drop_serve_only(list(spec.extra_args))
+    if spec.preload.socket_dir:
+        argv += ["--weight-cache-socket-dir", spec.preload.socket_dir]
+    if spec.preload.health_port is not None:
+        argv += ["--weight-cache-health-port", str(spec.preload.health_port)]
+    return argv
+
+
+def process_command(spec: ServerSpec) -> list[str]:
+    """The full command for the local-process backend."""
+    return ["vllm", "serve", *vllm_serve_argv(spec, in_container=False)]
+
+
+# --------------------------------------------------------------------------- docker
+
+
+class DeviceRequestSpec(BaseModel):
+    """A GPU request, kept as plain data; ``to_sdk`` builds docker.types.DeviceRequest."""
+
+    model_config = ConfigDict(frozen=True)
+
+    device_ids: list[str] | None = None
+    count: int | None = None
+    capabilities: list[list[str]] = Field(default_factory=lambda: [["gpu"]])
+
+    def to_sdk(self) -> Any:
+        from docker.types import DeviceRequest
+
+        kw: dict[str, Any] = {"capabilities": self.capabilities}
+        if self.device_ids is not None:
+            kw["device_ids"] = self.device_ids
+        if self.count is not None:
+            kw["count"] = self.count
+        return DeviceRequest(**kw)
+
+    def cli_value(self) -> str:
+        if self.device_ids is None:
+            return "all"
+        return f'"device={",".join(self.device_ids)}"'
+
+
+class DockerRunOptions(BaseModel):
+    """Everything ``docker.from_env().containers.run(**opts.to_sdk_kwargs())`` needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str
+    name: str
+    command: list[str]
+    entrypoint: list[str] | None = None
+    labels: dict[str, str]
+    ipc_mode: str | None = None
+    pid_mode: str | None = None
+    network_mode: str | None = None
+    shm_size: str | int | None = None
+    mem_limit: str | int | None = None
+    memswap_limit: str | int | None = None
+    mem_reservation: str | int | None = None
+    oom_score_adj: int | None = None
+    cpu_shares: int | None = None
+    nano_cpus: int | None = None
+    ports: dict[str, tuple[str, int]] = Field(default_factory=dict)
+    volumes: dict[str, dict[str, str]] = Field(default_factory=dict)
+    environment: dict[str, str] = Field(default_factory=dict)
+    pass_env: list[str] = Field(default_factory=list)
+    """Variables the `docker run` line passes as bare ``-e NAME`` (from the caller's env)."""
+    device_requests: list[DeviceRequestSpec] = Field(default_factory=list)
+    detach: bool = True
+
+    def to_sdk_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for docker-py's ``containers.run``; unset options are omitted."""
+        kw: dict[str, Any] = {
+            "image": self.image,
+            "name": self.name,
+            "command": list(self.command),
+            "labels": dict(self.labels),
+            "detach": self.detach,
+        }
+        for key in (
+            "entrypoint",
+            "ipc_mode",
+            "pid_mode",
+            "network_mode",
+            "shm_size",
+            "mem_limit",
+            "memswap_limit",
+            "mem_reservation",
+            "oom_score_adj",
+            "cpu_shares",
+            "nano_cpus",
+        ):
+            value = getattr(self, key)
+            if value is not None:
+                kw[key] = value
+        if self.ports:
+            kw["ports"] = dict(self.ports)
+        if self.volumes:
+            kw["volumes"] = {k: dict(v) for k, v in self.volumes.items()}
+        if self.environment:
+            kw["environment"] = dict(self.environment)
+        if self.device_requests:
+            kw["device_requests"] = [d.to_sdk() for d in self.device_requests]
+        return kw
+
+
+def container_name(spec: ServerSpec) -> str:
+    return f"marathon-{spec.name}"
+
+
+def docker_labels(spec: ServerSpec) -> dict[str, str]:
+    return {"marathon.server": spec.name, "marathon.spec-hash": spec_hash(spec)}
+
+
+def _device_requests(spec: ServerSpec) -> list[DeviceRequestSpec]:
+    if not spec.docker.request_gpus:
+        return []
+    if spec.gpus == "all":
+        return [DeviceRequestSpec(count=-1)]
+    return [DeviceRequestSpec(device_ids=[str(g) for g in spec.gpus])]
+
+
+def docker_run_options(
+    spec: ServerSpec,
+    *,
+    environ: Mapping[str, str] | None = None,
+    request_gpus: bool | None = None,
+    redact: bool = False,
+) -> DockerRunOptions:
+    """Container options for the server (image entrypoint is ``vllm serve``).
+
+    ``environ``: the host environment to resolve ``docker.pass_env`` from (the launcher
+    passes ``os.environ``); unset names are skipped. ``request_gpus`` overrides the spec
+    (False for the CI fake image).
+    """
+    d = spec.docker
+    environment: dict[str, str] = {}
+    if environ is not None:
+        environment.update({k: environ[k] for k in d.pass_env if k in environ})
+    environment.update(spec.env)
+    volumes = {
+        _expand_host(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"}
+        for m in docker_mounts(spec)
+    }
+    ports: dict[str, tuple[str, int]] = {}
+    if not d.network_host:
+        ports[f"{CONTAINER_PORT}/tcp"] = (spec.host, spec.port)
+    gpus = request_gpus if request_gpus is not None else d.request_gpus
+    return DockerRunOptions(
+        image=spec.image_ref,
+        name=container_name(spec),
+        command=vllm_serve_argv(spec, in_container=True, redact=redact),
+        labels=docker_labels(spec),
+        ipc_mode="host" if d.ipc_host else None,
+        pid_mode="host" if d.pid_host else None,
+        network_mode="host" if d.network_host else None,
+        shm_size=None if d.ipc_host else d.shm_size,
+        mem_limit=d.memory,
+        memswap_limit=d.memory_swap,
+        mem_reservation=d.memory_reservation,
+        oom_score_adj=d.oom_score_adj,
+        cpu_shares=d.cpu_shares,
+        nano_cpus=int(d.cpus * 1e9) if d.cpus else None,
+        ports=ports,
+        volumes=volumes,
+        environment=environment,
+        pass_env=[k for k in d.pass_env if k not in spec.env],
+        device_requests=_device_requests(spec) if gpus else [],
+    )
+
+
+def _expand_host(path: str) -> str:
+    import os
+
+    return os.path.normpath(os.path.expanduser(path))
+
+
+def docker_run_argv(opts: DockerRunOptions) -> list[str]:
+    """The ``docker run`` command equivalent to ``opts`` as an argv list."""
+    a = ["docker", "run", "-d", "--name", opts.name]
+    for k, v in opts.labels.items():
+        a += ["--label", f"{k}={v}"]
+    for d in opts.device_requests:
+        a += ["--gpus", d.cli_value()]
+    if opts.ipc_mode:
+        a.append(f"--ipc={opts.ipc_mode}")
+    if opts.pid_mode:
+        a.append(f"--pid={opts.pid_mode}")
+    if opts.network_mode:
+        a.append(f"--network={opts.network_mode}")
+    if opts.shm_size is not None:
+        a.append(f"--shm-size={opts.shm_size}")
+    if opts.mem_limit is not None:
+        a.append(f"--memory={opts.mem_limit}")
+    if opts.memswap_limit is not None:
+        a.append(f"--memory-swap={opts.memswap_limit}")
+    if opts.mem_reservation is not None:
+        a.append(f"--memory-reservation={opts.mem_reservation}")
+    if opts.oom_score_adj is not None:
+        a.append(f"--oom-score-adj={opts.oom_score_adj}")
+    if opts.cpu_shares is not None:
+        a.append(f"--cpu-shares={opts.cpu_shares}")
+    if opts.nano_cpus is not None:
+        a.append(f"--cpus={opts.nano_cpus / 1e9:g}")
+    for container_port, (host, port) in opts.ports.items():
+        a += ["-p", f"{host}:{port}:{container_port.split('/')[0]}"]
+    for host_path, bind in opts.volumes.items():
+        suffix = ":ro" if bind["mode"] == "ro" else ""
+        a += ["-v", f"{host_path}:{bind['bind']}{suffix}"]
+    for k in opts.pass_env:
+        a += ["-e", k]
+    for k, v in opts.environment.items():
+        if k not in opts.pass_env:
+            a += ["-e", f"{k}={v}"]
+    if opts.entrypoint:
+        a += ["--entrypoint", opts.entrypoint[0]]
+    a.append(opts.image)
+    if opts.entrypoint and len(opts.entrypoint) > 1:
+        a += opts.entrypoint[1:]
+    a += opts.command
+    return a
+
+
+def docker_run_command_line(spec: ServerSpec, *, redact: bool = True) -> str:
+    """The ``docker run ...`` shell line for ``brain up --dry-run``, quoted with shlex.
+
+    Pass-through variables appear as bare ``-e NAME`` so the line works when pasted into a
+    shell that has them; the API key is redacted unless ``redact=False``.
+    """
+    opts = docker_run_options(spec, environ=None, redact=redact)
+    return shlex.join(docker_run_argv(opts))
+
+
+def dry_run_text(spec: ServerSpec) -> str:
+    """What ``brain up --dry-run`` prints: the command, then warnings and launch problems."""
+    lines = [f"# server {spec.name} ({spec.backend}): {spec.model}"]
+    if spec.description:
+        lines.append(f"# {spec.description}")
+    if spec.backend == "docker":
+        lines.append(docker_run_command_line(spec))
+    elif spec.backend == "process":
+        argv = ["vllm", "serve", *vllm_serve_argv(spec, in_container=False, redact=True)]
+        lines.append(shlex.join(argv))
+    else:
+        lines.append(
+            f"# simulated vLLM server on http://{spec.host}:{spec.port} "
+            f"serving {spec.effective_served_name!r} (no GPU needed)"
+        )
+        lines.append("# the flags a real server would get:")
+        lines.append("# " + shlex.join(["vllm", "serve", *vllm_serve_argv(spec, redact=True)]))
+    if spec.preload.enabled:
+        lines.append("# weight-cache daemon (start first, same image and engine args):")
+        lines.append(shlex.join(["vllm", "preload", *vllm_preload_argv(spec)]))
+    lines.append(
+        f"# endpoint: http://{spec.host}:{spec.port}/v1  model: {spec.effective_served_name}"
+    )
+    for w in spec_warnings(spec):
+        lines.append(f"# warning: {w}")
+    for field, msg, hint in launch_problems(spec):
+        lines.append(f"# will refuse to launch: {field}: {msg} Fix: {hint}")
+    if spec.api_key:
+        lines.append("# the API key is redacted above")
+    return "\n".join(lines)

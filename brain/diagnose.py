@@ -1,0 +1,436 @@
+"""Log text (and container state) -> Diagnosis(cause, evidence, remedy).
+
+Table-driven: one rule per known failure, matched against vLLM's real messages (checked in
+vLLM 0.33.0's source), most specific first. A remedy names the spec field to change and, when
+the spec and the log give numbers, the value to change it to. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from brain.spec import ServerSpec
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why the server failed (``cause`` is a stable id), the log lines that prove it, the fix."""
+
+    cause: str
+    summary: str
+    evidence: list[str]
+    remedy: str
+    fatal: bool = True
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def render(self) -> str:
+        lines = [f"{self.summary} [{self.cause}]"]
+        lines += [f"  > {e.strip()}" for e in self.evidence]
+        lines.append(f"  fix: {self.remedy}")
+        return "\n".join(lines)
+
+
+Remedy = Callable[[re.Match[str], ServerSpec | None], tuple[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    cause: str
+    pattern: re.Pattern[str]
+    summary: str
+    remedy: Remedy
+    fatal: bool = True
+    applies: Callable[[re.Match[str], ServerSpec | None], bool] = lambda m, s: True
+
+
+def _fixed(text: str) -> Remedy:
+    return lambda m, s: (text, {})
+
+
+def _num(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+# --------------------------------------------------------------------------- remedies
+
+
+def _kv_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    want, need, have = int(_num(m["len"])), _num(m["need"]), _num(m["have"])
+    est = int(_num(m["est"])) if m["est"] else None
+    details: dict[str, Any] = {
+        "max_model_len": want,
+        "needed_gib": need,
+        "available_gib": have,
+        "estimated_max_len": est,
+    }
+    util = spec.gpu_memory_utilization if spec else None
+    parts = []
+    if est:
+        fit = est // 1024 * 1024 if est >= 2048 else est
+        parts.append(f"set max_model_len <= {est} (e.g. max_model_len={fit})")
+    else:
+        parts.append("lower max_model_len")
+    parts.append(
+        "or raise gpu_memory_utilization" + (f" above {util:g}" if util is not None else "")
+    )
+    if spec is None or spec.kv_cache_dtype in (None, "auto"):
+        parts.append("or set kv_cache_dtype=fp8 (halves KV memory)")
+    return (
+        f"{want} tokens need {need:g} GiB of KV cache but only {have:g} GiB is left: "
+        + ", ".join(parts)
+        + ".",
+        details,
+    )
+
+
+def _free_memory_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    free, total, util = _num(m["free"]), _num(m["total"]), _num(m["util"])
+    suggest = math.floor(free / total * 100) / 100 - 0.01
+    details = {"free_gib": free, "total_gib": total, "requested_utilization": util}
+    details["suggested_utilization"] = round(suggest, 2)
+    if suggest <= 0.05:
+        return (
+            f"only {free:g} of {total:g} GiB is free: another process holds the GPU. Stop it "
+            "(nvidia-smi shows who), or wait for a previous server to release its memory.",
+            details,
+        )
+    return (
+        f"{free:g} of {total:g} GiB free but gpu_memory_utilization={util:g} asks for "
+        f"{util * total:.2f} GiB: set gpu_memory_utilization={suggest:.2f} or free the GPU "
+        "(nvidia-smi shows who holds it).",
+        details,
+    )
+
+
+def _shm_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    if spec is not None and spec.backend == "docker" and not spec.docker.ipc_host:
+        return (
+            f"the container's /dev/shm ({spec.docker.shm_size}) is too small: set "
+            "docker.ipc_host=true (recommended) or docker.shm_size=32g.",
+            {},
+        )
+    return ("run the container with --ipc=host (docker.ipc_host=true) or a larger shm_size.", {})
+
+
+def _model_path(m: re.Match[str]) -> str | None:
+    g = m.groupdict()
+    return g.get("path") or g.get("path2")
+
+
+def _is_draft(m: re.Match[str], spec: ServerSpec | None) -> bool:
+    path = _model_path(m)
+    return bool(
+        spec is not None
+        and spec.speculative is not None
+        and spec.speculative.model
+        and path is not None
+        and path.strip("'\"") == spec.speculative.model
+    )
+
+
+def _model_remedy(field_name: str) -> Remedy:
+    def remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+        path = (_model_path(m) or "").strip("'\"")
+        text = (
+            f"check {field_name} ({path!r}): an HF id must exist and be spelled exactly; "
+            "a path must be the container-side path of a mounted directory containing "
+            "config.json."
+        )
+        if "snapshots/" in path:
+            text += (
+                " The path is inside an HF snapshots/ directory, whose files are symlinks into "
+                "../../blobs: mount the whole HF cache (docker.hf_cache) and use the HF id."
+            )
+        return text, {"path": path}
+
+    return remedy
+
+
+def _mismatch_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    fields = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", m["fields"])
+    return (
+        f"the weight-cache daemon holds weights for other engine args (differs in: "
+        f"{', '.join(fields)}). Restart the daemon from this spec (same image tag, model, "
+        "tensor_parallel_size, dtype, quantization, kv_cache_dtype), or disable preload.",
+        {"fields": fields},
+    )
+
+
+def _parser_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    name = m["name"]
+    choices = sorted(x for x in re.split(r"[\s,{}]+", m["choices"] or "") if x)
+    return (
+        f"{name!r} is not registered in this image: set tool_call_parser to one of the listed "
+        "parsers, or load a plugin with extra_args [--tool-parser-plugin, <path>].",
+        {"parser": name, "choices": choices},
+    )
+
+
+def _port_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    where = f" {spec.port}" if spec else ""
+    return (
+        f"another process (maybe an older server) holds port{where}: stop it, or set "
+        "port=<free port>.",
+        {},
+    )
+
+
+# --------------------------------------------------------------------------- the table
+
+_R = re.compile
+
+RULES: list[Rule] = [
+    Rule(
+        "preload_mismatch",
+        _R(r"WeightCacheKey mismatch on fields:\s*(?P<fields>\[[^\]]*\]|\S.*)"),
+        "the weight-cache daemon's weights do not match this server",
+        _mismatch_remedy,
+    ),
+    Rule(
+        "preload_daemon_unavailable",
+        _R(r"WeightCacheUnavailableError|Cannot connect to weight cache daemon[^\n]*"),
+        "no weight-cache daemon is reachable",
+        _fixed(
+            "start the daemon first (brain preload) with the same spec and socket_dir, and wait "
+            "for its 'Weight cache daemon READY' line; or disable preload."
+        ),
+    ),
+    Rule(
+        "preload_unsupported_quant",
+        _R(r"UnsupportedQuantForIPCError[^\n]*|does not support loading from pre-processed"),
+        "this model's quantization cannot be shared through the weight cache",
+        _fixed("disable preload for this model (preload.enabled=false, load_format unset)."),
+    ),
+    Rule(
+        "preload_unsupported_platform",
+        _R(r"UnsupportedPlatformForIPCError[^\n]*|does not support CUDA IPC weight sharing"),
+        "this platform cannot share weights over CUDA IPC",
+        _fixed("disable preload (only CUDA and ROCm support it)."),
+    ),
+    Rule(
+        "kv_cache_too_small",
+        _R(
+            r"max seq len \((?P<len>[\d,]+)\),?\s*\(?(?P<need>[\d.,]+) GiB KV\s+cache is needed, "
+            r"which is larger than the available KV cache\s+memory \((?P<have>[\d.,]+) GiB\)\."
+            r"(?:\s*Based on the available memory,\s*the estimated maximum model length is "
+            r"(?P<est>[\d,]+))?"
+        ),
+        "the KV cache does not fit max_model_len",
+        _kv_remedy,
+    ),
+    Rule(
+        "no_kv_cache_memory",
+        _R(r"No available memory for the cache blocks"),
+        "nothing is left for the KV cache after weights and activations",
+        lambda m, s: (
+            "raise gpu_memory_utilization"
+            + (f" above {s.gpu_memory_utilization:g}" if s else "")
+            + ", lower max_num_seqs / max_num_batched_tokens, or use a smaller or quantized "
+            "model.",
+            {},
+        ),
+    ),
+    Rule(
+        "gpu_memory_in_use",
+        _R(
+            r"Free memory on device (?P<dev>\S+) \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on "
+            r"startup is less than (?:desired GPU memory utilization|the engine's budget[^(]*)"
+            r"\s*\((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)"
+        ),
+        "less GPU memory is free than gpu_memory_utilization asks for",
+        _free_memory_remedy,
+    ),
+    Rule(
+        "cuda_oom",
+        _R(r"(?:torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory)[^\n]*"),
+        "CUDA ran out of memory",
+        lambda m, s: (
+            "lower gpu_memory_utilization"
+            + (f" (now {s.gpu_memory_utilization:g})" if s else "")
+            + " if other processes share the GPU, else lower max_num_seqs / "
+            "max_num_batched_tokens / max_model_len; enforce_eager=true skips CUDA graph "
+            "capture, which often is where it runs out.",
+            {},
+        ),
+    ),
+    Rule(
+        "shm_exhausted",
+        _R(
+            r"/dev/shm[^\n]*No space left on device[^\n]*|No space left on device[^\n]*/dev/shm"
+            r"|^.*\bBus error\b.*$",
+            re.M,
+        ),
+        "shared memory (/dev/shm) ran out",
+        _shm_remedy,
+    ),
+    Rule(
+        "gpu_runtime_missing",
+        _R(r'could not select device driver "[^"]*" with capabilities: \[\[gpu\]\]'),
+        "Docker cannot give the container a GPU",
+        _fixed(
+            "install the NVIDIA Container Toolkit and restart dockerd; on a machine without an "
+            "NVIDIA GPU use backend=sim (or docker.request_gpus=false for a fake image)."
+        ),
+    ),
+    Rule(
+        "draft_model_not_found",
+        _R(r"Invalid repository ID or local directory specified: (?P<path>'[^']*')"),
+        "the draft model was not found",
+        _model_remedy("speculative.model"),
+        applies=_is_draft,
+    ),
+    Rule(
+        "model_gated",
+        _R(r"GatedRepoError[^\n]*|Access to model (?P<path>\S+) is restricted[^\n]*"),
+        "the model is gated on Hugging Face",
+        _fixed(
+            "accept the license on huggingface.co, then export HF_TOKEN before brain up "
+            "(docker.pass_env includes HF_TOKEN)."
+        ),
+    ),
+    Rule(
+        "model_not_found",
+        _R(
+            r"Invalid repository ID or local directory specified: (?P<path>'[^']*')"
+            r"|RepositoryNotFoundError[^\n]*"
+            r"|(?P<path2>\S+) does not appear to have a file named config\.json"
+        ),
+        "the model was not found",
+        _model_remedy("model"),
+    ),
+    Rule(
+        "image_missing",
+        _R(
+            r"No such image: (?P<image>\S+)|ImageNotFound[^\n]*|pull access denied for "
+            r"(?P<image2>[^,\s]+)|manifest for (?P<image3>\S+) not found"
+        ),
+        "the Docker image is not available",
+        lambda m, s: (
+            f"docker pull {s.image_ref if s else '<image>'} (or fix image/tag in the spec).",
+            {},
+        ),
+    ),
+    Rule(
+        "port_in_use",
+        _R(r"\[Errno 98\][^\n]*|address already in use[^\n]*|port is already allocated"),
+        "the port is already in use",
+        _port_remedy,
+    ),
+    Rule(
+        "unknown_tool_parser",
+        _R(r"invalid tool call parser: (?P<name>\S+)(?: \(chose from (?P<choices>\{[^}]*\}))?"),
+        "the tool-call parser name is unknown to this vLLM",
+        _parser_remedy,
+    ),
+    Rule(
+        "unknown_reasoning_parser",
+        _R(r"invalid reasoning parser: (?P<name>\S+)"),
+        "the reasoning parser name is unknown to this vLLM",
+        lambda m, s: (f"set reasoning_parser to a registered name (not {m['name']!r}).", {}),
+    ),
+    Rule(
+        "auto_tool_choice_disabled",
+        _R(r'\\?"auto\\?" tool choice requires[^\n]*'),
+        'tool_choice "auto" needs server flags that are not set',
+        _fixed("set enable_auto_tool_choice=true and tool_call_parser=<parser for the model>."),
+    ),
+    Rule(
+        "unsupported_speculative_method",
+        _R(r"Unsupported speculative method: '(?P<method>[^']*)'"),
+        "vLLM does not know how to speculate with this config",
+        lambda m, s: (
+            "for Gemma 4 set speculative.model to the -assistant checkpoint; otherwise check "
+            "speculative.method and speculative.model.",
+            {"method": m["method"]},
+        ),
+    ),
+    Rule(
+        "engine_dead",
+        _R(r"EngineCore encountered an issue[^\n]*|Engine core initialization failed[^\n]*"),
+        "the engine process died",
+        _fixed(
+            "read the traceback above the evidence line for the root cause; if it is not "
+            "recognised here, try enforce_eager=true and a smaller max_model_len to narrow it."
+        ),
+    ),
+    Rule(
+        "preload_fallback",
+        _R(
+            r"Weight cache unusable \((?P<why>.*)\); falling back to disk loading"
+            r"|Weight cache IPC loading failed; falling back to disk loading"
+        ),
+        "the weight cache was not used; weights are loading from disk (slow start)",
+        _fixed(
+            "set preload.fallback=false to make this an error, and restart the daemon from "
+            "the server's spec."
+        ),
+        fatal=False,
+    ),
+]
+
+
+def _evidence(text: str, m: re.Match[str]) -> list[str]:
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", m.end())
+    end = len(text) if end == -1 else end
+    return [ln for ln in text[start:end].splitlines() if ln.strip()]
+
+
+def diagnose(
+    log_text: str,
+    *,
+    exit_code: int | None = None,
+    oom_killed: bool = False,
+    spec: ServerSpec | None = None,
+) -> Diagnosis | None:
+    """The most specific known failure in ``log_text``, or None if nothing is recognised.
+
+    ``oom_killed`` / ``exit_code`` come from the container state (``docker inspect``), not the
+    log: a kernel OOM kill leaves no line in vLLM's output.
+    """
+    if oom_killed:
+        limit = spec.docker.memory if spec else None
+        return Diagnosis(
+            "container_oom_killed",
+            "the kernel killed the container for exceeding its memory limit",
+            [f"OOMKilled=true, exit code {exit_code if exit_code is not None else 137}"],
+            "raise docker.memory and docker.memory_swap"
+            + (f" (now {limit})" if limit else "")
+            + ", or lower max_num_seqs / limit_mm_per_prompt (host RAM use grows with both).",
+        )
+    for rule in RULES:
+        for m in rule.pattern.finditer(log_text):
+            evidence = _evidence(log_text, m)
+            if rule.fatal and any(_FALLBACK in ln for ln in evidence):
+                continue  # the same error, logged as a warning vLLM recovered from
+            if not rule.applies(m, spec):
+                continue
+            remedy, details = rule.remedy(m, spec)
+            return Diagnosis(rule.cause, rule.summary, evidence, remedy, rule.fatal, details)
+    if exit_code == 137:
+        return Diagnosis(
+            "killed",
+            "the server was killed (SIGKILL) without a fatal log line",
+            ["exit code 137"],
+            "if the host ran out of memory, raise docker.memory or free RAM; if a stop timed "
+            "out, raise timeouts.stop_timeout_s.",
+        )
+    return None
+
+
+_FALLBACK = "falling back to disk loading"
+_FATAL_RULES = [r for r in RULES if r.fatal]
+
+
+def is_fatal_line(line: str) -> bool:
+    """True if this single log line means startup has failed (for readiness log-following).
+
+    A recovered-from warning ("... falling back to disk loading") is not fatal.
+    """
+    if _FALLBACK in line:
+        return False
+    return any(r.pattern.search(line) for r in _FATAL_RULES)

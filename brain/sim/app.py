@@ -1,0 +1,534 @@
+"""The simulated vLLM OpenAI-compatible server as an ASGI app: routes, auth, errors, SSE.
+
+``create_app(config)`` is all a caller needs; ``server.running_sim`` runs it on a real port.
+Connection-level faults (dropping a connection, refusing new ones, exiting) need the server
+underneath, reached through the small ``SimControl`` protocol the server provides; a bare app
+falls back to what ASGI can do (raising, which closes the connection mid-stream).
+
+The order of work for one chat request: number it, pick its faults, validate (model name,
+``n``, context length), ask the policy, apply process and HTTP faults, reserve a batch slot (or
+503), then prefill, decode and send, streamed or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from brain.sim import errors
+from brain.sim.config import FaultRule, SimConfig
+from brain.sim.engine import RequestClock, SimEngine, Ticket
+from brain.sim.faults import FaultPlan
+from brain.sim.logs import LogFn, silent_log, vllm_line
+from brain.sim.policy import Policy, SimChatRequest, SimTurn, load_policy
+from brain.sim.shaping import Emission, OutputToken, shape_turn
+from brain.sim.tokenizer import count_chat, decode, encode, render_chat
+
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+
+
+class SimControl(Protocol):
+    """What the app may ask of the server it runs in (see ``server.py``)."""
+
+    def drop_connection(self, client: tuple[str, int] | None) -> bool: ...
+
+    def refuse_connections(self, seconds: float) -> None: ...
+
+    def exit_process(self, code: int) -> None: ...
+
+
+class _NoServerControl:
+    """Used when the app runs without our server: connection faults degrade to errors."""
+
+    def drop_connection(self, client: tuple[str, int] | None) -> bool:
+        return False
+
+    def refuse_connections(self, seconds: float) -> None:
+        return None
+
+    def exit_process(self, code: int) -> None:
+        return None
+
+
+class ConnectionDropped(Exception):
+    """Raised to abort a response when the server cannot close the connection itself."""
+
+
+class AuthMiddleware:
+    """vLLM's API-key check: only paths under /v1 (and friends) need ``Bearer <key>``."""
+
+    def __init__(self, app: ASGIApp, tokens: list[str]):
+        self.app = app
+        self.tokens = set(tokens)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") != "OPTIONS":
+            path = scope["path"].removeprefix(scope.get("root_path", ""))
+            if path.startswith(GUARDED_PREFIXES) and not self._authorized(scope):
+                response = JSONResponse({"error": "Unauthorized"}, status_code=401)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        for key, value in scope.get("headers", []):
+            if key == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and token in self.tokens
+        return False
+
+
+class SimState:
+    """Everything one app instance shares across requests."""
+
+    def __init__(self, config: SimConfig, policy: Policy, control: SimControl, log: LogFn):
+        self.config = config
+        self.policy = policy
+        self.control = control
+        self.log = log
+        self.engine = SimEngine(config)
+        self.faults = FaultPlan(config.faults, config.seed)
+        self.created = int(time.time())
+        self._numbers = itertools.count(1)
+
+    def next_request_number(self) -> int:
+        return next(self._numbers)
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    tokens: list[int]
+
+
+def create_app(
+    config: SimConfig,
+    *,
+    policy: Policy | None = None,
+    control: SimControl | None = None,
+    log: LogFn | None = None,
+) -> FastAPI:
+    """The simulated vLLM server for ``config``; ``policy`` overrides ``config.policy``."""
+    state = SimState(
+        config,
+        policy if policy is not None else load_policy(config.policy),
+        control or _NoServerControl(),
+        log or silent_log,
+    )
+    app = FastAPI(
+        title="vLLM (simulated by Marathon)", version=config.version, docs_url=None, redoc_url=None
+    )
+    app.state.sim = state
+    app.add_exception_handler(errors.SimHTTPError, errors.handle_sim_error)
+    app.add_exception_handler(RequestValidationError, errors.handle_validation_error)
+    if config.api_keys:
+        app.add_middleware(AuthMiddleware, tokens=list(config.api_keys))
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=503 if state.engine.dead else 200)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": config.version}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [_model_card(state, name) for name in config.served_names],
+        }
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(
+            state.engine.render_metrics(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        _check_model(state, body.model)
+        if body.messages is not None:
+            text = render_chat(body.messages, body.tools, body.add_generation_prompt)
+        elif body.prompt is not None:
+            text = body.prompt
+        else:
+            raise errors.bad_request("Either `prompt` or `messages` must be given.", "prompt")
+        tokens = encode(text)
+        return {
+            "count": len(tokens),
+            "max_model_len": config.max_model_len,
+            "tokens": tokens,
+            "token_strs": None,
+        }
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        _check_model(state, body.model)
+        return {"prompt": decode(body.tokens)}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: SimChatRequest, request: Request) -> Response:
+        return await _chat(state, body, request)
+
+    return app
+
+
+def _model_card(state: SimState, name: str) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "vllm",
+        "root": state.config.model,
+        "parent": None,
+        "max_model_len": state.config.max_model_len,
+        "permission": [
+            {
+                "id": f"modelperm-{hashlib.sha256(name.encode()).hexdigest()[:32]}",
+                "object": "model_permission",
+                "created": state.created,
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }
+        ],
+    }
+
+
+def _check_model(state: SimState, name: str | None) -> None:
+    if name is not None and name not in state.config.served_names:
+        raise errors.model_not_found(name)
+
+
+def _rule(rules: list[FaultRule], kind: str) -> FaultRule | None:
+    return next((r for r in rules if r.kind == kind), None)
+
+
+async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Response:
+    config, engine = state.config, state.engine
+    number = state.next_request_number()
+    rules = state.faults.select(number)
+    clock = RequestClock(arrival=time.monotonic())
+    client = (request.client.host, request.client.port) if request.client else None
+
+    _check_model(state, body.model)
+    if body.n not in (None, 1):
+        raise errors.bad_request("The simulated server only supports n=1.", "n")
+    messages = body.message_dicts()
+    prompt_tokens = count_chat(messages, body.tools)
+    requested = body.output_limit or 0
+    if prompt_tokens + requested > config.max_model_len:
+        raise errors.context_overflow(config.max_model_len, requested, prompt_tokens)
+
+    try:
+        turn = state.policy.respond(body)
+    except Exception as exc:  # a policy bug must look like a server error, not hang the client
+        raise errors.internal_error(f"Policy failed: {exc}") from exc
+    if turn.fault:
+        rules = [*rules, FaultRule(kind=turn.fault)]  # type: ignore[arg-type]
+    kinds = {r.kind for r in rules}
+    if config.log_requests:
+        state.log(
+            vllm_line(
+                f"Received request chatcmpl-{number}: prompt tokens {prompt_tokens}, "
+                f"faults {sorted(kinds)}"
+            )
+        )
+
+    if exit_rule := _rule(rules, "exit"):
+        state.log(
+            vllm_line(f"Simulated process exit (code {exit_rule.exit_code}) at request {number}")
+        )
+        state.control.exit_process(exit_rule.exit_code)
+        return _dropped(state, client)
+    if refuse := _rule(rules, "refuse"):
+        state.control.refuse_connections(refuse.seconds)
+        return _dropped(state, client)
+    if "engine_dead" in kinds and not engine.dead:
+        engine.dead = True
+        state.log(vllm_line(errors.ENGINE_DEAD_MESSAGE, "core_client.py:564", "ERROR"))
+    if engine.dead:
+        raise errors.engine_dead()
+    if stall := _rule(rules, "stall_headers"):
+        await asyncio.sleep(stall.seconds)
+    if "http_503" in kinds:
+        raise errors.queue_full()
+    if "http_500" in kinds:
+        raise errors.internal_error()
+
+    emission = shape_turn(
+        turn,
+        body,
+        prompt_tokens=prompt_tokens,
+        max_model_len=config.max_model_len,
+        faults=kinds,
+        id_seed=json.dumps(messages, sort_keys=True, ensure_ascii=False),
+    )
+    ticket = engine.admit(number, prompt_tokens)  # raises the 503 when the queue is full
+    meta = _ResponseMeta(
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=body.model or config.primary_name,
+        prompt_tokens=prompt_tokens,
+    )
+    if body.stream:
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        stream = _stream(state, number, ticket, clock, emission, meta, rules, include_usage, client)
+        return StreamingResponse(stream, media_type="text/event-stream")
+    return await _complete(state, number, ticket, clock, emission, meta, rules, client, turn)
+
+
+class _ResponseMeta(BaseModel):
+    id: str
+    created: int
+    model: str
+    prompt_tokens: int
+
+
+def _dropped(state: SimState, client: tuple[str, int] | None) -> Response:
+    if not state.control.drop_connection(client):
+        raise ConnectionDropped("simulated connection drop")
+    return Response(status_code=500)  # never reaches the client: its connection is gone
+
+
+async def _generate(
+    state: SimState, number: int, clock: RequestClock, emission: Emission, prompt_tokens: int
+) -> AsyncIterator[list[OutputToken]]:
+    """Prefill, then decode step by step, yielding the tokens of each step."""
+    engine = state.engine
+    await engine.prefill(prompt_tokens)
+    decoder = engine.decoder(number)
+    decoder.first_token(clock)
+    tokens = emission.tokens
+    index = 0
+    while index < len(tokens):
+        count = 1 if index == 0 else await decoder.step(len(tokens) - index, clock)
+        batch = tokens[index : index + count]
+        index += count
+        engine.token_emitted(number, len(batch))
+        yield batch
+
+
+async def _complete(
+    state: SimState,
+    number: int,
+    ticket: Ticket,
+    clock: RequestClock,
+    emission: Emission,
+    meta: _ResponseMeta,
+    rules: list[FaultRule],
+    client: tuple[str, int] | None,
+    turn: SimTurn,
+) -> Response:
+    engine = state.engine
+    outcome = "abort"
+    try:
+        await ticket.admitted()
+        async for _batch in _generate(state, number, clock, emission, meta.prompt_tokens):
+            pass
+        if stall := _rule(rules, "stall"):
+            await asyncio.sleep(stall.seconds)
+        if _rule(rules, "stream_cut"):
+            return _dropped(state, client)
+        outcome = "length" if emission.finish_reason == "length" else "stop"
+    finally:
+        ticket.release()
+        engine.finished(clock, outcome)
+    calls = [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": args}}
+        for call, args in emission.emitted_calls()
+    ]
+    completion = len(emission.tokens)
+    body = {
+        "id": meta.id,
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": emission.text_of("content"),
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "tool_calls": calls,
+                    "reasoning": emission.text_of("reasoning"),
+                },
+                "logprobs": None,
+                "finish_reason": emission.finish_reason,
+                "stop_reason": None,
+            }
+        ],
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": {
+            "prompt_tokens": meta.prompt_tokens,
+            "total_tokens": meta.prompt_tokens + completion,
+            "completion_tokens": completion,
+            "prompt_tokens_details": None,
+        },
+        "prompt_logprobs": None,
+        "kv_transfer_params": None,
+    }
+    return JSONResponse(body)
+
+
+def _chunk(meta: _ResponseMeta, delta: dict[str, Any], finish: str | None = None) -> str:
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    if finish is not None:
+        choice["stop_reason"] = None
+    payload = {
+        "id": meta.id,
+        "object": "chat.completion.chunk",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [choice],
+    }
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def _deltas(batch: list[OutputToken], emission: Emission) -> list[dict[str, Any]]:
+    """Group one decode step's tokens into deltas: one per run of the same kind / call."""
+    deltas: list[dict[str, Any]] = []
+    calls = {c.index: c for c in emission.calls}
+    for token in batch:
+        last = deltas[-1] if deltas else None
+        if token.kind in ("reasoning", "content"):
+            if last is not None and token.kind in last and "tool_calls" not in last:
+                last[token.kind] += token.text
+            else:
+                deltas.append({token.kind: token.text})
+            continue
+        assert token.call is not None
+        if token.header:
+            call = calls[token.call]
+            entry = {
+                "index": call.index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            deltas.append({"tool_calls": [entry]})
+            continue
+        if (
+            last is not None
+            and "tool_calls" in last
+            and last["tool_calls"][0]["index"] == token.call
+        ):
+            last["tool_calls"][0]["function"]["arguments"] += token.text
+        else:
+            deltas.append(
+                {"tool_calls": [{"index": token.call, "function": {"arguments": token.text}}]}
+            )
+    return deltas
+
+
+async def _stream(
+    state: SimState,
+    number: int,
+    ticket: Ticket,
+    clock: RequestClock,
+    emission: Emission,
+    meta: _ResponseMeta,
+    rules: list[FaultRule],
+    include_usage: bool,
+    client: tuple[str, int] | None,
+) -> AsyncIterator[str]:
+    engine = state.engine
+    cut = _rule(rules, "stream_cut")
+    stall = _rule(rules, "stall")
+    stalled = False
+    sent = 0
+    outcome = "abort"
+
+    async def faults_after_chunk() -> bool:
+        """Apply mid-stream faults once `sent` chunks are out; True means the stream is cut."""
+        nonlocal stalled
+        if stall is not None and not stalled and sent >= stall.after_chunks:
+            stalled = True
+            await asyncio.sleep(stall.seconds)
+        if cut is not None and sent >= cut.after_chunks:
+            await asyncio.sleep(0.05)  # let the chunks already written reach the socket
+            if not state.control.drop_connection(client):
+                raise ConnectionDropped("simulated stream cut")
+            return True
+        return False
+
+    try:
+        await ticket.admitted()
+        first = True
+        async for batch in _generate(state, number, clock, emission, meta.prompt_tokens):
+            if first:
+                first = False
+                yield _chunk(meta, {"role": "assistant", "content": ""})
+                sent += 1
+                if await faults_after_chunk():
+                    return
+            for delta in _deltas(batch, emission):
+                yield _chunk(meta, delta)
+                sent += 1
+                if await faults_after_chunk():
+                    return
+        if first:  # nothing generated at all: still open the message
+            yield _chunk(meta, {"role": "assistant", "content": ""})
+            sent += 1
+            if await faults_after_chunk():
+                return
+        yield _chunk(meta, {}, emission.finish_reason)
+        sent += 1
+        if await faults_after_chunk():
+            return
+        if include_usage:
+            completion = len(emission.tokens)
+            usage = {
+                "prompt_tokens": meta.prompt_tokens,
+                "total_tokens": meta.prompt_tokens + completion,
+                "completion_tokens": completion,
+            }
+            payload = {
+                "id": meta.id,
+                "object": "chat.completion.chunk",
+                "created": meta.created,
+                "model": meta.model,
+                "choices": [],
+                "usage": usage,
+            }
+            yield f"data: {json.dumps(payload)}\n\n"
+        yield "data: [DONE]\n\n"
+        outcome = "length" if emission.finish_reason == "length" else "stop"
+    finally:
+        ticket.release()
+        engine.finished(clock, outcome)

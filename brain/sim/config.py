@@ -1,0 +1,124 @@
+"""The simulated server's settings: one pydantic model that CLI flags, YAML and tests all fill.
+
+Everything the sim does that is not a pure function of the request comes from here: names and
+limits it reports, the time model, speculative decoding and the faults to inject. It holds data
+only; parsing the short ``--fault`` spec strings lives in ``faults.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SIM_VLLM_VERSION = "0.33.0-sim"
+
+FaultKind = Literal[
+    "refuse",  # close the listening socket for `seconds` (real ECONNREFUSED), drop open connections
+    "http_503",  # answer 503 with vLLM's queue-full body
+    "http_500",  # answer 500 with vLLM's internal-error body
+    "stream_cut",  # close the connection after `after_chunks` SSE chunks, no [DONE]
+    "stall",  # stop sending for `seconds` after `after_chunks` chunks (or before a JSON answer)
+    "stall_headers",  # wait `seconds` before sending any header
+    "malformed_arguments",  # first tool call's arguments become broken JSON
+    "unknown_tool",  # first tool call names a tool that does not exist
+    "empty_turn",  # no content, no tool calls, finish_reason "stop"
+    "length",  # stop with finish_reason "length" mid tool call (truncated arguments)
+    "engine_dead",  # /health 503 and every generation request 500 from now on
+    "exit",  # the process exits (os._exit in CLI mode; the server stops in-thread)
+]
+
+
+class Timing(BaseModel):
+    """The time model. Defaults are tiny so tests run fast; a dry run can make them realistic."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    load_delay: float = Field(0.0, ge=0, description="Seconds before the port is bound.")
+    ttft: float = Field(0.002, ge=0, description="Base time to first token, seconds.")
+    ttft_per_token: float = Field(0.0, ge=0, description="Extra prefill seconds per prompt token.")
+    itl: float = Field(0.001, ge=0, description="Seconds per decode step (inter-token latency).")
+
+
+class Speculative(BaseModel):
+    """Speculative decoding (MTP): each decode step drafts k tokens and accepts a prefix of them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_tokens: int = Field(0, ge=0, description="Draft tokens per step (k); 0 = off.")
+    acceptance: float = Field(0.7, ge=0, le=1, description="Per-position acceptance probability.")
+    method: str = "mtp"
+    draft_model: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.num_tokens > 0
+
+
+class FaultRule(BaseModel):
+    """One fault and when it fires: at request numbers, every Nth request, or with a probability.
+
+    Request numbers count POSTs to /v1/chat/completions, from 1. With none of `at`, `every`,
+    `probability` set, the rule fires on every request. `times` caps how often it fires.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: FaultKind
+    at: list[int] | None = None
+    every: int | None = Field(None, ge=1)
+    probability: float | None = Field(None, ge=0, le=1)
+    times: int | None = Field(None, ge=1)
+    seconds: float = Field(1.0, ge=0, description="Duration for refuse / stall / stall_headers.")
+    after_chunks: int = Field(3, ge=0, description="Chunks sent before stream_cut / stall.")
+    exit_code: int = 1
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, int) else value
+
+
+class SimConfig(BaseModel):
+    """Everything one simulated server needs. ``port=0`` picks a free port."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)
+    model: str = "sim/marathon-demo"
+    served_model_names: list[str] = Field(default_factory=list)
+    max_model_len: int = Field(8192, ge=16)
+    policy: str = "demo"
+    api_keys: list[str] = Field(default_factory=list)
+    max_num_seqs: int = Field(16, ge=1)
+    max_queue: int | None = Field(
+        None, ge=0, description="Waiting requests before 503 (None: unbounded)."
+    )
+    kv_cache_tokens: int = Field(262144, ge=16, description="Reported GPU KV cache size in tokens.")
+    timing: Timing = Field(default_factory=Timing)
+    speculative: Speculative = Field(default_factory=Speculative)
+    faults: list[FaultRule] = Field(default_factory=list)
+    seed: int = 0
+    version: str = SIM_VLLM_VERSION
+    fatal_log: str | None = Field(None, description="Print this line during load, then exit 1.")
+    log_requests: bool = False
+
+    @property
+    def served_names(self) -> list[str]:
+        """The names requests may use; the first is the metrics' model_name label."""
+        return self.served_model_names or [self.model]
+
+    @property
+    def primary_name(self) -> str:
+        return self.served_names[0]
+
+
+def load_config_file(path: str | Path) -> SimConfig:
+    """Read a YAML file holding SimConfig fields (unknown keys are an error, with their name)."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of SimConfig fields at the top level")
+    return SimConfig.model_validate(data)

@@ -1,0 +1,1 @@
+"""Plain-text billing report lines."""

@@ -1,0 +1,144 @@
+"""From a policy's turn to the exact output tokens the server sends, as vLLM would shape them.
+
+Applied in this order: the request's tool options (no tools offered or ``tool_choice: none``
+drop calls; ``required`` and a named tool force one; ``parallel_tool_calls: false`` keeps the
+first), then content faults (malformed arguments, unknown tool, empty turn, forced ``length``),
+then the output limit (``max_completion_tokens``/``max_tokens``, else the room left in the
+context), which cuts the token stream, tool-call arguments included, with finish_reason
+``length``. A tool call costs one token for its header (id, name) plus its argument pieces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from brain.sim.policy import SimChatRequest, SimTurn
+from brain.sim.tokenizer import split_pieces
+
+TokenKind = Literal["reasoning", "content", "tool"]
+UNKNOWN_TOOL_NAME = "nonexistent_tool"
+CONTENT_FAULTS = frozenset({"malformed_arguments", "unknown_tool", "empty_turn", "length"})
+
+
+@dataclass(frozen=True)
+class OutputToken:
+    """One generated token: its kind, text, and for tool tokens the call index / header flag."""
+
+    kind: TokenKind
+    text: str
+    call: int | None = None
+    header: bool = False
+
+
+@dataclass(frozen=True)
+class ToolCallOut:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass
+class Emission:
+    """What one response carries: the token stream, call identities and the finish reason."""
+
+    tokens: list[OutputToken]
+    calls: list[ToolCallOut]
+    finish_reason: str
+    faults: set[str] = field(default_factory=set)
+
+    def text_of(self, kind: TokenKind) -> str | None:
+        parts = [t.text for t in self.tokens if t.kind == kind]
+        return "".join(parts) if parts else None
+
+    def emitted_calls(self) -> list[tuple[ToolCallOut, str]]:
+        """Calls whose header was emitted, with their (possibly truncated) arguments."""
+        out = []
+        for call in self.calls:
+            if any(t.call == call.index and t.header for t in self.tokens):
+                args = "".join(t.text for t in self.tokens if t.call == call.index and not t.header)
+                out.append((call, args))
+        return out
+
+
+def _apply_tool_options(
+    turn: SimTurn, request: SimChatRequest
+) -> tuple[str | None, list[tuple[str, str]]]:
+    calls = list(turn.tool_calls)
+    content = turn.content
+    offered = request.tool_names()
+    choice = request.tool_choice
+    if not offered or choice == "none":
+        if calls and not content:
+            names = ", ".join(name for name, _ in calls)
+            content = f"(sim) I would call {names}, but no tool may be called here."
+        calls = []
+    elif choice == "required" and not calls:
+        calls = [(offered[0], "{}")]
+    elif isinstance(choice, dict):
+        forced = str((choice.get("function") or {}).get("name", ""))
+        calls = [c for c in calls if c[0] == forced][:1] or [(forced, "{}")]
+    if request.parallel_tool_calls is False:
+        calls = calls[:1]
+    return content, calls
+
+
+def _apply_content_faults(
+    faults: set[str], content: str | None, reasoning: str | None, calls: list[tuple[str, str]]
+) -> tuple[str | None, str | None, list[tuple[str, str]]]:
+    if "empty_turn" in faults:
+        return None, None, []
+    if "unknown_tool" in faults:
+        calls = [(UNKNOWN_TOOL_NAME, calls[0][1] if calls else "{}"), *calls[1:]]
+    if "malformed_arguments" in faults:
+        name, args = calls[0] if calls else (UNKNOWN_TOOL_NAME, '{"path": "README.md"}')
+        broken = args[: max(1, len(args) // 2)] if len(args) > 2 else '{"'
+        calls = [(name, broken), *calls[1:]]
+    return content, reasoning, calls
+
+
+def _call_id(seed: str, index: int) -> str:
+    return "chatcmpl-tool-" + hashlib.sha256(f"{seed}:{index}".encode()).hexdigest()[:32]
+
+
+def shape_turn(
+    turn: SimTurn,
+    request: SimChatRequest,
+    *,
+    prompt_tokens: int,
+    max_model_len: int,
+    faults: Iterable[str] = (),
+    id_seed: str = "",
+) -> Emission:
+    """The tokens to send for ``turn`` under ``request``'s options, limits and ``faults``."""
+    active = {f for f in faults if f in CONTENT_FAULTS}
+    if turn.fault in CONTENT_FAULTS:
+        active.add(turn.fault)
+    content, calls = _apply_tool_options(turn, request)
+    content, reasoning, calls = _apply_content_faults(active, content, turn.reasoning, calls)
+
+    tokens: list[OutputToken] = []
+    tokens += [OutputToken("reasoning", p) for p in split_pieces(reasoning or "")]
+    tokens += [OutputToken("content", p) for p in split_pieces(content or "")]
+    outs: list[ToolCallOut] = []
+    for index, (name, args) in enumerate(calls):
+        outs.append(ToolCallOut(index, _call_id(id_seed, index), name))
+        tokens.append(OutputToken("tool", "", index, header=True))
+        tokens += [OutputToken("tool", p, index) for p in split_pieces(args)]
+
+    finish = turn.finish_reason or ("tool_calls" if calls else "stop")
+    if "length" in active:
+        cut = len(tokens) // 2
+        if calls:
+            header = next(i for i, t in enumerate(tokens) if t.header)
+            arg_count = sum(1 for t in tokens if t.call == 0 and not t.header)
+            cut = header + 1 + max(1, arg_count // 2) if arg_count > 1 else header + 1
+        tokens, finish = tokens[: max(1, cut)], "length"
+
+    room = max_model_len - prompt_tokens
+    limit = min(request.output_limit or room, room)
+    if len(tokens) > limit:
+        tokens, finish = tokens[: max(0, limit)], "length"
+    return Emission(tokens=tokens, calls=outs, finish_reason=finish, faults=active)

@@ -1,0 +1,123 @@
+"""A deterministic tokenizer stand-in, so prompt budgets and usage behave like a real server's.
+
+The rule, which everything in the sim (the 400 context check, ``usage``, ``/tokenize``,
+``/detokenize``, the output token stream) obeys:
+
+* Chat requests are first rendered to text with a fixed ChatML-like template::
+
+      <|im_start|>system\\n# Tools\\n{one JSON schema per line, keys sorted}\\n<|im_end|>\\n
+      <|im_start|>{role}\\n{content}{<tool_call>{"name":..,"arguments":..}</tool_call>...}<|im_end|>\\n
+      ...
+      <|im_start|>assistant\\n                      (the generation prompt)
+
+  A tool message renders as role ``tool`` with its content; list content keeps its text parts
+  and renders any other part as ``<{type}>``.
+* Text is encoded as UTF-8 and cut into 4-byte chunks; each chunk is one token, so a text of
+  B bytes has ceil(B / 4) tokens. Token ids are ``int.from_bytes(b"\\x01" + chunk, "big")``, which
+  makes ``/detokenize`` the exact inverse of ``/tokenize``.
+* Generated text is cut into pieces of whole characters holding at least 4 bytes each (the last
+  may hold fewer); each piece is one output token and one unit of streaming.
+
+Counting the same messages therefore gives the same number in any process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+BYTES_PER_TOKEN = 4
+
+
+def encode(text: str) -> list[int]:
+    """Token ids for ``text`` (see the module docstring)."""
+    data = text.encode("utf-8")
+    return [
+        int.from_bytes(b"\x01" + data[i : i + BYTES_PER_TOKEN], "big")
+        for i in range(0, len(data), BYTES_PER_TOKEN)
+    ]
+
+
+def decode(tokens: Iterable[int]) -> str:
+    """Text for token ids made by :func:`encode`; unknown ids decode to U+FFFD."""
+    out = bytearray()
+    for token in tokens:
+        if token <= 0:
+            continue
+        raw = token.to_bytes((token.bit_length() + 7) // 8, "big")
+        out += raw[1:] if raw[:1] == b"\x01" else b"\xef\xbf\xbd"
+    return out.decode("utf-8", errors="replace")
+
+
+def count_text(text: str) -> int:
+    """Number of tokens in ``text``: ceil(UTF-8 bytes / 4)."""
+    return -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN)
+
+
+def split_pieces(text: str) -> list[str]:
+    """Cut generated text into output tokens: whole characters, at least 4 bytes per piece."""
+    pieces: list[str] = []
+    current: list[str] = []
+    size = 0
+    for char in text:
+        current.append(char)
+        size += len(char.encode("utf-8"))
+        if size >= BYTES_PER_TOKEN:
+            pieces.append("".join(current))
+            current, size = [], 0
+    if current:
+        pieces.append("".join(current))
+    return pieces
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content, whether a string, a list of parts or None."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping):
+                if part.get("type") == "text":
+                    parts.append(str(part.get("text", "")))
+                else:
+                    parts.append(f"<{part.get('type', 'part')}>")
+            else:
+                parts.append(str(part))
+        return "".join(parts)
+    return str(content)
+
+
+def render_chat(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """The chat template: the exact text whose tokens are counted for a chat request."""
+    out: list[str] = []
+    if tools:
+        schemas = "\n".join(json.dumps(tool, sort_keys=True, ensure_ascii=False) for tool in tools)
+        out.append(f"<|im_start|>system\n# Tools\n{schemas}\n<|im_end|>\n")
+    for message in messages:
+        role = str(message.get("role", "user"))
+        body = content_text(message.get("content"))
+        for call in message.get("tool_calls") or []:
+            function = (call.get("function") if isinstance(call, Mapping) else None) or {}
+            payload = {"name": function.get("name"), "arguments": function.get("arguments")}
+            body += f"<tool_call>{json.dumps(payload, ensure_ascii=False)}</tool_call>"
+        out.append(f"<|im_start|>{role}\n{body}<|im_end|>\n")
+    if add_generation_prompt:
+        out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def count_chat(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+) -> int:
+    """Prompt tokens of a chat request, as the 400 check, usage and /tokenize report them."""
+    return count_text(render_chat(messages, tools, add_generation_prompt))

@@ -1,0 +1,122 @@
+"""Run the sim with vLLM's own argv: ``python -m brain.sim.vllm_entry serve MODEL --flag ...``.
+
+The brain's Docker tests build a fake ``vllm/vllm-openai`` image whose entrypoint is this
+module, so the brain's real ``vllm serve`` command line must start the sim. Flags that map are
+honoured (``--served-model-name``, ``--max-model-len``, ``--host``, ``--port``, ``--api-key``,
+``--max-num-seqs``, ``--max-num-queued-reqs``, ``--speculative-config``, ``--seed``); every
+other flag is accepted and ignored with one log line, as the sim has no GPU to apply it to.
+
+Sim-only settings come from the environment, since vLLM's argv has no room for them:
+``BRAIN_SIM_CONFIG`` (YAML of SimConfig fields, the base), ``BRAIN_SIM_POLICY``,
+``BRAIN_SIM_LOAD_DELAY``, ``BRAIN_SIM_FATAL_LOG``, ``BRAIN_SIM_FAULTS`` (``;``-separated fault
+specs). ``VLLM_API_KEY`` is read like vLLM does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from brain.sim.cli import build_config, serve_in_foreground
+from brain.sim.config import SimConfig, load_config_file
+from brain.sim.faults import parse_fault_spec
+from brain.sim.logs import stdout_log, vllm_line
+
+VLLM_DEFAULT_PORT = 8000
+
+
+def parse_max_model_len(text: str) -> int | None:
+    """vLLM's forms: 4096, 32k (x1000), 32K (x1024); ``auto``/``-1`` mean "the default"."""
+    text = text.strip()
+    if text in ("auto", "-1"):
+        return None
+    multipliers = {"k": 1000, "m": 1000**2, "g": 1000**3, "K": 1024, "M": 1024**2, "G": 1024**3}
+    if text[-1:] in multipliers:
+        return int(float(text[:-1]) * multipliers[text[-1]])
+    return int(text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm serve (simulated)", add_help=True, allow_abbrev=False
+    )
+    parser.add_argument("model_tag", nargs="?", default=None)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--served-model-name", nargs="+", default=None)
+    parser.add_argument("--max-model-len", default=None)
+    parser.add_argument("--host", default=None)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--api-key", action="append", default=None)
+    parser.add_argument("--max-num-seqs", type=int, default=None)
+    parser.add_argument("--max-num-queued-reqs", type=int, default=None)
+    parser.add_argument("--speculative-config", default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    return parser
+
+
+def config_from_vllm_argv(
+    argv: Sequence[str], env: Mapping[str, str]
+) -> tuple[SimConfig, list[str]]:
+    """The SimConfig for a ``vllm serve`` command line, and the flags it ignored."""
+    args = list(argv)
+    if args[:1] == ["serve"]:
+        args = args[1:]
+    known, ignored = _parser().parse_known_args(args)
+    base = load_config_file(env["BRAIN_SIM_CONFIG"]) if env.get("BRAIN_SIM_CONFIG") else SimConfig()
+    model = known.model or known.model_tag or base.model
+    overrides: dict[str, Any] = {
+        "model": model,
+        "served_model_names": known.served_model_name,
+        "host": known.host or ("0.0.0.0" if not env.get("BRAIN_SIM_CONFIG") else None),
+        "port": known.port if known.port is not None else (base.port or VLLM_DEFAULT_PORT),
+        "max_num_seqs": known.max_num_seqs,
+        "max_queue": known.max_num_queued_reqs,
+        "seed": known.seed,
+        "policy": env.get("BRAIN_SIM_POLICY"),
+        "fatal_log": env.get("BRAIN_SIM_FATAL_LOG"),
+    }
+    if known.max_model_len is not None:
+        overrides["max_model_len"] = parse_max_model_len(known.max_model_len)
+    keys = list(known.api_key or []) or ([env["VLLM_API_KEY"]] if env.get("VLLM_API_KEY") else [])
+    if keys:
+        overrides["api_keys"] = keys
+    if known.speculative_config:
+        spec = json.loads(known.speculative_config)
+        overrides["speculative.num_tokens"] = int(spec.get("num_speculative_tokens", 1))
+        overrides["speculative.method"] = str(
+            spec.get("method") or ("draft_model" if spec.get("model") else "mtp")
+        )
+        overrides["speculative.draft_model"] = spec.get("model")
+    if env.get("BRAIN_SIM_LOAD_DELAY"):
+        overrides["timing.load_delay"] = float(env["BRAIN_SIM_LOAD_DELAY"])
+    if env.get("BRAIN_SIM_FAULTS"):
+        extra = [parse_fault_spec(s) for s in env["BRAIN_SIM_FAULTS"].split(";") if s.strip()]
+        overrides["faults"] = [f.model_dump() for f in (*base.faults, *extra)]
+    return build_config(base, overrides), ignored
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config, ignored = config_from_vllm_argv(argv, os.environ)
+    except (ValueError, KeyError) as exc:
+        print(f"vllm serve (simulated): error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    stdout_log(vllm_line(f"non-default args (simulated): {' '.join(argv)}", "utils.py:326"))
+    if ignored:
+        stdout_log(
+            vllm_line(
+                f"brain.sim ignores these vLLM flags: {' '.join(ignored)}",
+                "vllm_entry.py:1",
+                "WARNING",
+            )
+        )
+    return serve_in_foreground(config)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,734 @@
+"""ServerSpec: the single truth of one model server.
+
+Every other view of a server is derived from it: the ``vllm serve`` argv and the container
+options (``brain.command``), the ``--dry-run`` line, the preload fingerprint, the docs.
+Validation refuses combinations vLLM would reject (or silently mishandle) with the reason and
+the fix, before a GPU is touched. This module does no I/O except reading the filesystem to
+tell a host path from a container path, and ``ensure_api_key`` which writes the key file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import secrets
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# The vLLM image this project is tested against. Pinned because flags, log lines and error
+# texts drift between releases (see reference/vllm.md); vLLM 0.33.0 is the version whose
+# source and argument parser the brain's argv was checked with.
+DEFAULT_IMAGE = "vllm/vllm-openai"
+DEFAULT_TAG = "v0.33.0"
+
+# Where the official image keeps the Hugging Face cache (it runs as root).
+CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+# The port vLLM listens on inside the container; the spec's port is the published one.
+CONTAINER_PORT = 8000
+
+# vllm/tool_parsers/__init__.py (_TOOL_PARSERS_TO_REGISTER) in vLLM 0.33.0.
+KNOWN_TOOL_CALL_PARSERS: frozenset[str] = frozenset(
+    {
+        "apertus",
+        "beam",
+        "cohere_command3",
+        "cohere_command4",
+        "deepseek_v3",
+        "deepseek_v31",
+        "deepseek_v32",
+        "deepseek_v4",
+        "deepseek_v41",
+        "dots",
+        "ernie45",
+        "functiongemma",
+        "gemma4",
+        "gigachat3",
+        "glm45",
+        "glm47",
+        "granite",
+        "granite-20b-fc",
+        "granite4",
+        "hermes",
+        "hf",
+        "hunyuan_a13b",
+        "hy_v3",
+        "hy_v4",
+        "inkling",
+        "internlm",
+        "jamba",
+        "k2_horizon",
+        "kimi_k2",
+        "kimi_k3",
+        "lfm2",
+        "ling3",
+        "llama3_json",
+        "llama4_json",
+        "llama4_pythonic",
+        "longcat",
+        "mimo",
+        "minicpm5",
+        "minimax_m2",
+        "minimax_m3",
+        "mistral",
+        "muse",
+        "muse_glimmer",
+        "musespark1x",
+        "olmo3",
+        "openai",
+        "phi4_mini_json",
+        "plamo3",
+        "poolside_v1",
+        "pythonic",
+        "qwen3_coder",
+        "qwen3_json",
+        "qwen3_xml",
+        "seed_oss",
+        "step3",
+        "step3p5",
+        "step5",
+        "xlam",
+    }
+)
+
+# Quantizations whose vLLM 0.33 methods set ``supports_pre_processed_weights`` (fp8 linear and
+# MoE, ModelOpt NVFP4 MoE, MXFP4 MoE); anything else raises UnsupportedQuantForIPCError.
+IPC_CACHE_QUANTIZATIONS: frozenset[str | None] = frozenset({None, "fp8", "modelopt_fp4", "mxfp4"})
+
+# Speculative methods that need a separate draft checkpoint in ``speculative.model``.
+DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "dflash", "dspark", "draft_model", "medusa"})
+# SpeculativeSpec keys that must not be smuggled in through ``speculative.extra``.
+_SPECULATIVE_OWN_KEYS = frozenset(
+    {
+        "method",
+        "model",
+        "num_speculative_tokens",
+        "draft_sample_method",
+        "enable_adaptive_verification",
+    }
+)
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_MEM_RE = re.compile(r"^\d+(\.\d+)?[bkmgBKMG]?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class SpeculativeSpec(_Strict):
+    """What goes into ``--speculative-config`` (vllm/config/speculative.py, SpeculativeConfig)."""
+
+    method: str | None = None
+    """mtp, eagle, eagle3, dflash, dspark, draft_model, ngram, suffix ...; None lets vLLM infer
+    it from the draft model's config."""
+    model: str | None = None
+    """Draft / assistant / EAGLE checkpoint (HF id, or a container-side path under Docker)."""
+    num_speculative_tokens: int = 2
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
+    enable_adaptive_verification: bool | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Other SpeculativeConfig keys, passed through verbatim (e.g. draft_tensor_parallel_size)."""
+
+
+class PreloadSpec(_Strict):
+    """Load weights from a ``vllm preload`` daemon (``--load-format ipc_cache``)."""
+
+    enabled: bool = False
+    socket_dir: str | None = None
+    """Host directory for the daemon sockets; mounted at the same path in both containers."""
+    mode: Literal["zero_copy", "copy"] = "zero_copy"
+    fallback: bool = False
+    """False: a mismatched or missing daemon is a loud error the brain explains, not a silent
+    slow load from disk (vLLM's own default is True)."""
+    health_port: int | None = Field(default=None, ge=1, le=65535)
+
+
+class VolumeSpec(_Strict):
+    """One bind mount: host path -> container path."""
+
+    host: str
+    container: str
+    read_only: bool = False
+
+    @field_validator("host")
+    @classmethod
+    def _host_absolute(cls, v: str) -> str:
+        if not (v.startswith("/") or v.startswith("~")):
+            raise ValueError(f"volume host path {v!r} must be absolute (or start with ~)")
+        return v
+
+    @field_validator("container")
+    @classmethod
+    def _container_absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"volume container path {v!r} must be absolute")
+        return v
+
+
+class DockerSpec(_Strict):
+    """Container settings (only used by the docker backend)."""
+
+    ipc_host: bool = True
+    """--ipc=host: PyTorch/NCCL use shared memory; vLLM's docs ask for it (or a big shm)."""
+    pid_host: bool = False
+    """--pid=host: believed needed for CUDA IPC between preload daemon and server containers."""
+    shm_size: str | None = "20g"
+    """Only matters when ipc_host is false."""
+    cpus: float | None = Field(default=None, gt=0)
+    cpu_shares: int | None = Field(default=None, ge=2)
+    memory: str | int | None = None
+    memory_swap: str | int | None = None
+    memory_reservation: str | int | None = None
+    oom_score_adj: int | None = Field(default=None, ge=-1000, le=1000)
+    volumes: list[VolumeSpec] = Field(default_factory=list)
+    network_host: bool = False
+    """--network host: vLLM listens on the spec's host/port directly, nothing is published."""
+    hf_cache: str | None = "~/.cache/huggingface"
+    """Host HF cache mounted at /root/.cache/huggingface (the whole cache, never a snapshot
+    directory: snapshots are symlinks into blobs/)."""
+    request_gpus: bool = True
+    """False omits the GPU device request (CI's fake image on a machine without GPUs)."""
+    pass_env: list[str] = Field(default_factory=lambda: ["HF_TOKEN"])
+    """Host environment variables handed to the container when set (gated models need HF_TOKEN)."""
+
+    @field_validator("shm_size", "memory", "memory_swap", "memory_reservation")
+    @classmethod
+    def _memory_size(cls, v: str | int | None) -> str | int | None:
+        if isinstance(v, str) and not _MEM_RE.match(v) and v != "-1":
+            raise ValueError(f"{v!r} is not a size like 512m, 20g or a byte count")
+        return v
+
+
+class TimeoutsSpec(_Strict):
+    load_timeout_s: float = Field(default=1800, gt=0)
+    """From start to /health 200; big models on cold disks take many minutes."""
+    stop_timeout_s: float = Field(default=30, gt=0)
+    """Grace between SIGTERM and SIGKILL."""
+
+
+class SpecProblem(ValueError):
+    """One or more invalid combinations, each as (field, message, hint)."""
+
+    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
+        self.problems = problems
+        super().__init__(
+            "; ".join(f"{f}: {m}" + (f" Fix: {h}" if h else "") for f, m, h in problems)
+        )
+
+
+class ServerSpec(_Strict):
+    """One vLLM server, completely: what to run, where, and with which flags."""
+
+    name: str
+    description: str = ""
+    backend: Literal["docker", "process", "sim"] = "docker"
+    image: str = DEFAULT_IMAGE
+    tag: str = DEFAULT_TAG
+    model: str
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    api_key: str | None = None
+    gpus: list[int | str] | Literal["all"] = "all"
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    max_model_len: int | Literal["auto"] | None = None
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    kv_cache_dtype: str | None = None
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    enforce_eager: bool = False
+    attention_backend: str | None = None
+    quantization: str | None = None
+    dtype: str | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    reasoning_parser: str | None = None
+    chat_template: str | None = None
+    allowed_local_media_path: str | None = None
+    trust_remote_code: bool = False
+    generation_config: str | None = None
+    limit_mm_per_prompt: dict[str, Any] | None = None
+    max_num_queued_reqs: int | None = Field(default=None, ge=1)
+    speculative: SpeculativeSpec | None = None
+    load_format: str | None = None
+    preload: PreloadSpec = Field(default_factory=PreloadSpec)
+    docker: DockerSpec = Field(default_factory=DockerSpec)
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(
+                f"{v!r} must be lowercase letters, digits, '.', '_' or '-' (it names a container)"
+            )
+        return v
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _stringify_args(cls, v: Any) -> Any:
+        """YAML reads ``[--block-size, 256]`` as a str and an int; argv is all strings."""
+        if isinstance(v, list):
+            return [
+                str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x for x in v
+            ]
+        return v
+
+    @field_validator("max_model_len", mode="before")
+    @classmethod
+    def _human_int(cls, v: Any) -> Any:
+        """Accept vLLM's spellings: 32k = 32000, 32K = 32768, -1 = auto."""
+        if isinstance(v, str):
+            s = v.strip()
+            if s.lower() == "auto" or s == "-1":
+                return "auto"
+            m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG])", s)
+            if m:
+                mult = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+                return int(float(m.group(1)) * mult[m.group(2)])
+        if v == -1:
+            return "auto"
+        return v
+
+    @model_validator(mode="after")
+    def _combinations(self) -> ServerSpec:
+        problems = structural_problems(self)
+        if problems:
+            raise SpecProblem(problems)
+        return self
+
+    @property
+    def image_ref(self) -> str:
+        return f"{self.image}:{self.tag}" if self.tag else self.image
+
+    @property
+    def effective_served_name(self) -> str:
+        """The name clients must send as ``model`` (vLLM defaults it to the model argument)."""
+        return self.served_model_name or self.model
+
+    @property
+    def uses_ipc_cache(self) -> bool:
+        return self.preload.enabled or self.load_format == "ipc_cache"
+
+
+# --------------------------------------------------------------------------- path mapping
+
+
+def _expand(path: str) -> str:
+    return os.path.normpath(os.path.expanduser(path))
+
+
+def docker_mounts(spec: ServerSpec) -> list[VolumeSpec]:
+    """Every bind mount the container gets: volumes, the HF cache and the preload socket dir."""
+    mounts = list(spec.docker.volumes)
+    if spec.docker.hf_cache:
+        mounts.append(VolumeSpec(host=spec.docker.hf_cache, container=CONTAINER_HF_CACHE))
+    if spec.uses_ipc_cache and spec.preload.socket_dir:
+        sd = _expand(spec.preload.socket_dir)
+        mounts.append(VolumeSpec(host=sd, container=sd))
+    return mounts
+
+
+def _under(path: str, root: str) -> PurePosixPath | None:
+    p, r = PurePosixPath(path), PurePosixPath(root)
+    try:
+        return p.relative_to(r)
+    except ValueError:
+        return None
+
+
+def host_to_container_path(spec: ServerSpec, host_path: str) -> str | None:
+    """Where a host path appears inside the container, or None if no mount covers it.
+
+    The most specific (longest) mount wins, like Docker's own resolution.
+    """
+    best: tuple[int, str] | None = None
+    hp = _expand(host_path)
+    for m in docker_mounts(spec):
+        root = _expand(m.host)
+        rel = _under(hp, root)
+        if rel is not None and (best is None or len(root) > best[0]):
+            best = (len(root), str(PurePosixPath(m.container) / rel))
+    return None if best is None else os.path.normpath(best[1])
+
+
+def container_to_host_path(spec: ServerSpec, container_path: str) -> str | None:
+    """Which host path backs a container path, or None if it is not on a bind mount."""
+    best: tuple[int, str] | None = None
+    cp = os.path.normpath(container_path)
+    for m in docker_mounts(spec):
+        rel = _under(cp, m.container)
+        if rel is not None and (best is None or len(m.container) > best[0]):
+            best = (len(m.container), str(PurePosixPath(_expand(m.host)) / rel))
+    return None if best is None else os.path.normpath(best[1])
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _container_path_problem(spec: ServerSpec, field: str, value: str | None) -> list:
+    """A path vLLM reads inside the container must be a container path, not a host one."""
+    if value is None or spec.backend != "docker" or not value.startswith(("/", "~")):
+        return []
+    if value.startswith("/") and container_to_host_path(spec, value) is not None:
+        return []  # already a path on a container mount
+    mapped = host_to_container_path(spec, value)
+    if mapped is not None:
+        return [
+            (
+                field,
+                f"{value!r} is a host path; vLLM runs in the container and sees it as {mapped!r}.",
+                f"set {field}={mapped}",
+            )
+        ]
+    if os.path.exists(_expand(value)):
+        return [
+            (
+                field,
+                f"{value!r} exists on the host but no volume mounts it into the container.",
+                f"add docker.volumes: [{{host: {value}, container: /models/...}}] and use the "
+                "container path",
+            )
+        ]
+    return []
+
+
+def structural_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
+    """Combinations vLLM rejects or silently mishandles, as (field, message, fix)."""
+    p: list[tuple[str, str, str]] = []
+    sp = spec.speculative
+
+    if not (0 < spec.gpu_memory_utilization <= 1):
+        p.append(
+            (
+                "gpu_memory_utilization",
+                f"{spec.gpu_memory_utilization} is outside (0, 1]; it is a fraction of the "
+                "GPU's total memory.",
+                "use e.g. 0.9",
+            )
+        )
+    if isinstance(spec.gpus, list):
+        if not spec.gpus:
+            p.append(("gpus", "the GPU list is empty.", 'list device ids, e.g. [0], or "all"'))
+        elif spec.tensor_parallel_size > len(spec.gpus):
+            p.append(
+                (
+                    "tensor_parallel_size",
+                    f"{spec.tensor_parallel_size} ranks need {spec.tensor_parallel_size} GPUs "
+                    f"but gpus lists {len(spec.gpus)}.",
+                    f"list {spec.tensor_parallel_size} device ids in gpus or lower "
+                    "tensor_parallel_size",
+                )
+            )
+
+    if sp is not None:
+        if sp.num_speculative_tokens <= 0:
+            p.append(
+                (
+                    "speculative.num_speculative_tokens",
+                    f"{sp.num_speculative_tokens} must be > 0 (vLLM: 'Expected "
+                    "num_speculative_tokens to be greater than zero').",
+                    "use 1-4, or remove the speculative section to turn speculation off",
+                )
+            )
+        if sp.enable_adaptive_verification and spec.enforce_eager:
+            p.append(
+                (
+                    "speculative.enable_adaptive_verification",
+                    "adaptive verification requires full CUDA graphs, which enforce_eager "
+                    "disables.",
+                    "set enforce_eager=false or enable_adaptive_verification=false",
+                )
+            )
+        method = (sp.method or "").lower()
+        if method in ("", "mtp", "gemma4_mtp") and not sp.model and _is_gemma4(spec.model):
+            p.append(
+                (
+                    "speculative.model",
+                    "Gemma 4 has no MTP layers in its checkpoint; {method: mtp} without a draft "
+                    "model fails ('Unsupported speculative method').",
+                    f"set speculative.model={_gemma_assistant(spec.model)}",
+                )
+            )
+        elif not method and not sp.model:
+            p.append(
+                (
+                    "speculative",
+                    "neither method nor model is set, so vLLM cannot tell what drafts.",
+                    "set speculative.model (a draft checkpoint) or speculative.method "
+                    "(e.g. mtp, ngram)",
+                )
+            )
+        elif method in DRAFT_MODEL_METHODS and not sp.model:
+            p.append(
+                (
+                    "speculative.model",
+                    f"method {method!r} needs a draft checkpoint.",
+                    "set speculative.model to the draft's HF id",
+                )
+            )
+        bad = sorted(set(sp.extra) & (_SPECULATIVE_OWN_KEYS | {"tensor_parallel_size"}))
+        for key in bad:
+            fix = (
+                "use extra.draft_tensor_parallel_size (1 or the target's TP)"
+                if key == "tensor_parallel_size"
+                else f"set speculative.{key} instead"
+            )
+            p.append((f"speculative.extra.{key}", "not allowed here.", fix))
+        p += _container_path_problem(spec, "speculative.model", sp.model)
+
+    if spec.enable_auto_tool_choice and not spec.tool_call_parser:
+        p.append(
+            (
+                "enable_auto_tool_choice",
+                "auto tool choice needs a tool-call parser to extract calls from the text.",
+                "set tool_call_parser (e.g. hermes, gemma4, qwen3_coder)",
+            )
+        )
+    if (
+        spec.tool_call_parser
+        and spec.tool_call_parser not in KNOWN_TOOL_CALL_PARSERS
+        and not any(a.startswith("--tool-parser-plugin") for a in spec.extra_args)
+    ):
+        p.append(
+            (
+                "tool_call_parser",
+                f"{spec.tool_call_parser!r} is not a parser vLLM {DEFAULT_TAG} registers "
+                f"(known: {', '.join(sorted(KNOWN_TOOL_CALL_PARSERS))}).",
+                "pick a known name, or load a plugin parser with extra_args: "
+                "[--tool-parser-plugin, /path/in/container.py]",
+            )
+        )
+
+    if spec.uses_ipc_cache:
+        if spec.load_format not in (None, "ipc_cache"):
+            p.append(
+                (
+                    "load_format",
+                    f"preload is enabled but load_format is {spec.load_format!r}.",
+                    "remove load_format (preload implies ipc_cache) or disable preload",
+                )
+            )
+        if spec.quantization not in IPC_CACHE_QUANTIZATIONS:
+            p.append(
+                (
+                    "quantization",
+                    f"{spec.quantization!r} weights cannot be shared through the weight cache "
+                    "(UnsupportedQuantForIPCError).",
+                    "use an unquantized, fp8, modelopt_fp4 or mxfp4 checkpoint, or disable preload",
+                )
+            )
+        kv = spec.kv_cache_dtype
+        if kv not in (None, "auto") and not kv.startswith("fp8"):
+            p.append(
+                (
+                    "kv_cache_dtype",
+                    f"{kv!r} is not verified with the weight cache (only auto and fp8*).",
+                    "use kv_cache_dtype auto or fp8, or disable preload",
+                )
+            )
+        if spec.backend == "docker" and spec.preload.enabled and not spec.preload.socket_dir:
+            p.append(
+                (
+                    "preload.socket_dir",
+                    "the daemon and server containers must share the socket directory.",
+                    "set preload.socket_dir to a host directory (mounted at the same path)",
+                )
+            )
+
+    if spec.backend == "docker":
+        p += _container_path_problem(spec, "model", spec.model)
+        p += _container_path_problem(spec, "chat_template", spec.chat_template)
+        p += _container_path_problem(spec, "generation_config", spec.generation_config)
+        media = spec.allowed_local_media_path
+        if media is not None and container_to_host_path(spec, media) is None:
+            mapped = host_to_container_path(spec, media)
+            hint = (
+                f"set allowed_local_media_path={mapped} (the container side)"
+                if mapped
+                else "mount the media directory (docker.volumes) and use its container path"
+            )
+            p.append(
+                (
+                    "allowed_local_media_path",
+                    f"{media!r} is not inside any container mount, so vLLM cannot read it.",
+                    hint,
+                )
+            )
+
+    owned = _owned_flags_in_extra_args(spec.extra_args)
+    for flag, field in owned:
+        p.append(
+            (
+                "extra_args",
+                f"{flag} is a spec field; passing it in extra_args would make two truths.",
+                f"set {field} instead",
+            )
+        )
+    return p
+
+
+def launch_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
+    """Problems that only matter when actually launching (``ensure_api_key`` fixes the first)."""
+    p: list[tuple[str, str, str]] = []
+    if spec.backend != "sim" and not is_loopback(spec.host) and not spec.api_key:
+        p.append(
+            (
+                "api_key",
+                f"host {spec.host} is reachable from other machines and the server has no API key.",
+                "call ensure_api_key (brain up does) or set api_key, or bind 127.0.0.1",
+            )
+        )
+    return p
+
+
+def check_launchable(spec: ServerSpec) -> None:
+    """Raise SpecError listing every launch-time problem."""
+    from brain.errors import SpecError, SpecErrors
+
+    problems = launch_problems(spec)
+    if problems:
+        raise SpecErrors([SpecError(m, field=f, hint=h) for f, m, h in problems])
+
+
+def spec_warnings(spec: ServerSpec) -> list[str]:
+    """Legal but probably unintended settings, worth one line in ``brain up`` output."""
+    w: list[str] = []
+    if spec.tool_call_parser and not spec.enable_auto_tool_choice:
+        w.append(
+            'tool_call_parser is set without enable_auto_tool_choice: tool_choice "auto" '
+            "requests will get HTTP 400."
+        )
+    if spec.uses_ipc_cache and spec.preload.fallback:
+        w.append(
+            "preload.fallback is true: a daemon mismatch silently falls back to slow disk loading."
+        )
+    if spec.backend == "docker" and spec.preload.enabled and not spec.docker.pid_host:
+        w.append(
+            "preload under Docker: CUDA IPC between containers probably needs docker.pid_host "
+            "(unverified); set it if the server reports 'invalid device context'."
+        )
+    if spec.backend == "docker" and not spec.docker.ipc_host and spec.tensor_parallel_size > 1:
+        w.append("tensor parallelism without --ipc=host: make sure docker.shm_size is large.")
+    return w
+
+
+def _is_gemma4(model: str) -> bool:
+    m = model.lower()
+    return "gemma-4" in m or "gemma4" in m
+
+
+def _gemma_assistant(model: str) -> str:
+    return model.rstrip("/") + "-assistant" if model.endswith("-it") else "<model>-it-assistant"
+
+
+# spec field -> flags vLLM would also accept for it (the field is the one truth)
+_OWNED_FLAGS: dict[str, str] = {
+    "--model": "model",
+    "--served-model-name": "served_model_name",
+    "--host": "host",
+    "--port": "port",
+    "--api-key": "api_key",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--max-model-len": "max_model_len",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--max-num-seqs": "max_num_seqs",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--enable-chunked-prefill": "enable_chunked_prefill",
+    "--no-enable-chunked-prefill": "enable_chunked_prefill",
+    "--enable-prefix-caching": "enable_prefix_caching",
+    "--no-enable-prefix-caching": "enable_prefix_caching",
+    "--enforce-eager": "enforce_eager",
+    "--attention-backend": "attention_backend",
+    "--quantization": "quantization",
+    "--dtype": "dtype",
+    "--tool-call-parser": "tool_call_parser",
+    "--enable-auto-tool-choice": "enable_auto_tool_choice",
+    "--reasoning-parser": "reasoning_parser",
+    "--chat-template": "chat_template",
+    "--allowed-local-media-path": "allowed_local_media_path",
+    "--trust-remote-code": "trust_remote_code",
+    "--generation-config": "generation_config",
+    "--limit-mm-per-prompt": "limit_mm_per_prompt",
+    "--max-num-queued-reqs": "max_num_queued_reqs",
+    "--speculative-config": "speculative",
+    "--load-format": "load_format",
+    "--model-loader-extra-config": "preload",
+}
+
+
+def _owned_flags_in_extra_args(extra: list[str]) -> list[tuple[str, str]]:
+    found = []
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in _OWNED_FLAGS:
+            found.append((flag, _OWNED_FLAGS[flag]))
+    return found
+
+
+# --------------------------------------------------------------------------- identity, keys
+
+
+def spec_hash(spec: ServerSpec) -> str:
+    """A short stable digest of everything that shapes the running server.
+
+    Used as a container label: a running container whose hash differs from the spec's is
+    stale and must be recreated. Description and timeouts do not change the server.
+    """
+    data = spec.model_dump(mode="json", exclude={"description", "timeouts"})
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def default_state_dir() -> Path:
+    """$XDG_STATE_HOME/marathon/brain (default ~/.local/state/marathon/brain)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local/state")
+    return Path(base) / "marathon" / "brain"
+
+
+def api_key_path(spec: ServerSpec, store_dir: Path | str) -> Path:
+    return Path(store_dir) / "api-keys" / f"{spec.name}.key"
+
+
+def ensure_api_key(spec: ServerSpec, store_dir: Path | str | None = None) -> ServerSpec:
+    """Give a non-loopback server an API key: the stored one, or a new one saved with 0600.
+
+    Loopback servers and specs that already carry a key are returned unchanged. The key file
+    is reused across restarts so clients configured once keep working.
+    """
+    if spec.api_key or is_loopback(spec.host) or spec.backend == "sim":
+        return spec
+    path = api_key_path(spec, store_dir if store_dir is not None else default_state_dir())
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.exists():
+        key = path.read_text().strip()
+        if key:
+            return spec.model_copy(update={"api_key": key})
+    key = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, (key + "\n").encode())
+    finally:
+        os.close(fd)
+    os.chmod(path, 0o600)
+    return spec.model_copy(update={"api_key": key})

@@ -1,0 +1,243 @@
+"""The event types of a run: the run's only truth.
+
+Everything else (the messages sent to the model, the live view, ``pilot show``, the report) is
+derived from these by folding. Events are appended, never rewritten; a new field must have a
+default so that older rows still parse (that is how a run paused under an older version resumes
+under a newer one).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    at: datetime = Field(default_factory=utcnow)
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    workflow: str
+    params: dict[str, Any] = {}
+    workspace: str
+    branch: str
+    base_head: str | None = None
+    base_snapshot: str | None = None
+    endpoint: str
+    system: str
+    phases: list[str]
+    owner: str
+
+
+class ModelResolved(_Event):
+    """The served model name and the real context window, as the server reported them."""
+
+    type: Literal["model_resolved"] = "model_resolved"
+    model: str
+    max_model_len: int | None = None
+
+
+class PhaseStarted(_Event):
+    type: Literal["phase_started"] = "phase_started"
+    index: int
+    name: str
+    prompt: str
+
+
+class ModelRequest(_Event):
+    type: Literal["model_request"] = "model_request"
+    step: int
+    messages: int
+    max_tokens: int | None = None
+    prompt_tokens: int | None = None
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments text as sent back to the model (after any repair)."""
+    raw_arguments: str | None = None
+    """What the server sent, when a repair changed it."""
+    error: str | None = None
+    """Why the arguments could not be read at all (the call is answered with this error)."""
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class AssistantMessage(_Event):
+    type: Literal["assistant_message"] = "assistant_message"
+    step: int
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = []
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    ttft_s: float | None = None
+    duration_s: float | None = None
+    attempts: int = 1
+    repairs: list[str] = []
+
+
+class ToolStarted(_Event):
+    type: Literal["tool_started"] = "tool_started"
+    call_id: str
+    name: str
+    mutates: bool
+
+
+class Artifact(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    path: str
+    size: int = 0
+
+
+class ToolFinished(_Event):
+    type: Literal["tool_finished"] = "tool_finished"
+    call_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    truncated: bool = False
+    artifacts: list[Artifact] = []
+    snapshot: str | None = None
+    """Workspace snapshot commit taken after a mutating tool; the state to restore on resume."""
+    head: str | None = None
+    """The work branch's head after the tool (a ``git_commit`` moves it)."""
+    duration_s: float = 0.0
+    executed: bool = True
+    """False when the call was answered without running (invalid, truncated, after finish)."""
+
+
+class CheckStarted(_Event):
+    type: Literal["check_started"] = "check_started"
+    phase: int
+    attempt: int
+    command: str
+
+
+class CheckFinished(_Event):
+    type: Literal["check_finished"] = "check_finished"
+    phase: int
+    attempt: int
+    command: str
+    exit_code: int | None
+    passed: bool
+    output: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+    snapshot: str | None = None
+    head: str | None = None
+    feedback: str = ""
+    """What the model is told when the check failed and it may try again."""
+
+
+class Nudge(_Event):
+    """A user message the harness added (empty turn, text instead of a call, a question)."""
+
+    type: Literal["nudge"] = "nudge"
+    reason: str
+    text: str
+
+
+class PhaseFinished(_Event):
+    type: Literal["phase_finished"] = "phase_finished"
+    index: int
+    name: str
+    outcome: Literal["succeeded", "failed", "limit"]
+    reason: str = ""
+    summary: str = ""
+
+
+class ServerUnavailable(_Event):
+    type: Literal["server_unavailable"] = "server_unavailable"
+    error: str
+    attempt: int = 1
+
+
+class ServerBack(_Event):
+    type: Literal["server_back"] = "server_back"
+    waited_s: float
+    attempts: int
+
+
+class WorkspaceRestored(_Event):
+    type: Literal["workspace_restored"] = "workspace_restored"
+    snapshot: str
+    head: str | None = None
+    reason: str
+
+
+class RunPaused(_Event):
+    type: Literal["run_paused"] = "run_paused"
+    reason: str
+
+
+class RunResumed(_Event):
+    type: Literal["run_resumed"] = "run_resumed"
+    owner: str
+    note: str = ""
+
+
+class RunFinished(_Event):
+    type: Literal["run_finished"] = "run_finished"
+    status: Literal["succeeded", "failed", "cancelled", "limit"]
+    reason: str = ""
+
+
+Event = Annotated[
+    RunStarted
+    | ModelResolved
+    | PhaseStarted
+    | ModelRequest
+    | AssistantMessage
+    | ToolStarted
+    | ToolFinished
+    | CheckStarted
+    | CheckFinished
+    | Nudge
+    | PhaseFinished
+    | ServerUnavailable
+    | ServerBack
+    | WorkspaceRestored
+    | RunPaused
+    | RunResumed
+    | RunFinished,
+    Field(discriminator="type"),
+]
+
+_ADAPTER: TypeAdapter[Event] | None = None
+
+
+def event_adapter() -> TypeAdapter[Event]:
+    """The (cached) validator for stored event payloads; built lazily, not at import."""
+    global _ADAPTER
+    if _ADAPTER is None:
+        _ADAPTER = TypeAdapter(Event)
+    return _ADAPTER
+
+
+def event_from_json(text: str | bytes) -> Event:
+    return event_adapter().validate_json(text)
+
+
+def event_to_json(event: Event) -> str:
+    return event.model_dump_json(exclude_defaults=False)

@@ -1,0 +1,89 @@
+"""The loop's seams over the real world: tools from the registry, and the git workspace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pilot import events as ev
+from pilot.loop import CheckOutcome
+from pilot.snapshot import GitRepo, restore_snapshot, take_snapshot
+from tools.base import ToolContext, ToolResult
+from tools.registry import ToolRegistry
+from tools.workspace import Workspace
+
+CHECK_OUTPUT_LIMIT = 8000
+
+
+@dataclass
+class RegistryExecutor:
+    """Runs tools from a registry in one workspace, with the workflow's settings."""
+
+    registry: ToolRegistry
+    workspace_root: Path
+    artifacts_dir: Path
+    settings: dict[str, dict]
+    env_allowlist: list[str]
+    sandbox: str
+    work_branch: str | None
+
+    def __post_init__(self) -> None:
+        self._workspace = Workspace(self.workspace_root)
+
+    def context(self, call_id: str | None) -> ToolContext:
+        return ToolContext(
+            workspace=self._workspace,
+            artifacts_dir=self.artifacts_dir,
+            settings=self.settings,
+            env_allowlist=self.env_allowlist,
+            sandbox=self.sandbox,  # type: ignore[arg-type]
+            work_branch=self.work_branch,
+            call_id=call_id,
+        )
+
+    def schemas(self, names: list[str]) -> list[dict[str, Any]]:
+        return self.registry.openai_tools(names)
+
+    def known(self, name: str) -> bool:
+        return name in self.registry.names()
+
+    def mutates(self, name: str) -> bool:
+        return bool(self.registry.get(name).mutates)
+
+    def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished:
+        result: ToolResult = self.registry.invoke(name, arguments, self.context(call_id))
+        return ev.ToolFinished(
+            call_id=call_id,
+            name=name,
+            output=result.output,
+            is_error=result.is_error,
+            truncated=result.truncated,
+            artifacts=[
+                ev.Artifact(name=a.name, path=a.path, size=a.size) for a in result.artifacts
+            ],
+        )
+
+    def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome:
+        from tools.base import ToolError
+        from tools.shell import run_command
+
+        try:
+            outcome = run_command(command, self.context(call_id), timeout=timeout)
+        except ToolError as exc:
+            return CheckOutcome(exit_code=None, output=f"Error: {exc}", timed_out=False)
+        return CheckOutcome(
+            exit_code=outcome.returncode, output=outcome.output, timed_out=outcome.timed_out
+        )
+
+
+@dataclass
+class GitWorkspace:
+    repo: GitRepo
+    run_id: str
+
+    def snapshot(self, message: str) -> tuple[str, str | None]:
+        return take_snapshot(self.repo, self.run_id, message), self.repo.head()
+
+    def restore(self, snapshot: str, head: str | None) -> None:
+        restore_snapshot(self.repo, self.run_id, snapshot, head)

@@ -1,0 +1,286 @@
+"""From a workflow file (or a stored run) to a driven run: params, plan, dry-run server.
+
+Kept apart from the CLI so tests and other front ends (the queue worker) start runs the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from pilot.errors import ConfigurationError
+from pilot.plan import Limits, ModelPlan, PhasePlan, RunPlan
+from pilot.runner import Runner, RunOutcome
+from pilot.store import RunRecord, state_dir
+from pilot.workflow import (
+    LoadedWorkflow,
+    RunContext,
+    load_params_file,
+    load_workflow,
+    parse_param_assignments,
+    parse_workflow_text,
+    render_branch,
+    render_check,
+    render_phase_prompt,
+    render_system,
+    render_workspace_path,
+)
+
+DEFAULT_SYSTEM = (
+    "You are a careful software engineer working alone, unattended, in a git repository. "
+    "Work only through the tools. Keep each step small and verify it. Nobody will answer "
+    "questions: when unsure, choose the safest reasonable option, note the assumption, and "
+    "go on. When the current phase's task is done, call `finish` with a short summary."
+)
+
+
+def tool_names() -> list[str]:
+    from tools.registry import default_registry
+
+    return default_registry().names()
+
+
+def collect_params(
+    assignments: Sequence[str], params_file: Path | None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    params: dict[str, Any] = dict(extra or {})
+    if params_file is not None:
+        params.update(load_params_file(params_file))
+    params.update(parse_param_assignments(assignments))
+    return params
+
+
+def load_for_run(
+    workflow: Path,
+    assignments: Sequence[str],
+    params_file: Path | None = None,
+    *,
+    extra_params: dict[str, Any] | None = None,
+) -> LoadedWorkflow:
+    params = collect_params(assignments, params_file, extra_params)
+    return load_workflow(workflow, params, tool_names=tool_names())
+
+
+def validate_workflow(workflow: Path, assignments: Sequence[str]) -> str:
+    """Load the file as a run would (params optional) and say what it holds."""
+    params = parse_param_assignments(assignments)
+    # Without --param, a missing required param is not a problem of the file itself.
+    loaded = load_workflow(workflow, params, tool_names=tool_names(), require_params=bool(params))
+    wf = loaded.workflow
+    return f"{workflow}: {wf.name}, {len(wf.phases)} phase(s), tools: {', '.join(wf.tool_names)}"
+
+
+def build_plan(
+    loaded: LoadedWorkflow,
+    run_id: str,
+    *,
+    started_at: str = "",
+    endpoint: str | None = None,
+    workspace: str | None = None,
+) -> RunPlan:
+    """Render everything the run needs from the workflow, once its id is known."""
+    wf = loaded.workflow
+    run = RunContext(id=run_id, started_at=started_at)
+    workspace_path = workspace or str(render_workspace_path(loaded, run))
+    run = RunContext(id=run_id, started_at=started_at, workspace=workspace_path)
+    branch = render_branch(loaded, run)
+    run = RunContext(id=run_id, started_at=started_at, workspace=workspace_path, branch=branch)
+    model = wf.model
+    api_key = None
+    if model.api_key_env:
+        api_key = os.environ.get(model.api_key_env)
+        if not api_key:
+            raise ConfigurationError(
+                f"model.api_key_env names {model.api_key_env}, which is not set; export it "
+                "with the server's API key"
+            )
+    target = endpoint or model.endpoint or _profile_endpoint(model.profile)
+    phases = []
+    for index, phase in enumerate(wf.phases):
+        phases.append(
+            PhasePlan(
+                name=phase.name,
+                prompt=render_phase_prompt(loaded, index, run),
+                tools=wf.phase_tools(index),
+                limits=Limits(
+                    max_steps=phase.limits.max_steps,
+                    max_wall_time=phase.limits.max_wall_time,
+                    max_tokens=phase.limits.max_tokens,
+                ),
+                check=render_check(loaded, index, run),
+                check_timeout=phase.check_timeout,
+                max_attempts=phase.max_attempts,
+            )
+        )
+    settings = {name: s.model_dump(exclude_none=True) for name, s in wf.tool_settings.items() if s}
+    return RunPlan(
+        workflow_name=wf.name,
+        system=render_system(loaded, run) or DEFAULT_SYSTEM,
+        phases=phases,
+        tools=wf.tool_names,
+        model=ModelPlan(
+            endpoint=target,
+            name=model.name,
+            api_key=api_key,
+            temperature=model.temperature,
+            max_tokens=model.max_tokens,
+            request_timeout=model.request_timeout,
+            idle_timeout=model.idle_timeout,
+            server_wait=model.server_wait,
+            context_margin=model.context_margin,
+        ),
+        workspace=workspace_path,
+        branch=branch,
+        init_workspace=wf.workspace.init,
+        tool_settings=settings,
+        env_allowlist=list(wf.env_allowlist),
+        sandbox=wf.sandbox,
+        limits=Limits(
+            max_steps=wf.limits.max_steps,
+            max_wall_time=wf.limits.max_wall_time,
+            max_tokens=wf.limits.max_tokens,
+        ),
+        max_no_progress_steps=wf.limits.max_no_progress_steps,
+    )
+
+
+def _profile_endpoint(profile: str | None) -> str:
+    if profile is None:
+        raise ConfigurationError("the workflow's model section names no endpoint or profile")
+    try:
+        from brain.profiles import load_profile
+    except ImportError as exc:  # pragma: no cover - the brain ships with the pilot
+        raise ConfigurationError(f"cannot load brain profile {profile!r}: {exc}") from exc
+    spec = load_profile(profile)
+    host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
+    return f"http://{host}:{spec.port}/v1"
+
+
+async def start_run(
+    runner: Runner, loaded: LoadedWorkflow, *, endpoint: str | None = None
+) -> RunOutcome:
+    started_at = datetime.now().astimezone().isoformat(timespec="seconds")
+    return await runner.start(
+        workflow_name=loaded.workflow.name,
+        workflow_path=str(loaded.path or loaded.filename),
+        workflow_text=loaded.text,
+        params={**loaded.params, "__started_at": started_at, "__base_dir": str(loaded.base_dir)},
+        build_plan=lambda run_id: build_plan(
+            loaded, run_id, started_at=started_at, endpoint=endpoint
+        ),
+    )
+
+
+async def resume_run(
+    runner: Runner, record: RunRecord, *, endpoint: str | None = None
+) -> RunOutcome:
+    """Resume with the workflow as it was when the run started, whatever the file is now."""
+    stored = dict(record.params)
+    started_at = str(stored.pop("__started_at", ""))
+    base_dir = stored.pop("__base_dir", None)
+    loaded = parse_workflow_text(
+        record.workflow_text,
+        record.workflow_path,
+        stored,
+        tool_names=tool_names(),
+        base_dir=Path(base_dir) if base_dir else None,
+    )
+    return await runner.resume(
+        record.id,
+        lambda run_id: build_plan(
+            loaded,
+            run_id,
+            started_at=started_at,
+            endpoint=endpoint,
+            workspace=record.workspace or None,
+        ),
+    )
+
+
+# -- dry runs ---------------------------------------------------------------------------------
+
+
+@dataclass
+class DryRun:
+    """The simulated model server (demo policy) for a run that needs no GPU."""
+
+    endpoint: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    @contextmanager
+    def maybe(
+        cls, enabled: bool, workflow: Path | None, assignments: Sequence[str], console: Console
+    ) -> Iterator[DryRun]:
+        if not enabled:
+            yield cls()
+            return
+        from brain.sim.config import SimConfig, Timing
+        from brain.sim.server import running_sim
+
+        config = SimConfig(
+            model="marathon-sim/demo",
+            max_model_len=32768,
+            policy="demo",
+            timing=Timing(ttft=0.05, itl=0.004),
+        )
+        dry = cls()
+        given = parse_param_assignments(assignments)
+        if workflow is not None and "repo" not in given and _declares_repo_param(workflow):
+            dry.params["repo"] = str(copy_sample_repo())
+        with running_sim(config) as sim:
+            dry.endpoint = sim.openai_base_url
+            console.print(
+                f"[bold yellow]DRY RUN[/]: the simulated vLLM server (brain sim, demo policy) "
+                f"answers at {sim.openai_base_url}; no GPU and no real model are used."
+            )
+            if "repo" in dry.params:
+                console.print(
+                    f"[yellow]DRY RUN[/]: working on a copy of the sample repository: "
+                    f"{dry.params['repo']}"
+                )
+            yield dry
+
+
+def _declares_repo_param(workflow: Path) -> bool:
+    import yaml
+
+    try:
+        data = yaml.safe_load(workflow.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and "repo" in (data.get("params") or {})
+
+
+def copy_sample_repo(destination: Path | None = None) -> Path:
+    """A fresh git repository holding the bundled sample project, for dry runs."""
+    from brain.sim.demo import sample_repo_path
+
+    if destination is None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        destination = state_dir() / "dry-runs" / f"sample-repo-{stamp}"
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(
+        sample_repo_path(),
+        destination,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "Marathon",
+        "GIT_AUTHOR_EMAIL": "marathon@localhost",
+        "GIT_COMMITTER_NAME": "Marathon",
+        "GIT_COMMITTER_EMAIL": "marathon@localhost",
+    }
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "Sample project"]):
+        subprocess.run(["git", *args], cwd=destination, env=env, check=True, capture_output=True)
+    return destination

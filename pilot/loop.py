@@ -1,0 +1,443 @@
+"""The agent loop: from the folded state, decide the next thing to do, do it, record it.
+
+Every action is recorded as events *before* the next action begins, and every decision is
+taken from ``RunState`` alone, so a loop started on a freshly folded state (a resume) continues
+exactly where a dead one stopped. The loop does no I/O but through its seams: the event sink,
+the model client, the tool executor and the workspace.
+
+Order of one step: ``model_request`` -> ``assistant_message`` -> for each call
+``tool_started`` -> run -> ``tool_finished`` (with the workspace snapshot). A phase ends when the
+model calls ``finish`` and the phase's check (if any) passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from pilot import events as ev
+from pilot.errors import (
+    ConfigurationError,
+    ContextOverflow,
+    ModelNotFound,
+    ServerUnavailable,
+)
+from pilot.model import ChatRequest, ModelClient, ModelResponse
+from pilot.plan import Limits, PhasePlan, RunPlan
+from pilot.repair import extract_text_tool_calls, repair_arguments
+from pilot.state import RunState, check_failed_message
+
+NUDGE_EMPTY = (
+    "Your last answer was empty. Continue the task: call one of the tools, or call `finish` "
+    "with a summary if this phase is done."
+)
+NUDGE_TEXT_ONLY = (
+    "You answered with text but called no tool. This run is unattended: nobody will reply. "
+    "Act with a tool call, or call `finish` with a summary if this phase is done."
+)
+LENGTH_CUT = (
+    "Error: your answer was cut off by the max_tokens limit before this tool call was complete, "
+    "so it was not run. Re-issue the call, with shorter arguments if needed (e.g. edit a file "
+    "in smaller pieces)."
+)
+
+
+class EventSink(Protocol):
+    def __call__(self, event: ev.Event) -> None: ...
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    exit_code: int | None
+    output: str
+    timed_out: bool
+
+
+class ToolExecutor(Protocol):
+    """The tools as the loop sees them (implemented over ``tools.ToolRegistry``)."""
+
+    def schemas(self, names: list[str]) -> list[dict[str, Any]]: ...
+    def known(self, name: str) -> bool: ...
+    def mutates(self, name: str) -> bool: ...
+    def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished: ...
+    def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome: ...
+
+
+class WorkspaceOps(Protocol):
+    def snapshot(self, message: str) -> tuple[str, str | None]: ...
+    def restore(self, snapshot: str, head: str | None) -> None: ...
+
+
+class StopRequested(Exception):
+    """Raised inside the loop when a pause was asked for; caught by the loop itself."""
+
+
+class RunLoop:
+    def __init__(
+        self,
+        plan: RunPlan,
+        state: RunState,
+        emit: EventSink,
+        client: ModelClient,
+        tools: ToolExecutor,
+        workspace: WorkspaceOps,
+        *,
+        stop: asyncio.Event | None = None,
+        clock: Callable[[], datetime] = ev.utcnow,
+    ) -> None:
+        self.plan = plan
+        self.state = state
+        self.emit = emit
+        self.client = client
+        self.tools = tools
+        self.workspace = workspace
+        self.stop = stop or asyncio.Event()
+        self.clock = clock
+
+    # -- the driver -----------------------------------------------------------------------
+
+    async def run(self) -> RunState:
+        """Advance until the run finishes or a stop is requested; returns the final state."""
+        try:
+            self.recover()
+            while self.state.finished is None:
+                if self.stop.is_set():
+                    raise StopRequested
+                await self.advance()
+        except StopRequested:
+            if self.state.finished is None:
+                self.emit(ev.RunPaused(reason="stop requested (signal); resume to continue"))
+        except ServerUnavailable as exc:
+            self.emit(ev.RunPaused(reason=f"model server unavailable: {exc}"))
+        except (ModelNotFound, ConfigurationError) as exc:
+            self.emit(ev.RunFinished(status="failed", reason=str(exc)))
+        return self.state
+
+    def recover(self) -> None:
+        """A tool or check that started and never finished may have partly run: undo it."""
+        started = self.state.started_call
+        in_check = self.state.phase.check_in_flight if self.state.phase else None
+        interrupted = (started is not None and started.mutates) or in_check is not None
+        if interrupted and self.state.snapshot:
+            what = f"tool {started.name}" if started else "phase check"
+            self.workspace.restore(self.state.snapshot, self.state.head)
+            self.emit(
+                ev.WorkspaceRestored(
+                    snapshot=self.state.snapshot,
+                    head=self.state.head,
+                    reason=f"{what} was interrupted; restoring the last snapshot before "
+                    "running it again",
+                )
+            )
+
+    async def advance(self) -> None:
+        """Do exactly one thing, chosen from the state."""
+        state = self.state
+        if self.limit_hit(self.plan.limits, scope="run"):
+            return
+        if state.phase is None:
+            index = state.next_phase_index
+            if index >= len(self.plan.phases):
+                self.emit(ev.RunFinished(status="succeeded", reason="all phases done"))
+                return
+            phase = self.plan.phases[index]
+            prompt = f"{self.plan.phase_header(index)}\n\n{phase.prompt}"
+            self.emit(ev.PhaseStarted(index=index, name=phase.name, prompt=prompt))
+            return
+        phase = self.plan.phases[state.phase.index]
+        if state.pending_calls:
+            await self.answer_call(phase, state.pending_calls[0])
+            return
+        if state.phase.finish_called:
+            await self.close_phase(phase)
+            return
+        if self.limit_hit(phase.limits, scope="phase"):
+            return
+        await self.ask_model(phase)
+
+    # -- limits ---------------------------------------------------------------------------
+
+    def limit_hit(self, limits: Limits, *, scope: str) -> bool:
+        state = self.state
+        now = self.clock()
+        phase = state.phase
+        if scope == "run":
+            used = (state.steps, state.elapsed_active(now), state.total_tokens)
+        elif phase is not None:
+            used = (phase.steps, state.elapsed_active(now) - phase.active_at_start, phase.tokens)
+        else:
+            return False
+        reason = None
+        if limits.max_steps is not None and used[0] >= limits.max_steps:
+            reason = f"{scope} step limit reached ({limits.max_steps} steps)"
+        elif limits.max_wall_time is not None and used[1] >= limits.max_wall_time:
+            reason = f"{scope} wall-time limit reached ({limits.max_wall_time:.0f} s)"
+        elif limits.max_tokens is not None and used[2] >= limits.max_tokens:
+            reason = f"{scope} token limit reached ({limits.max_tokens} tokens)"
+        if reason is None:
+            return False
+        if phase is not None:
+            self.emit(
+                ev.PhaseFinished(index=phase.index, name=phase.name, outcome="limit", reason=reason)
+            )
+        self.emit(ev.RunFinished(status="limit", reason=reason))
+        return True
+
+    # -- the model ------------------------------------------------------------------------
+
+    async def ask_model(self, phase: PhasePlan) -> None:
+        state = self.state
+        model = state.model or self.plan.model.name
+        max_tokens = self.request_max_tokens()
+        step = state.steps + 1
+        self.emit(ev.ModelRequest(step=step, messages=len(state.messages), max_tokens=max_tokens))
+        request = ChatRequest(
+            model=model,
+            messages=list(state.messages),
+            tools=self.tools.schemas(phase.tools) or None,
+            tool_choice="auto" if phase.tools else None,
+            temperature=self.plan.model.temperature,
+            max_tokens=max_tokens,
+        )
+        response = await self.call_model(request)
+        self.record_response(step, phase, response)
+
+    def request_max_tokens(self) -> int:
+        """Never ask for more output than the window has room for (vLLM refuses such requests)."""
+        wanted = self.plan.model.max_tokens
+        window = self.state.max_model_len
+        if not window:
+            return wanted
+        room = window - estimate_tokens(self.state.messages) - self.plan.model.context_margin
+        return max(64, min(wanted, room))
+
+    async def call_model(self, request: ChatRequest) -> ModelResponse:
+        async def on_wait(wait: Any) -> None:
+            if wait.kind == "unavailable":
+                self.emit(ev.ServerUnavailable(error=wait.error or "", attempt=wait.attempt))
+            else:
+                self.emit(ev.ServerBack(waited_s=wait.waited_s or 0.0, attempts=wait.attempts))
+
+        task = asyncio.ensure_future(self.client.complete(request, on_wait=on_wait))
+        stopper = asyncio.ensure_future(self.stop.wait())
+        try:
+            done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if task not in done:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+            raise StopRequested
+        try:
+            return task.result()
+        except ContextOverflow as exc:
+            raise ConfigurationError(
+                f"the conversation no longer fits the model's context window: {exc}. Raise "
+                "max_model_len on the server or lower model.max_tokens in the workflow."
+            ) from exc
+
+    def record_response(self, step: int, phase: PhasePlan, response: ModelResponse) -> None:
+        repairs: list[str] = []
+        calls: list[ev.ToolCall] = []
+        for position, call in enumerate(response.tool_calls):
+            fixed = repair_arguments(call.arguments)
+            text = "{}"
+            if fixed.arguments is not None:
+                text = json.dumps(fixed.arguments, ensure_ascii=False)
+                repairs.extend(f"{call.name}: {r}" for r in fixed.repairs)
+            calls.append(
+                ev.ToolCall(
+                    id=call.id or new_call_id(step, position),
+                    name=call.name,
+                    arguments=text,
+                    raw_arguments=None if text == call.arguments else call.arguments,
+                    error=fixed.error if fixed.arguments is None else None,
+                )
+            )
+        content = response.content
+        if not calls and content and response.finish_reason != "length":
+            found = extract_text_tool_calls(content, phase.tools)
+            if found.calls:
+                for position, (name, arguments) in enumerate(found.calls):
+                    calls.append(
+                        ev.ToolCall(
+                            id=new_call_id(step, position),
+                            name=name,
+                            arguments=json.dumps(arguments, ensure_ascii=False),
+                            raw_arguments=content,
+                        )
+                    )
+                repairs.extend(found.repairs or ["tool call written as text in content"])
+                content = found.remaining_content or None
+        usage = response.usage
+        self.emit(
+            ev.AssistantMessage(
+                step=step,
+                content=content,
+                reasoning=response.reasoning,
+                tool_calls=calls,
+                finish_reason=response.finish_reason,
+                usage=ev.Usage(
+                    prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
+                )
+                if usage
+                else None,
+                ttft_s=response.ttft_s,
+                duration_s=response.duration_s,
+                attempts=response.attempts,
+                repairs=repairs,
+            )
+        )
+        if not calls:
+            empty = not (content or "").strip()
+            self.emit(
+                ev.Nudge(
+                    reason="empty_turn" if empty else "no_tool_call",
+                    text=NUDGE_EMPTY if empty else NUDGE_TEXT_ONLY,
+                )
+            )
+
+    # -- tools ----------------------------------------------------------------------------
+
+    async def answer_call(self, phase: PhasePlan, call: ev.ToolCall) -> None:
+        """Run one pending call (or answer it with an error without running it)."""
+        last = self.state.last_finish_reason
+        refusal = None
+        arguments: dict[str, Any] = {}
+        if last == "length":
+            refusal = LENGTH_CUT
+        elif not self.tools.known(call.name):
+            refusal = (
+                f"Error: there is no tool named {call.name!r}. Available tools in this phase: "
+                f"{', '.join(phase.tools)}."
+            )
+        elif call.name not in phase.tools:
+            refusal = (
+                f"Error: the tool {call.name!r} is not available in phase {phase.name!r}. "
+                f"Use one of: {', '.join(phase.tools)}."
+            )
+        elif call.error is not None:
+            refusal = (
+                f"Error: the arguments of {call.name} are not valid JSON ({call.error}). "
+                "Send the call again with a JSON object as arguments."
+            )
+        else:
+            arguments = json.loads(call.arguments)
+        if refusal is not None:
+            self.emit(
+                ev.ToolFinished(
+                    call_id=call.id, name=call.name, output=refusal, is_error=True, executed=False
+                )
+            )
+            return
+        if self.stop.is_set():
+            raise StopRequested
+        mutates = self.tools.mutates(call.name)
+        self.emit(ev.ToolStarted(call_id=call.id, name=call.name, mutates=mutates))
+        started = time.monotonic()
+        finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
+        snapshot = head = None
+        if mutates:
+            snapshot, head = await asyncio.to_thread(
+                self.workspace.snapshot, f"after {call.name} ({call.id})"
+            )
+        self.emit(
+            finished.model_copy(
+                update={
+                    "snapshot": snapshot,
+                    "head": head,
+                    "duration_s": time.monotonic() - started,
+                    "at": self.clock(),
+                }
+            )
+        )
+
+    # -- phase end ------------------------------------------------------------------------
+
+    async def close_phase(self, phase: PhasePlan) -> None:
+        progress = self.state.phase
+        assert progress is not None
+        if not phase.check:
+            self.emit(
+                ev.PhaseFinished(
+                    index=progress.index,
+                    name=phase.name,
+                    outcome="succeeded",
+                    summary=progress.finish_summary,
+                )
+            )
+            return
+        attempt = progress.check_attempts + 1
+        self.emit(ev.CheckStarted(phase=progress.index, attempt=attempt, command=phase.check))
+        started = time.monotonic()
+        outcome = await asyncio.to_thread(
+            self.tools.run_check,
+            phase.check,
+            phase.check_timeout,
+            f"check-{progress.index}-{attempt}",
+        )
+        snapshot, head = await asyncio.to_thread(
+            self.workspace.snapshot, f"after check of phase {phase.name} (attempt {attempt})"
+        )
+        passed = outcome.exit_code == 0 and not outcome.timed_out
+        attempts_left = phase.max_attempts - attempt
+        feedback = ""
+        if not passed and attempts_left > 0:
+            feedback = check_failed_message(
+                phase.check, outcome.exit_code, outcome.timed_out, outcome.output, attempts_left
+            )
+        self.emit(
+            ev.CheckFinished(
+                phase=progress.index,
+                attempt=attempt,
+                command=phase.check,
+                exit_code=outcome.exit_code,
+                passed=passed,
+                output=outcome.output,
+                timed_out=outcome.timed_out,
+                duration_s=time.monotonic() - started,
+                snapshot=snapshot,
+                head=head,
+                feedback=feedback,
+            )
+        )
+        if passed:
+            self.emit(
+                ev.PhaseFinished(
+                    index=progress.index,
+                    name=phase.name,
+                    outcome="succeeded",
+                    summary=progress.finish_summary,
+                )
+            )
+        elif attempts_left <= 0:
+            reason = f"check `{phase.check}` still failing after {phase.max_attempts} attempt(s)"
+            self.emit(
+                ev.PhaseFinished(
+                    index=progress.index, name=phase.name, outcome="failed", reason=reason
+                )
+            )
+            self.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name}: {reason}"))
+
+
+def new_call_id(step: int, position: int) -> str:
+    """Ids for calls the server sent without one (or that were recovered from text)."""
+    return f"call-{step}-{position}"
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """A cheap upper-leaning estimate (4 characters a token, plus per-message overhead)."""
+    total = 0
+    for message in messages:
+        total += 8 + len(message.get("content") or "") // 3
+        for call in message.get("tool_calls") or ():
+            total += 8 + len(call["function"]["arguments"]) // 3
+    return total

@@ -1,0 +1,639 @@
+"""The model client: the pilot's only way to the model server.
+
+An ``openai.AsyncOpenAI`` underneath, always streaming, with the resilience an unattended run
+needs and the SDK does not give: tenacity retries for as long as ``server_wait`` allows when the
+server is down, restarting or busy (telling the caller when it starts and stops waiting), an
+idle watchdog that cuts a stream that went silent, and vLLM's error bodies mapped, once, in
+:func:`map_vllm_error`, to the typed errors of ``pilot.errors``. Deterministic 4xx answers are
+never retried: the same request would fail the same way for hours.
+
+It must not decide anything about the conversation (compaction, repair, nudges): that is the
+loop's job. ``ScriptedModelClient`` is the same seam with no I/O, for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+import openai
+from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception
+from tenacity.wait import wait_exponential_jitter
+
+from pilot.errors import (
+    BadRequest,
+    ConfigurationError,
+    ContextOverflow,
+    MarathonError,
+    ModelNotFound,
+    ServerUnavailable,
+    StreamInterrupted,
+)
+from pilot.model_types import (
+    ChatRequest,
+    ModelClient,
+    ModelResponse,
+    RetryPolicy,
+    ServedModel,
+    ToolCallOut,
+    Usage,
+    WaitCallback,
+    WaitEvent,
+)
+from pilot.streaming import StreamAccumulator
+
+__all__ = [
+    "ChatRequest",
+    "ModelClient",
+    "ModelResponse",
+    "OpenAIModelClient",
+    "RetryPolicy",
+    "ScriptExhausted",
+    "ScriptedModelClient",
+    "ServedModel",
+    "ToolCallOut",
+    "Usage",
+    "WaitCallback",
+    "WaitEvent",
+    "is_transient",
+    "map_vllm_error",
+    "resolve_model_name",
+    "server_root",
+]
+
+T = TypeVar("T")
+
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth waiting out: the server is busy, restarting or its engine died."""
+
+API_KEY_HINT = (
+    "set model.api_key_env in the workflow to the name of an environment variable holding the "
+    "key the server was started with (vLLM's --api-key or VLLM_API_KEY), and export it"
+)
+AUTO_TOOL_FLAGS = "--enable-auto-tool-choice --tool-call-parser <parser>"
+
+
+# --------------------------------------------------------------------------------------------
+# Error classification and mapping (the one place vLLM's errors become ours)
+# --------------------------------------------------------------------------------------------
+
+
+class _TransientStatus(Exception):
+    """A 5xx/429 from an endpoint called without the SDK (``/tokenize``)."""
+
+
+def _stream_error_code(exc: openai.APIError) -> int | None:
+    """The ``code`` of an error event inside an SSE stream (vLLM puts the HTTP status there)."""
+    body = exc.body
+    if isinstance(body, dict):
+        code = body.get("code")
+        if isinstance(body.get("error"), dict):
+            code = body["error"].get("code", code)
+        try:
+            return int(code) if code is not None else None
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures that say "the server is not answering right now", not "you are wrong".
+
+    Connection errors and timeouts, 408/429/5xx, streams cut or gone silent, and error events
+    inside a stream that carry a 5xx (or no) code. Everything else, in particular every other
+    4xx, is deterministic and must not be retried.
+    """
+    if isinstance(
+        exc,
+        StreamInterrupted | _TransientStatus | openai.APIConnectionError | httpx.TransportError,
+    ):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in TRANSIENT_STATUS
+    if type(exc) is openai.APIError:  # an error event inside the stream
+        code = _stream_error_code(exc)
+        return code is None or code in TRANSIENT_STATUS
+    return False
+
+
+def _error_message(body: Any, fallback: str) -> str:
+    """vLLM's human message out of an error body (``{"error": {"message"}}`` and variants)."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return inner["message"]
+        if isinstance(inner, str):
+            return inner
+        if isinstance(body.get("message"), str):
+            return body["message"]
+        if isinstance(body.get("detail"), str):
+            return body["detail"]
+    if isinstance(body, str) and body:
+        return body
+    return fallback
+
+
+def _int(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text)
+    return int(m.group(1)) if m else None
+
+
+def _context_overflow(message: str) -> ContextOverflow:
+    """Parse vLLM's overflow texts (current, character pre-check, and older wording).
+
+    vLLM 0.30+ reports only a lower bound of the prompt ("contains at least P input tokens"),
+    so ``prompt_tokens`` is that bound when that is all there is.
+    """
+    limit = _int(r"maximum context length is (\d+)", message)
+    output = _int(r"requested (\d+) output tokens", message) or _int(
+        r"(\d+) in the completion", message
+    )
+    prompt = (
+        _int(r"contains at least (\d+) input tokens", message)
+        or _int(r"request has (\d+) input tokens", message)
+        or _int(r"\((\d+) in the messages", message)
+        or _int(r"upper bound for (\d+) input tokens", message)
+    )
+    return ContextOverflow(message, max_model_len=limit, prompt_tokens=prompt, max_tokens=output)
+
+
+def map_vllm_error(
+    status: int,
+    message: str,
+    *,
+    model: str | None = None,
+    served: Sequence[str] | None = None,
+    endpoint: str | None = None,
+    body: str | None = None,
+) -> MarathonError:
+    """Turn one deterministic error answer from the server into the pilot's typed error.
+
+    ``served`` fills :class:`ModelNotFound` (the caller fetches it, since that needs I/O).
+    Transient statuses never get here while the server wait lasts; if they do (outside the
+    retry loop) they become :class:`ServerUnavailable`.
+    """
+    lowered = message.lower()
+    if status in (401, 403):
+        return ConfigurationError(
+            f"the model server{f' at {endpoint}' if endpoint else ''} refused the request "
+            f"(HTTP {status}: {message}): it wants an API key; {API_KEY_HINT}."
+        )
+    if status == 404:
+        if "does not exist" in lowered or ("model" in lowered and "not found" in lowered):
+            m = re.search(r"model `([^`]*)`", message)
+            name = m.group(1) if m else (model or "?")
+            return ModelNotFound(name, list(served or []), endpoint=endpoint)
+        return ConfigurationError(
+            f"the model server{f' at {endpoint}' if endpoint else ''} has no such endpoint "
+            f"(HTTP 404: {message}); model.endpoint should be the OpenAI base URL, usually "
+            "ending in /v1."
+        )
+    if "maximum context length" in lowered:
+        return _context_overflow(message)
+    if "tool choice requires" in lowered or "enable-auto-tool-choice" in lowered:
+        return ConfigurationError(
+            f"the server cannot let the model choose tools ({message}). Start vLLM with "
+            f"{AUTO_TOOL_FLAGS} (gemma4 for Gemma 4, hermes for Qwen2.5, qwen3_coder for "
+            "Qwen3-Coder); in a brain profile, add them to the server's vLLM flags."
+        )
+    if status in TRANSIENT_STATUS:
+        return ServerUnavailable(endpoint or "?", f"HTTP {status}: {message}")
+    return BadRequest(message, status=status, body=body)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line about a transient failure, for events and the final ServerUnavailable."""
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {_error_message(exc.body, exc.message)}"
+    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+        return "request timed out"
+    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+        cause = exc.__cause__ or exc
+        detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        return f"connection failed{detail}"
+    if isinstance(exc, openai.APIError):
+        return f"error inside the stream: {_error_message(exc.body, exc.message)}"
+    return str(exc) or type(exc).__name__
+
+
+def server_root(base_url: str) -> str:
+    """The server's root URL (``/tokenize``, ``/health`` live there), from the ``/v1`` base URL."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+async def _notify(on_wait: WaitCallback | None, event: WaitEvent) -> None:
+    if on_wait is None:
+        return
+    result = on_wait(event)
+    if inspect.isawaitable(result):
+        await result
+
+
+# --------------------------------------------------------------------------------------------
+# The real client
+# --------------------------------------------------------------------------------------------
+
+
+class OpenAIModelClient:
+    """:class:`ModelClient` over HTTP to vLLM (or anything speaking its OpenAI dialect).
+
+    ``request_timeout`` bounds one whole attempt (send to end of stream; also each network
+    operation and the non-streamed calls): past it the attempt is abandoned and retried, so it
+    must exceed the slowest legitimate generation (max_tokens at the server's worst speed).
+    ``idle_timeout`` is the watchdog for streams: no chunk for that long (from sending the
+    request, so it must cover the prefill of a long prompt) and the stream is cut and the
+    request retried. ``server_wait`` is the total time one call may spend waiting for the
+    server across retries before :class:`ServerUnavailable` is raised. ``http_client`` (an
+    ``httpx.AsyncClient``) carries every request when given, and is left open by :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        request_timeout: float,
+        idle_timeout: float,
+        server_wait: float,
+        http_client: httpx.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._request_timeout = request_timeout
+        self._idle_timeout = idle_timeout
+        self._server_wait = server_wait
+        self._retry = retry or RetryPolicy()
+        self._own_http = http_client is None
+        self._http = http_client
+        # vLLM without --api-key accepts any bearer; a placeholder keeps the SDK from reading
+        # OPENAI_API_KEY (a real OpenAI key must never be sent to a local server by accident).
+        kwargs: dict[str, Any] = {}
+        if http_client is not None:
+            kwargs["http_client"] = http_client
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=api_key or "no-key",
+            max_retries=0,
+            timeout=request_timeout,
+            **kwargs,
+        )
+        self._tokenize_supported: bool | None = None
+
+    # -- retries ------------------------------------------------------------------------------
+
+    async def _with_retries(
+        self, operation: Callable[[], Awaitable[T]], on_wait: WaitCallback | None
+    ) -> tuple[T, int]:
+        """Run ``operation`` until it succeeds, a deterministic error, or ``server_wait`` is over.
+
+        The wait budget starts at the first failure (a stream cut after ten minutes of work
+        still gets the whole budget); the last backoff is shortened to end with the budget.
+        """
+        first_failure: float | None = None
+        attempts = 0
+        backoff = wait_exponential_jitter(
+            max=self._retry.max_backoff,
+            jitter=self._retry.jitter,
+            multiplier=self._retry.initial_backoff,
+        )
+
+        def waited() -> float:
+            return time.monotonic() - first_failure if first_failure is not None else 0.0
+
+        def wait(state: RetryCallState) -> float:
+            # The last sleep is clipped to the budget, so the final attempt lands at its end
+            # instead of giving up as much as a whole backoff early.
+            return max(0.0, min(backoff(state), self._server_wait - waited()))
+
+        def stop(state: RetryCallState) -> bool:
+            return waited() >= self._server_wait
+
+        retrying = AsyncRetrying(retry=retry_if_exception(is_transient), stop=stop, wait=wait)
+        result: T | None = None
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    try:
+                        result = await operation()
+                    except Exception as exc:
+                        if is_transient(exc) and first_failure is None:
+                            first_failure = time.monotonic()
+                            await _notify(
+                                on_wait,
+                                WaitEvent(
+                                    kind="unavailable", error=_describe(exc), attempt=attempts
+                                ),
+                            )
+                        raise
+        except RetryError as err:
+            last = err.last_attempt.exception()
+            spent = waited()
+            reason = (
+                f"{attempts} attempt{'s' if attempts != 1 else ''} over {spent:.1f}s "
+                f"(server_wait={self._server_wait:g}s) all failed; last error: "
+                f"{_describe(last) if last else 'unknown'}"
+            )
+            raise ServerUnavailable(self.base_url, reason, waited=spent) from last
+        if first_failure is not None:
+            await _notify(
+                on_wait,
+                WaitEvent(kind="back", waited_s=waited(), attempt=attempts, attempts=attempts),
+            )
+        return result, attempts  # type: ignore[return-value]
+
+    async def _typed(self, exc: openai.APIError, model: str | None) -> MarathonError:
+        """Map a deterministic SDK error to ours (see :meth:`_typed_status`)."""
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            body_text = exc.response.text if exc.response is not None else None
+        else:
+            status = _stream_error_code(exc) or 400
+            body_text = json.dumps(exc.body) if exc.body is not None else None
+        return await self._typed_status(
+            status, _error_message(exc.body, exc.message), model, body_text
+        )
+
+    async def _typed_status(
+        self, status: int, message: str, model: str | None, body: str | None
+    ) -> MarathonError:
+        """:func:`map_vllm_error`, after asking the server which models it serves on a 404."""
+        served: list[str] | None = None
+        if status == 404 and "does not exist" in message.lower():
+            try:
+                served = [m.id for m in await self._list_models_once()]
+            except Exception:
+                served = []
+        return map_vllm_error(
+            status, message, model=model, served=served, endpoint=self.base_url, body=body
+        )
+
+    # -- complete -----------------------------------------------------------------------------
+
+    def _create_kwargs(self, request: ChatRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": request.model,
+            "messages": request.messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools is not None:
+            kwargs["tools"] = request.tools
+        if request.tool_choice is not None:
+            kwargs["tool_choice"] = request.tool_choice
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        if request.extra_body:
+            kwargs["extra_body"] = dict(request.extra_body)
+        return kwargs
+
+    async def _attempt(self, request: ChatRequest) -> ModelResponse:
+        """One attempt under the whole-request deadline (``request_timeout``)."""
+        try:
+            async with asyncio.timeout(self._request_timeout):
+                return await self._stream_once(request)
+        except TimeoutError:
+            raise StreamInterrupted(
+                f"the request took longer than request_timeout={self._request_timeout:g}s"
+            ) from None
+
+    async def _stream_once(self, request: ChatRequest) -> ModelResponse:
+        """One attempt: send, read the stream under the idle watchdog, check it really ended."""
+        idle = self._idle_timeout
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(idle):
+                stream = await self._client.chat.completions.create(**self._create_kwargs(request))
+        except TimeoutError:
+            raise StreamInterrupted(
+                f"no response within idle_timeout={idle:g}s; request abandoned"
+            ) from None
+        acc = StreamAccumulator()
+        ttft: float | None = None
+        try:
+            iterator = stream.__aiter__()
+            while True:
+                try:
+                    async with asyncio.timeout(idle):
+                        chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    raise StreamInterrupted(
+                        f"no data for idle_timeout={idle:g}s; stream cut",
+                        received_chars=acc.received_chars,
+                    ) from None
+                if acc.add(chunk) and ttft is None:
+                    ttft = time.monotonic() - started
+        finally:
+            try:
+                await stream.close()
+            except Exception:
+                pass  # closing a broken connection may fail; the attempt's outcome stands
+        if acc.finish_reason is None:
+            raise StreamInterrupted(
+                "the stream ended without a finish_reason (connection closed mid-answer)",
+                received_chars=acc.received_chars,
+            )
+        return ModelResponse(
+            content=acc.text,
+            reasoning=acc.reasoning_text,
+            tool_calls=acc.tool_calls(),
+            finish_reason=acc.finish_reason,
+            usage=acc.usage,
+            ttft_s=ttft,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def complete(
+        self, request: ChatRequest, *, on_wait: WaitCallback | None = None
+    ) -> ModelResponse:
+        """Stream one completion to its end, retrying transient failures within server_wait.
+
+        Raises :class:`ServerUnavailable` when the wait runs out, :class:`ContextOverflow`,
+        :class:`ModelNotFound`, :class:`ConfigurationError` or :class:`BadRequest` for answers
+        that retrying cannot change.
+        """
+        try:
+            response, attempts = await self._with_retries(lambda: self._attempt(request), on_wait)
+        except openai.APIError as exc:
+            raise await self._typed(exc, request.model) from exc
+        return response.model_copy(update={"attempts": attempts})
+
+    # -- models and tokens ---------------------------------------------------------------------
+
+    async def _list_models_once(self) -> list[ServedModel]:
+        page = await self._client.models.list()
+        served: list[ServedModel] = []
+        for item in page.data:
+            extra = getattr(item, "model_extra", None) or {}
+            limit = extra.get("max_model_len")
+            served.append(
+                ServedModel(id=item.id, max_model_len=int(limit) if limit is not None else None)
+            )
+        return served
+
+    async def list_models(self) -> list[ServedModel]:
+        """``GET /v1/models`` with vLLM's ``max_model_len``, waiting out a server that is down."""
+        try:
+            models, _ = await self._with_retries(self._list_models_once, None)
+        except openai.APIError as exc:
+            raise await self._typed(exc, None) from exc
+        return models
+
+    def _http_client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self._request_timeout)
+        return self._http
+
+    async def _tokenize_once(self, payload: dict[str, Any]) -> int | None:
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        response = await self._http_client().post(
+            f"{server_root(self.base_url)}/tokenize",
+            json=payload,
+            headers=headers,
+            timeout=self._request_timeout,
+        )
+        body = _safe_json(response)
+        message = _error_message(body, response.text)
+        if response.status_code == 404 and "does not exist" not in message.lower():
+            self._tokenize_supported = False  # no such route: an older or non-vLLM server
+            return None
+        if response.status_code in TRANSIENT_STATUS:
+            raise _TransientStatus(f"HTTP {response.status_code}: {message}")
+        if response.status_code >= 400:
+            raise await self._typed_status(
+                response.status_code, message, payload.get("model"), response.text
+            )
+        if isinstance(body, dict) and isinstance(body.get("count"), int):
+            self._tokenize_supported = True
+            return int(body["count"])
+        return None
+
+    async def count_tokens(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int | None:
+        """The prompt's size from the server's own tokenizer (``POST /tokenize`` at the root).
+
+        Returns None when the server has no /tokenize (remembered, so it is asked once).
+        """
+        if self._tokenize_supported is False:
+            return None
+        payload: dict[str, Any] = {"model": model, "messages": messages}
+        if tools:
+            payload["tools"] = tools
+        count, _ = await self._with_retries(lambda: self._tokenize_once(payload), None)
+        return count
+
+    async def aclose(self) -> None:
+        """Close the connections this client opened (not an ``http_client`` passed in)."""
+        if self._own_http:
+            await self._client.close()
+            if self._http is not None:
+                await self._http.aclose()
+                self._http = None
+
+    async def __aenter__(self) -> OpenAIModelClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _safe_json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+async def resolve_model_name(client: ModelClient, configured: str) -> ServedModel:
+    """The served model to use: the first one for ``auto``, else the configured one if served.
+
+    Raises :class:`ModelNotFound` (listing what is served) rather than letting the first
+    completion fail with a 404 deep inside a run.
+    """
+    served = await client.list_models()
+    if configured == "auto":
+        if not served:
+            raise ModelNotFound("auto", [])
+        return served[0]
+    for model in served:
+        if model.id == configured:
+            return model
+    raise ModelNotFound(configured, [m.id for m in served])
+
+
+# --------------------------------------------------------------------------------------------
+# The scripted client
+# --------------------------------------------------------------------------------------------
+
+
+class ScriptExhausted(AssertionError):
+    """A :class:`ScriptedModelClient` was asked for more turns than it was given."""
+
+
+class ScriptedModelClient:
+    """:class:`ModelClient` answering from a fixed list of turns, with no I/O.
+
+    Each turn is a :class:`ModelResponse` or a function of the request returning one (to
+    answer from what the loop sent). ``requests`` keeps every request received, so a test can
+    check what the loop asked.
+    """
+
+    def __init__(
+        self,
+        turns: Sequence[ModelResponse | Callable[[ChatRequest], ModelResponse]],
+        *,
+        served: Sequence[ServedModel] = (ServedModel(id="scripted", max_model_len=32768),),
+        tokens_per_char: float | None = 0.25,
+    ) -> None:
+        self._turns = list(turns)
+        self._next = 0
+        self._served = list(served)
+        self._tokens_per_char = tokens_per_char
+        self.requests: list[ChatRequest] = []
+        self.closed = False
+
+    @property
+    def remaining(self) -> int:
+        """Turns not yet used."""
+        return len(self._turns) - self._next
+
+    async def complete(
+        self, request: ChatRequest, *, on_wait: WaitCallback | None = None
+    ) -> ModelResponse:
+        """The next scripted turn (computed from ``request`` if the turn is a function)."""
+        self.requests.append(request)
+        if self._next >= len(self._turns):
+            raise ScriptExhausted(
+                f"scripted model has no turn {self._next + 1} (it was given {len(self._turns)})"
+            )
+        turn = self._turns[self._next]
+        self._next += 1
+        return turn(request) if callable(turn) else turn
+
+    async def list_models(self) -> list[ServedModel]:
+        return list(self._served)
+
+    async def count_tokens(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int | None:
+        """A cheap deterministic estimate (characters of the JSON times ``tokens_per_char``)."""
+        if self._tokens_per_char is None:
+            return None
+        size = len(json.dumps(messages)) + (len(json.dumps(tools)) if tools else 0)
+        return int(size * self._tokens_per_char) + 1
+
+    async def aclose(self) -> None:
+        self.closed = True

@@ -1,0 +1,135 @@
+"""The data the pilot exchanges with a model server, and the ``ModelClient`` seam.
+
+Kept apart from ``pilot.model`` so the loop, the runner and tests can speak these types without
+importing the OpenAI client. Plain data and one Protocol: no I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ChatRequest",
+    "ModelClient",
+    "ModelResponse",
+    "RetryPolicy",
+    "ServedModel",
+    "ToolCallOut",
+    "Usage",
+    "WaitCallback",
+    "WaitEvent",
+]
+
+
+class ChatRequest(BaseModel):
+    """One chat completion request, in OpenAI wire terms (messages and tools are plain dicts)."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Sent as-is alongside the standard fields (vLLM extras: top_k, chat_template_kwargs...)."""
+
+
+class ToolCallOut(BaseModel):
+    """A tool call as the server sent it. ``arguments`` is raw text: repair happens later."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ModelResponse(BaseModel):
+    """One assistant turn, assembled from the stream, with how long it took and how many tries."""
+
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallOut] = Field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    ttft_s: float | None = None
+    """Seconds from sending the (successful) request to its first generated delta."""
+    duration_s: float = 0.0
+    """Seconds for the successful attempt, from send to the end of the stream."""
+    attempts: int = 1
+
+
+class ServedModel(BaseModel):
+    """A model the server serves, as ``GET /v1/models`` reports it."""
+
+    id: str
+    max_model_len: int | None = None
+
+
+class WaitEvent(BaseModel):
+    """Told to the caller when the server becomes unreachable and when it is back.
+
+    ``kind="unavailable"``: the first transient failure of a request; ``error`` and ``attempt``
+    say what happened. ``kind="back"``: the request succeeded after waiting ``waited_s`` seconds
+    over ``attempts`` attempts. The runner records these as server_unavailable / server_back.
+    """
+
+    kind: Literal["unavailable", "back"]
+    error: str | None = None
+    attempt: int = 1
+    waited_s: float = 0.0
+    attempts: int = 1
+
+
+WaitCallback = Callable[[WaitEvent], Awaitable[None] | None]
+"""Called (and awaited if it returns an awaitable) on :class:`WaitEvent`s."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient failures are retried: exponential backoff with jitter, capped.
+
+    The wait before retry n (from 0) is ``min(max_backoff, initial_backoff * 2**n + U(0, jitter))``.
+    The total time spent waiting is bounded by the client's ``server_wait``; tests shrink all
+    of these to keep every wait short.
+    """
+
+    initial_backoff: float = 1.0
+    max_backoff: float = 60.0
+    jitter: float = 1.0
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """The pilot's only way to the model: anything with these methods plugs in."""
+
+    async def complete(
+        self, request: ChatRequest, *, on_wait: WaitCallback | None = None
+    ) -> ModelResponse:
+        """Run one chat completion to its end, waiting out a server that is down."""
+        ...
+
+    async def list_models(self) -> list[ServedModel]:
+        """The models the server serves, with their real context window when known."""
+        ...
+
+    async def count_tokens(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int | None:
+        """The prompt's token count as the server's tokenizer sees it; None if unsupported."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...

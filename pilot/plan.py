@@ -1,0 +1,61 @@
+"""RunPlan: what the loop needs from a workflow, rendered for one run.
+
+The loop depends on this small plain structure, not on the YAML schema, so the workflow format
+can grow without touching the loop, and tests and benchmarks can build plans directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int | None = None
+    max_wall_time: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    name: str
+    prompt: str
+    tools: list[str]
+    limits: Limits = Limits()
+    check: str | None = None
+    check_timeout: float = 600.0
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    endpoint: str
+    name: str = "auto"
+    api_key: str | None = None
+    temperature: float | None = None
+    max_tokens: int = 2048
+    request_timeout: float = 600.0
+    idle_timeout: float = 120.0
+    server_wait: float = 1800.0
+    context_margin: int = 256
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    workflow_name: str
+    system: str
+    phases: list[PhasePlan]
+    tools: list[str]
+    model: ModelPlan
+    workspace: str
+    branch: str
+    init_workspace: bool = False
+    tool_settings: dict[str, dict] = field(default_factory=dict)
+    env_allowlist: list[str] = field(default_factory=list)
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    limits: Limits = Limits()
+    max_no_progress_steps: int | None = None
+
+    def phase_header(self, index: int) -> str:
+        return f"Phase {index + 1}/{len(self.phases)}: {self.phases[index].name}"

@@ -1,0 +1,303 @@
+"""Run and resume: the lease, the workspace, the model client and the loop, put together.
+
+The runner owns the one place where events are written (``_Run.emit``): append to the store
+(committed), fold into the state, then tell the observers (live view, JSON lines). Nothing is
+shown or acted upon that is not already durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pilot import events as ev
+from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
+from pilot.executor import GitWorkspace, RegistryExecutor
+from pilot.failpoints import die_now, kill_after_seq_from_env
+from pilot.loop import RunLoop
+from pilot.model import ModelClient, OpenAIModelClient, resolve_model_name
+from pilot.plan import RunPlan
+from pilot.snapshot import GitRepo, ensure_repository, start_work_branch, take_snapshot
+from pilot.state import RunState, fold
+from pilot.store import EventStore, lease_owner_id, state_dir
+from tools.registry import ToolRegistry, default_registry
+
+Observer = Callable[[str, int, ev.Event, RunState], None]
+
+EXIT_CODES = {
+    "succeeded": 0,
+    "paused": 0,
+    "failed": 1,
+    "limit": 3,
+    "cancelled": 4,
+    "server_unavailable": 75,
+}
+"""Process exit codes per outcome (2 is a usage or workflow error, from the CLI)."""
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    status: str
+    reason: str
+    state: RunState
+
+    @property
+    def exit_code(self) -> int:
+        if self.status == "paused" and self.reason.startswith("model server unavailable"):
+            return EXIT_CODES["server_unavailable"]
+        return EXIT_CODES.get(self.status, 1)
+
+
+PlanBuilder = Callable[[str], RunPlan]
+"""Builds the run's plan once its id is known (prompts and the branch name may use it)."""
+
+
+def _status_of(event: ev.Event) -> str | None:
+    if isinstance(event, ev.RunFinished):
+        return event.status
+    if isinstance(event, ev.RunPaused):
+        return "paused"
+    if isinstance(event, ev.RunStarted | ev.RunResumed):
+        return "running"
+    return None
+
+
+@dataclass
+class Runner:
+    store: EventStore
+    registry: ToolRegistry = field(default_factory=default_registry)
+    observers: list[Observer] = field(default_factory=list)
+    owner: str = field(default_factory=lease_owner_id)
+    lease_seconds: float = 60.0
+    client_factory: Callable[[RunPlan], ModelClient] | None = None
+    stop: asyncio.Event | None = None
+    kill_after_seq: int | None = field(default_factory=kill_after_seq_from_env)
+
+    def artifacts_dir(self, run_id: str) -> Path:
+        url = self.store.url
+        if url.startswith("sqlite:///") and ":memory:" not in url:
+            return Path(url.removeprefix("sqlite:///")).parent / "artifacts" / run_id
+        return state_dir() / "artifacts" / run_id
+
+    def _client(self, plan: RunPlan) -> ModelClient:
+        if self.client_factory is not None:
+            return self.client_factory(plan)
+        model = plan.model
+        return OpenAIModelClient(
+            model.endpoint,
+            api_key=model.api_key,
+            request_timeout=model.request_timeout,
+            idle_timeout=model.idle_timeout,
+            server_wait=model.server_wait,
+        )
+
+    # -- entry points -----------------------------------------------------------------------
+
+    async def start(
+        self,
+        *,
+        workflow_name: str,
+        workflow_path: str,
+        workflow_text: str,
+        params: dict[str, Any],
+        build_plan: PlanBuilder,
+        run_id: str | None = None,
+    ) -> RunOutcome:
+        """Create a run, prepare its workspace and branch, and drive it."""
+        run_id = self.store.create_run(
+            workflow_name=workflow_name,
+            workflow_path=workflow_path,
+            workflow_text=workflow_text,
+            params=params,
+            workspace="",
+            owner=self.owner,
+            lease_seconds=self.lease_seconds,
+            run_id=run_id,
+        )
+        plan = build_plan(run_id)
+        run = _Run(self, run_id, plan, RunState())
+        try:
+            repo = ensure_repository(Path(plan.workspace), init=plan.init_workspace)
+            head = start_work_branch(repo, plan.branch)
+            base = take_snapshot(repo, run_id, "run start")
+        except MarathonError as exc:
+            run.emit_started_stub(plan, error=str(exc))
+            return run.outcome()
+        self.store.set_workspace(run_id, str(repo.root))
+        run.emit(
+            ev.RunStarted(
+                workflow=plan.workflow_name,
+                params=params,
+                workspace=str(repo.root),
+                branch=plan.branch,
+                base_head=head,
+                base_snapshot=base,
+                endpoint=plan.model.endpoint,
+                system=plan.system,
+                phases=[p.name for p in plan.phases],
+                owner=self.owner,
+            )
+        )
+        return await run.drive(repo)
+
+    async def resume(self, run_id: str, build_plan: PlanBuilder) -> RunOutcome:
+        """Continue a paused or interrupted run from its events."""
+        note = self.store.acquire_lease(run_id, self.owner, seconds=self.lease_seconds)
+        state = fold(self.store.load_events(run_id))
+        plan = build_plan(run_id)
+        run = _Run(self, run_id, plan, state)
+        if state.finished is not None:
+            self.store.release_lease(run_id, self.owner)
+            return run.outcome()
+        if state.started is None:
+            self.store.release_lease(run_id, self.owner)
+            raise ConfigurationError(
+                f"run {run_id} never started (its workspace could not be prepared); start a "
+                "new run instead"
+            )
+        repo = GitRepo(Path(state.started.workspace))
+        run.emit(ev.RunResumed(owner=self.owner, note=note))
+        return await run.drive(repo)
+
+
+class _Run:
+    """One run being driven by this process: the emit path, the lease, the loop."""
+
+    def __init__(self, runner: Runner, run_id: str, plan: RunPlan, state: RunState) -> None:
+        self.runner = runner
+        self.store = runner.store
+        self.run_id = run_id
+        self.plan = plan
+        self.state = state
+        self.cancel_requested = False
+
+    def emit(self, event: ev.Event) -> None:
+        seq = self.state.last_seq + 1
+        totals: dict[str, Any] = {}
+        status = _status_of(event)
+        if status is not None:
+            totals["status"] = status
+            totals["status_reason"] = getattr(event, "reason", "") or ""
+        if isinstance(event, ev.AssistantMessage):
+            totals["steps"] = self.state.steps + 1
+            if event.usage:
+                totals["prompt_tokens"] = self.state.prompt_tokens + event.usage.prompt_tokens
+                totals["completion_tokens"] = (
+                    self.state.completion_tokens + event.usage.completion_tokens
+                )
+        if isinstance(event, ev.PhaseStarted):
+            totals["phase"] = event.name
+        self.store.append(self.run_id, seq, event, totals=totals)
+        if seq == self.runner.kill_after_seq:
+            die_now()
+        self.state.apply(event)
+        for observer in self.runner.observers:
+            observer(self.run_id, seq, event, self.state)
+
+    def emit_started_stub(self, plan: RunPlan, *, error: str) -> None:
+        self.emit(ev.RunFinished(status="failed", reason=error))
+        self.store.release_lease(self.run_id, self.runner.owner)
+
+    def outcome(self) -> RunOutcome:
+        state = self.state
+        if state.finished is not None:
+            return RunOutcome(self.run_id, state.finished.status, state.finished.reason, state)
+        record = self.store.get_run(self.run_id)
+        return RunOutcome(self.run_id, record.status, record.status_reason, state)
+
+    async def drive(self, repo: GitRepo) -> RunOutcome:
+        runner = self.runner
+        stop = runner.stop or asyncio.Event()
+        client = runner._client(self.plan)
+        executor = RegistryExecutor(
+            registry=runner.registry,
+            workspace_root=repo.root,
+            artifacts_dir=runner.artifacts_dir(self.run_id),
+            settings=self.plan.tool_settings,
+            env_allowlist=self.plan.env_allowlist,
+            sandbox=self.plan.sandbox,
+            work_branch=self.plan.branch,
+        )
+        lease_lost = asyncio.Event()
+        renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
+        try:
+            await self._resolve_model(client)
+            loop = RunLoop(
+                self.plan,
+                self.state,
+                self.emit,
+                client,
+                executor,
+                GitWorkspace(repo, self.run_id),
+                stop=stop,
+            )
+            await loop.run()
+            if self.cancel_requested and self.state.finished is None:
+                self.emit(ev.RunFinished(status="cancelled", reason="cancelled by the user"))
+        except MarathonError as exc:
+            if self.state.finished is None:
+                self.emit(ev.RunFinished(status="failed", reason=str(exc)))
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await renewer
+            with contextlib.suppress(Exception):
+                await client.aclose()
+            if not lease_lost.is_set():
+                self.store.release_lease(self.run_id, runner.owner)
+        return self.outcome()
+
+    async def _resolve_model(self, client: ModelClient) -> None:
+        served = await resolve_model_name(client, self.plan.model.name)
+        if served.id != self.state.model or served.max_model_len != self.state.max_model_len:
+            self.emit(ev.ModelResolved(model=served.id, max_model_len=served.max_model_len))
+
+    def _cancel_requested(self) -> bool:
+        return self.store.get_run(self.run_id).status == "cancelling"
+
+    async def _renew_lease(self, stop: asyncio.Event, lease_lost: asyncio.Event) -> None:
+        """Keep the lease while running; notice a cancel request or a lost lease."""
+        interval = max(0.2, self.runner.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(interval)
+            ok = await asyncio.to_thread(
+                self.store.renew_lease,
+                self.run_id,
+                self.runner.owner,
+                seconds=self.runner.lease_seconds,
+            )
+            if not ok:
+                lease_lost.set()
+                stop.set()
+                return
+            if await asyncio.to_thread(self._cancel_requested):
+                self.cancel_requested = True
+                stop.set()
+
+
+def request_cancel(store: EventStore, run_id: str) -> str:
+    """Cancel a run: a live one is asked to stop (it finishes as cancelled); else at once."""
+    record = store.get_run(run_id)
+    if record.status in ("succeeded", "failed", "cancelled", "limit"):
+        return f"run {run_id} already ended ({record.status})"
+    owner = lease_owner_id()
+    try:
+        store.acquire_lease(run_id, owner, seconds=30)
+    except LeaseHeld:
+        store.set_status(run_id, "cancelling", "cancel requested")
+        return f"run {run_id} is running; asked it to stop and finish as cancelled"
+    state = fold(store.load_events(run_id))
+    seq = state.last_seq + 1
+    store.append(
+        run_id,
+        seq,
+        ev.RunFinished(status="cancelled", reason="cancelled by the user"),
+        totals={},
+    )
+    store.release_lease(run_id, owner)
+    return f"run {run_id} cancelled"

@@ -1,0 +1,243 @@
+"""RunState = fold(events): what a run has done and what it must do next. Pure, no I/O.
+
+The loop never keeps state of its own beyond this: after a crash, folding the stored events gives
+back exactly the state the dead process had at its last committed event. ``apply`` is
+incremental (O(1) per event), so a live run folds each event as it appends it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pilot.events import (
+    AssistantMessage,
+    CheckFinished,
+    CheckStarted,
+    Event,
+    ModelRequest,
+    ModelResolved,
+    Nudge,
+    PhaseFinished,
+    PhaseStarted,
+    RunFinished,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    ToolCall,
+    ToolFinished,
+    ToolStarted,
+    WorkspaceRestored,
+)
+
+CHECK_FAILED_PREFIX = "Check failed:"
+
+
+def check_failed_message(
+    command: str, exit_code: int | None, timed_out: bool, output: str, attempts_left: int
+) -> str:
+    """The user message a failed phase check becomes; the model sees the output and tries again."""
+    status = "timed out" if timed_out else f"exit code {exit_code}"
+    return (
+        f"{CHECK_FAILED_PREFIX} `{command}` ({status}). The phase is not done until it "
+        f"passes; {attempts_left} attempt(s) left. Fix the problem, then call finish again.\n\n"
+        f"{output}"
+    )
+
+
+@dataclass
+class PhaseProgress:
+    index: int
+    name: str
+    started_at: datetime
+    steps: int = 0
+    tokens: int = 0
+    check_attempts: int = 0
+    finish_called: bool = False
+    finish_summary: str = ""
+    check_in_flight: CheckStarted | None = None
+    active_at_start: float = 0.0
+
+
+@dataclass
+class RunState:
+    """Everything the loop needs, derived from events only."""
+
+    started: RunStarted | None = None
+    model: str | None = None
+    max_model_len: int | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    phase: PhaseProgress | None = None
+    phases_done: list[PhaseFinished] = field(default_factory=list)
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    last_finish_reason: str | None = None
+    pending_calls: list[ToolCall] = field(default_factory=list)
+    """Calls of the last assistant message not yet answered, in order."""
+    started_call: ToolStarted | None = None
+    """A tool that was started and not finished: it may have partly run."""
+    snapshot: str | None = None
+    head: str | None = None
+    finished: RunFinished | None = None
+    paused: bool = False
+    active_seconds: float = 0.0
+    _segment_start: datetime | None = None
+    _last_at: datetime | None = None
+    last_seq: int = 0
+
+    # -- derived --------------------------------------------------------------------------
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def next_phase_index(self) -> int:
+        return len(self.phases_done)
+
+    def elapsed_active(self, now: datetime) -> float:
+        """Seconds the run has been worked on, across pauses and resumes (not while stopped)."""
+        if self._segment_start is None:
+            return self.active_seconds
+        return self.active_seconds + max(0.0, (now - self._segment_start).total_seconds())
+
+    def phase_elapsed(self, now: datetime) -> float:
+        if self.phase is None:
+            return 0.0
+        return max(0.0, (now - self.phase.started_at).total_seconds())
+
+    # -- folding --------------------------------------------------------------------------
+
+    def apply(self, ev: Event) -> None:
+        self.last_seq += 1
+        self._track_time(ev)
+        match ev:
+            case RunStarted():
+                self.started = ev
+                self.snapshot = ev.base_snapshot
+                self.head = ev.base_head
+                if ev.system:
+                    self.messages.append({"role": "system", "content": ev.system})
+            case ModelResolved():
+                self.model, self.max_model_len = ev.model, ev.max_model_len
+            case PhaseStarted():
+                self.phase = PhaseProgress(
+                    index=ev.index,
+                    name=ev.name,
+                    started_at=ev.at,
+                    active_at_start=self.elapsed_active(ev.at),
+                )
+                self.messages.append({"role": "user", "content": ev.prompt})
+            case ModelRequest():
+                pass
+            case AssistantMessage():
+                self.steps += 1
+                if self.phase is not None:
+                    self.phase.steps += 1
+                if ev.usage is not None:
+                    self.prompt_tokens += ev.usage.prompt_tokens
+                    self.completion_tokens += ev.usage.completion_tokens
+                    if self.phase is not None:
+                        self.phase.tokens += ev.usage.prompt_tokens + ev.usage.completion_tokens
+                self.messages.append(assistant_message_dict(ev))
+                self.pending_calls = list(ev.tool_calls)
+                self.last_finish_reason = ev.finish_reason
+            case ToolStarted():
+                self.started_call = ev
+            case ToolFinished():
+                self.started_call = None
+                self.pending_calls = [c for c in self.pending_calls if c.id != ev.call_id]
+                self.messages.append(
+                    {"role": "tool", "tool_call_id": ev.call_id, "content": ev.output}
+                )
+                if ev.snapshot:
+                    self.snapshot = ev.snapshot
+                if ev.head:
+                    self.head = ev.head
+                if ev.name == "finish" and not ev.is_error and self.phase is not None:
+                    self.phase.finish_called = True
+                    self.phase.finish_summary = _finish_summary(self, ev.call_id)
+            case CheckStarted():
+                if self.phase is not None:
+                    self.phase.check_in_flight = ev
+            case CheckFinished():
+                if ev.snapshot:
+                    self.snapshot = ev.snapshot
+                if ev.head:
+                    self.head = ev.head
+                if self.phase is not None:
+                    self.phase.check_in_flight = None
+                    self.phase.check_attempts = ev.attempt
+                    if not ev.passed:
+                        self.phase.finish_called = False
+                        if ev.feedback:
+                            self.messages.append({"role": "user", "content": ev.feedback})
+            case Nudge():
+                self.messages.append({"role": "user", "content": ev.text})
+            case PhaseFinished():
+                self.phases_done.append(ev)
+                self.phase = None
+                self.pending_calls = []
+            case WorkspaceRestored():
+                self.snapshot = ev.snapshot
+                self.head = ev.head or self.head
+                self.started_call = None
+            case RunPaused():
+                self.paused = True
+            case RunResumed():
+                self.paused = False
+            case RunFinished():
+                self.finished = ev
+            case _:
+                pass
+
+    def _track_time(self, ev: Event) -> None:
+        if isinstance(ev, RunStarted | RunResumed):
+            self._close_segment()
+            self._segment_start = ev.at
+        elif isinstance(ev, RunPaused | RunFinished):
+            self._last_at = ev.at
+            self._close_segment()
+            return
+        self._last_at = ev.at
+
+    def _close_segment(self) -> None:
+        if self._segment_start is not None and self._last_at is not None:
+            self.active_seconds += max(0.0, (self._last_at - self._segment_start).total_seconds())
+        self._segment_start = None
+
+
+def _finish_summary(state: RunState, call_id: str) -> str:
+    for message in reversed(state.messages):
+        for call in message.get("tool_calls") or ():
+            if call["id"] == call_id:
+                try:
+                    return str(json.loads(call["function"]["arguments"]).get("summary", ""))
+                except (ValueError, AttributeError):
+                    return ""
+    return ""
+
+
+def assistant_message_dict(ev: AssistantMessage) -> dict[str, Any]:
+    """The assistant message as the chat API wants it back (reasoning is kept out)."""
+    message: dict[str, Any] = {"role": "assistant", "content": ev.content or ""}
+    if ev.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in ev.tool_calls
+        ]
+    return message
+
+
+def fold(events: list[Event]) -> RunState:
+    state = RunState()
+    for ev in events:
+        state.apply(ev)
+    return state

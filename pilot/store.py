@@ -1,0 +1,459 @@
+"""The event store: runs and their append-only events, in SQLite (default) or any SQLAlchemy URL.
+
+Invariants:
+- an event, once appended, is never changed; ``(run_id, seq)`` is its identity;
+- each append is one short transaction that also updates the run's running totals, so listing
+  runs never needs to read events;
+- only the lease holder appends to a run (enforced by the lease, checked by the primary key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    delete,
+    event,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from pilot.errors import AmbiguousRunId, LeaseHeld, RunNotFound
+from pilot.events import Event, RunFinished, event_from_json, event_to_json
+
+SCHEMA_VERSION = 1
+ACTIVE_STATUSES = ("running",)
+
+
+def state_dir() -> Path:
+    """Where Marathon keeps its database and artifacts unless told otherwise."""
+    if home := os.environ.get("MARATHON_HOME"):
+        return Path(home)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "marathon"
+
+
+def default_db_url() -> str:
+    return os.environ.get("MARATHON_DB") or f"sqlite:///{state_dir() / 'marathon.db'}"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaMeta(Base):
+    __tablename__ = "marathon_schema"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    workflow_name: Mapped[str] = mapped_column(String(200))
+    workflow_path: Mapped[str] = mapped_column(Text)
+    workflow_text: Mapped[str] = mapped_column(Text)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    workspace: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    status_reason: Mapped[str] = mapped_column(Text, default="")
+    phase: Mapped[str] = mapped_column(String(200), default="")
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    run_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(40))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    payload: Mapped[str] = mapped_column(Text)
+
+
+class ServerEventRow(Base):
+    """What the brain saw happen to a server (start, ready, death, restart), for `pilot show`."""
+
+    __tablename__ = "server_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    server: Mapped[str] = mapped_column(String(200), index=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    type: Mapped[str] = mapped_column(String(40))
+    payload: Mapped[str] = mapped_column(Text)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    workflow_name: str
+    workflow_path: str
+    workflow_text: str
+    params: dict[str, Any]
+    workspace: str
+    status: str
+    status_reason: str
+    phase: str
+    steps: int
+    prompt_tokens: int
+    completion_tokens: int
+    last_seq: int
+    created_at: datetime
+    updated_at: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: RunRow) -> RunRecord:
+        return cls(
+            id=row.id,
+            workflow_name=row.workflow_name,
+            workflow_path=row.workflow_path,
+            workflow_text=row.workflow_text,
+            params=dict(row.params or {}),
+            workspace=row.workspace,
+            status=row.status,
+            status_reason=row.status_reason or "",
+            phase=row.phase or "",
+            steps=row.steps,
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens,
+            last_seq=row.last_seq,
+            created_at=_aware(row.created_at),  # type: ignore[arg-type]
+            updated_at=_aware(row.updated_at),  # type: ignore[arg-type]
+            lease_owner=row.lease_owner,
+            lease_expires_at=_aware(row.lease_expires_at),
+        )
+
+
+def lease_owner_id() -> str:
+    """host:pid:nonce: the pid lets a resume on the same host see that a holder died."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def _owner_is_dead_local_process(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    # A zombie (killed but not yet reaped by its parent) still answers kill(0).
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(4)
+
+
+class EventStore:
+    """Runs and events behind one SQLAlchemy engine. Thread-safe; one transaction per call."""
+
+    def __init__(self, url: str | None = None, *, durability: str = "normal") -> None:
+        self.url = url or default_db_url()
+        if self.url.startswith("sqlite:///") and not self.url.startswith("sqlite:///:memory:"):
+            Path(self.url.removeprefix("sqlite:///")).expanduser().parent.mkdir(
+                parents=True, exist_ok=True
+            )
+        self.durability = durability
+        self.engine = self._make_engine()
+        self._migrate()
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def _make_engine(self) -> Engine:
+        if self.url.startswith("sqlite"):
+            engine = create_engine(self.url, connect_args={"timeout": 30})
+            synchronous = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}[self.durability]
+
+            @event.listens_for(engine, "connect")
+            def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+                cursor = dbapi_connection.cursor()
+                cursor.execute("PRAGMA journal_mode=WAL")
+                cursor.execute(f"PRAGMA synchronous={synchronous}")
+                cursor.execute("PRAGMA foreign_keys=ON")
+                cursor.execute("PRAGMA busy_timeout=30000")
+                cursor.close()
+
+            return engine
+        return create_engine(self.url, pool_pre_ping=True)
+
+    def _migrate(self) -> None:
+        """Create the schema, then migrate forward from whatever version the file has."""
+        Base.metadata.create_all(self.engine)
+        with Session(self.engine) as session, session.begin():
+            meta = session.get(SchemaMeta, 1)
+            if meta is None:
+                session.add(SchemaMeta(id=1, version=SCHEMA_VERSION))
+                return
+            for version in range(meta.version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS.get(version, ()):
+                    session.execute(text(statement))
+                meta.version = version
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        workflow_name: str,
+        workflow_path: str,
+        workflow_text: str,
+        params: dict[str, Any],
+        workspace: str,
+        owner: str | None,
+        lease_seconds: float = 60.0,
+        status: str = "running",
+        run_id: str | None = None,
+    ) -> str:
+        now = utcnow()
+        for _ in range(5):
+            candidate = run_id or new_run_id()
+            try:
+                with Session(self.engine) as session, session.begin():
+                    session.add(
+                        RunRow(
+                            id=candidate,
+                            workflow_name=workflow_name,
+                            workflow_path=workflow_path,
+                            workflow_text=workflow_text,
+                            params=params,
+                            workspace=workspace,
+                            status=status,
+                            status_reason="",
+                            created_at=now,
+                            updated_at=now,
+                            lease_owner=owner,
+                            lease_expires_at=(
+                                now + timedelta(seconds=lease_seconds) if owner else None
+                            ),
+                        )
+                    )
+                return candidate
+            except IntegrityError:
+                if run_id:
+                    raise
+        raise RuntimeError("could not allocate a unique run id")
+
+    def get_run(self, run_id: str) -> RunRecord:
+        with Session(self.engine) as session:
+            row = session.get(RunRow, run_id)
+            if row is None:
+                raise RunNotFound(run_id)
+            return RunRecord.from_row(row)
+
+    def find_run(self, prefix: str) -> RunRecord:
+        """Any unambiguous prefix of a run id names the run."""
+        with Session(self.engine) as session:
+            exact = session.get(RunRow, prefix)
+            if exact is not None:
+                return RunRecord.from_row(exact)
+            rows = session.scalars(
+                select(RunRow).where(RunRow.id.startswith(prefix, autoescape=True)).limit(10)
+            ).all()
+            if not rows:
+                raise RunNotFound(prefix)
+            if len(rows) > 1:
+                raise AmbiguousRunId(prefix, [r.id for r in rows])
+            return RunRecord.from_row(rows[0])
+
+    def list_runs(self, *, limit: int = 50, since: datetime | None = None) -> list[RunRecord]:
+        with Session(self.engine) as session:
+            query = select(RunRow).order_by(RunRow.created_at.desc()).limit(limit)
+            if since is not None:
+                query = query.where(RunRow.updated_at >= since)
+            return [RunRecord.from_row(r) for r in session.scalars(query)]
+
+    def set_status(self, run_id: str, status: str, reason: str = "") -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id)
+                .values(status=status, status_reason=reason, updated_at=utcnow())
+            )
+
+    def set_workspace(self, run_id: str, workspace: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(RunRow).where(RunRow.id == run_id).values(workspace=workspace))
+
+    # -- events -------------------------------------------------------------------------------
+
+    def append(self, run_id: str, seq: int, ev: Event, *, totals: dict[str, Any]) -> None:
+        """Append one event and update the run's totals, in one transaction.
+
+        ``seq`` is chosen by the lease holder (last seq + 1); a duplicate means someone else
+        wrote to this run, which the primary key turns into an error instead of a fork.
+        """
+        payload = event_to_json(ev)
+        values: dict[str, Any] = {"last_seq": seq, "updated_at": ev.at, **totals}
+        if isinstance(ev, RunFinished):
+            values.update(status=ev.status, status_reason=ev.reason)
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(EventRow).values(
+                    run_id=run_id, seq=seq, type=ev.type, at=ev.at, payload=payload
+                )
+            )
+            conn.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
+
+    def load_events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        return [ev for _seq, ev in self.iter_events(run_id, after_seq=after_seq)]
+
+    def iter_events(self, run_id: str, *, after_seq: int = 0) -> Iterator[tuple[int, Event]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(EventRow.seq, EventRow.payload)
+                .where(EventRow.run_id == run_id, EventRow.seq > after_seq)
+                .order_by(EventRow.seq)
+            )
+            for seq, payload in rows:
+                yield seq, event_from_json(payload)
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def acquire_lease(self, run_id: str, owner: str, *, seconds: float = 60.0) -> str:
+        """Take the run's lease, or raise LeaseHeld. Returns a note when a stale lease was taken.
+
+        A lease is free when unset, expired, ours, or held by a process on this host that no
+        longer exists (a SIGKILLed pilot cannot release its lease; waiting out its expiry would
+        only delay the resume).
+        """
+        now = utcnow()
+        run = self.get_run(run_id)
+        note = ""
+        previous = run.lease_owner
+        expires = run.lease_expires_at
+        if previous and previous != owner and expires and expires > now:
+            if not _owner_is_dead_local_process(previous):
+                raise LeaseHeld(run_id, previous, expires)
+            note = f"took over the lease of {previous}, whose process no longer exists"
+        elif previous and previous != owner:
+            note = f"took over the expired lease of {previous}"
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id)
+                .where(
+                    (RunRow.lease_owner.is_(None))
+                    | (RunRow.lease_owner == previous)
+                    | (RunRow.lease_owner == owner)
+                )
+                .values(
+                    lease_owner=owner,
+                    lease_expires_at=now + timedelta(seconds=seconds),
+                    updated_at=now,
+                )
+            )
+            if result.rowcount != 1:
+                fresh = self.get_run(run_id)
+                raise LeaseHeld(run_id, fresh.lease_owner or "?", fresh.lease_expires_at)
+        return note
+
+    def renew_lease(self, run_id: str, owner: str, *, seconds: float = 60.0) -> bool:
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id, RunRow.lease_owner == owner)
+                .values(lease_expires_at=utcnow() + timedelta(seconds=seconds))
+            )
+            return result.rowcount == 1
+
+    def release_lease(self, run_id: str, owner: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id, RunRow.lease_owner == owner)
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+
+    # -- server events ------------------------------------------------------------------------
+
+    def record_server_event(self, server: str, type_: str, payload: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(ServerEventRow).values(
+                    server=server, at=utcnow(), type=type_, payload=json.dumps(payload)
+                )
+            )
+
+    def server_events(
+        self, *, since: datetime | None = None, until: datetime | None = None
+    ) -> list[tuple[datetime, str, str, dict[str, Any]]]:
+        with self.engine.connect() as conn:
+            query = select(
+                ServerEventRow.at,
+                ServerEventRow.server,
+                ServerEventRow.type,
+                ServerEventRow.payload,
+            ).order_by(ServerEventRow.at)
+            if since is not None:
+                query = query.where(ServerEventRow.at >= since)
+            if until is not None:
+                query = query.where(ServerEventRow.at <= until)
+            return [(_aware(a), s, t, json.loads(p)) for a, s, t, p in conn.execute(query)]  # type: ignore[misc]
+
+    def delete_runs(self, run_ids: Sequence[str]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(EventRow).where(EventRow.run_id.in_(run_ids)))
+            conn.execute(delete(RunRow).where(RunRow.id.in_(run_ids)))
+
+
+MIGRATIONS: dict[int, Sequence[str]] = {}
+"""Forward migrations: version -> SQL statements taking the schema from version-1 to version."""
+
+
+def is_storage_full(error: BaseException) -> bool:
+    return isinstance(error, OperationalError) and "full" in str(error).lower()

@@ -1,0 +1,44 @@
+"""The few lines printed when a run stops: outcome, phases, what changed, what to do next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from pilot.runner import RunOutcome
+from pilot.snapshot import GitRepo, diff_snapshots
+from pilot.store import EventStore
+from pilot.ui import format_duration
+
+
+def print_outcome(console: Console, store: EventStore, outcome: RunOutcome) -> None:
+    state = outcome.state
+    style = {"succeeded": "bold green", "paused": "bold yellow"}.get(outcome.status, "bold red")
+    console.print()
+    console.print(f"[{style}]run {outcome.run_id} {outcome.status}[/] {outcome.reason}")
+    for phase in state.phases_done:
+        mark = "[green]✓[/]" if phase.outcome == "succeeded" else "[red]✗[/]"
+        console.print(f"  {mark} {phase.name}: {phase.summary or phase.reason or phase.outcome}")
+    console.print(
+        f"  steps {state.steps}, tokens {state.prompt_tokens} in / {state.completion_tokens} "
+        f"out, active {format_duration(state.active_seconds)}"
+    )
+    started = state.started
+    if started and started.base_snapshot and state.snapshot:
+        try:
+            stat = diff_snapshots(
+                GitRepo(Path(started.workspace)), started.base_snapshot, state.snapshot, stat=True
+            )
+        except Exception:  # the workspace may be gone; the summary must still print
+            stat = ""
+        if stat:
+            console.print(f"  changes on branch {started.branch} in {started.workspace}:")
+            for line in stat.splitlines():
+                console.print(f"    {line}", highlight=False)
+    db = "" if store.url.endswith("marathon.db") else f" --db {store.url}"
+    if outcome.status == "paused":
+        console.print(f"  resume with: [bold]pilot resume {outcome.run_id}{db}[/]")
+    console.print(
+        f"  timeline: pilot show {outcome.run_id}{db}   diff: pilot diff {outcome.run_id}{db}"
+    )

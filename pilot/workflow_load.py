@@ -1,0 +1,1122 @@
+"""Loading workflow files: YAML -> validated ``Workflow`` + typed params + compiled templates.
+
+Every problem is reported as a ``WorkflowError`` naming file, line, column and field,
+and all problems found in one pass are reported together, because the person
+reading them is about to leave a run going overnight and should fix everything in
+one edit. The pipeline:
+
+1. YAML is composed into a node tree with a strict loader (YAML 1.2 scalars, so
+   ``no`` stays a string; duplicate keys refused) and turned into plain data while
+   recording each node's position by path.
+2. pydantic validates the data; each error's ``loc`` is mapped back to the closest
+   recorded position, and its message rewritten to say what to write instead.
+3. Cross-field checks, params and templates are checked together.
+
+This module reads the files it is given and nothing else: no network, no commands.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import NoneType, UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
+
+try:  # libyaml, when PyYAML was built with it
+    from yaml.cyaml import CParser as _CParser
+except ImportError:  # pragma: no cover - depends on the PyYAML build
+    _CParser = None  # type: ignore[assignment, misc]
+
+from pilot.errors import WorkflowError, WorkflowErrors
+from pilot.templating import (
+    RunContext,
+    SourceSpan,
+    TemplateKind,
+    WorkflowTemplate,
+    compile_template,
+    make_environment,
+)
+from pilot.workflow_schema import EXTENSION_PREFIX, Loc, ParamSpec, Workflow, coerce_param
+
+__all__ = [
+    "LoadedWorkflow",
+    "load_params_file",
+    "load_workflow",
+    "parse_param_assignments",
+    "parse_workflow_text",
+    "render_branch",
+    "render_check",
+    "render_phase_prompt",
+    "render_system",
+    "render_workspace_path",
+]
+
+_MAX_NODES = 100_000  # alias bombs ("billion laughs") stop here
+_MAX_DEPTH = 64
+
+# The run context used to try every template at load time.
+_PLACEHOLDER_RUN_ID = "00000000-check"
+
+
+# =========================================================================== result
+
+
+@dataclass(frozen=True)
+class LoadedWorkflow:
+    """A workflow ready to run: validated, params resolved, templates compiled.
+
+    ``text`` is the file exactly as read (the runner stores it with the run, so a
+    resume uses the workflow as it was at start, whatever happened to the file).
+    ``params`` holds every declared param with its typed value (``None`` for an
+    optional param nobody set). ``base_dir`` is where relative workspace paths are
+    resolved from (the current directory at load time, unless given).
+    """
+
+    workflow: Workflow
+    text: str
+    path: Path | None
+    params: dict[str, Any]
+    filename: str
+    base_dir: Path
+    templates: Mapping[str, WorkflowTemplate] = field(repr=False, compare=False)
+
+
+# =========================================================================== YAML
+
+
+def _core_schema_resolvers() -> dict[str | None, list[tuple[str, re.Pattern[str]]]]:
+    """Implicit tags of the YAML 1.2 core schema, in PyYAML's resolver-table shape."""
+    table: dict[str | None, list[tuple[str, re.Pattern[str]]]] = {}
+    for tag, pattern, first in (
+        ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+        ("int", r"^[-+]?[0-9]+$", "-+0123456789"),
+        (
+            "float",
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+)"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+            "-+0123456789.",
+        ),
+        ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+        ("merge", r"^<<$", "<"),
+    ):
+        for char in first:
+            key = char or None  # PyYAML files the empty scalar under None
+            table.setdefault(key, []).append((f"tag:yaml.org,2002:{tag}", re.compile(pattern)))
+    return table
+
+
+def _construct_int(loader: SafeConstructor, node: yaml.ScalarNode) -> int:
+    return int(loader.construct_scalar(node))  # decimal: "0755" is 755, not octal
+
+
+class _Schema(SafeConstructor, Resolver):
+    """Safe construction with YAML 1.2 core scalars: only true/false are booleans.
+
+    YAML 1.1 reads ``no``, ``off`` and ``y`` as booleans, ``1:30`` as 90 and ``0755``
+    as octal; in prompts and param defaults that silently changes values.
+    """
+
+    yaml_implicit_resolvers = _core_schema_resolvers()
+    yaml_constructors = {
+        **SafeConstructor.yaml_constructors,
+        "tag:yaml.org,2002:int": _construct_int,
+    }
+
+    def __init__(self) -> None:
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+
+
+class _PyLoader(Reader, Scanner, Parser, Composer, _Schema):
+    """The pure-Python parser, used where PyYAML was built without libyaml."""
+
+    def __init__(self, stream: str) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        Composer.__init__(self)
+        _Schema.__init__(self)
+
+
+_YamlLoader: type[_PyLoader] | type[Any] = _PyLoader
+if _CParser is not None:
+
+    class _CLoader(_CParser, _Schema):  # type: ignore[misc, valid-type]
+        """libyaml's parser (25x faster); same nodes and marks as the Python one."""
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            _Schema.__init__(self)
+
+    _YamlLoader = _CLoader
+
+
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@dataclass
+class _Where:
+    """Where a value sits in the file: its key (if in a mapping) and its node."""
+
+    key: yaml.Node | None
+    node: yaml.Node
+
+
+@dataclass
+class _Document:
+    """Plain data built from YAML, with every value's position by path."""
+
+    filename: str
+    text: str
+    data: Any
+    where: dict[Loc, _Where]
+    stand_ins: list[str] = field(default_factory=list)
+
+
+class _Builder:
+    """Turns a composed YAML node tree into plain data, recording positions and problems."""
+
+    def __init__(self, loader: Any, filename: str, text: str) -> None:
+        self.loader = loader
+        self.filename = filename
+        self.lines = text.splitlines()
+        self.where: dict[Loc, _Where] = {}
+        self.errors: list[WorkflowError] = []
+        self.count = 0
+        self.stack: set[int] = set()
+        self.unreadable: set[int] = set()
+        self.stand_ins: list[str] = []  # fields holding a stand-in for an unreadable value
+
+    def error(self, mark: yaml.Mark, path: Loc, message: str) -> None:
+        self.errors.append(
+            WorkflowError(
+                message,
+                file=self.filename,
+                line=mark.line + 1,
+                column=mark.column + 1,
+                field=dotted(path) or None,
+            )
+        )
+
+    def build(self, node: yaml.Node, path: Loc, key: yaml.Node | None = None) -> Any:
+        self.count += 1
+        if self.count > _MAX_NODES or len(path) > _MAX_DEPTH:
+            raise _Abort(
+                _mark_error(
+                    self.filename,
+                    node.start_mark,
+                    "the document is too large or too deeply nested (an alias loop?); "
+                    "workflow files are small",
+                )
+            )
+        if id(node) in self.stack:
+            raise _Abort(_mark_error(self.filename, node.start_mark, "an alias refers to itself"))
+        self.where.setdefault(path, _Where(key, node))
+        if isinstance(node, yaml.ScalarNode):
+            return self._scalar(node, path)
+        self.stack.add(id(node))
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                if node.tag != _SEQ_TAG:
+                    self.error(node.start_mark, path, _tag_message(node.tag))
+                return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            if isinstance(node, yaml.MappingNode):
+                if node.tag != _MAP_TAG:
+                    self.error(node.start_mark, path, _tag_message(node.tag))
+                out: dict[str, Any] = {}
+                for name, key_node, value_node in self._pairs(node, path):
+                    out[name] = self.build(value_node, (*path, name), key_node)
+                return out
+        finally:
+            self.stack.discard(id(node))
+        return None  # pragma: no cover - composer yields only these three node kinds
+
+    def _scalar(self, node: yaml.ScalarNode, path: Loc) -> Any:
+        if id(node) in self.unreadable:  # an alias of a value already reported
+            self.stand_ins.append(dotted(path))
+            return node.value
+        if not node.tag.startswith(_STANDARD_TAGS):
+            self.unreadable.add(id(node))
+            self.error(node.start_mark, path, _tag_message(node.tag))
+            return node.value
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except Exception as exc:  # bad explicit tags (!!int abc): the file's fault
+            self.unreadable.add(id(node))
+            problem = getattr(exc, "problem", None) or str(exc)
+            self.error(node.start_mark, path, f"cannot read this value: {problem}")
+            return node.value
+
+    def _pairs(self, node: yaml.MappingNode, path: Loc) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        """Explicit keys (duplicates refused) over merged ``<<`` keys, in file order."""
+        merged: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        explicit: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                sources = (
+                    value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                )
+                for source in sources:
+                    if not isinstance(source, yaml.MappingNode):
+                        self.error(
+                            source.start_mark, path, "`<<` merges only mappings (use an anchor)"
+                        )
+                        continue
+                    for name, k, v in self._pairs(source, path):
+                        merged.setdefault(name, (k, v))
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.error(key_node.start_mark, path, self._complex_key_message(key_node, path))
+                continue
+            name = key_node.value
+            if name in explicit:
+                first = explicit[name][0].start_mark
+                self.error(
+                    key_node.start_mark,
+                    (*path, name),
+                    f'duplicate key "{name}" (first given on line {first.line + 1}); '
+                    "YAML keeps only one of them, so remove or rename the other",
+                )
+                continue
+            explicit[name] = (key_node, value_node)
+        combined = {**merged, **explicit}
+        return [(name, k, v) for name, (k, v) in combined.items()]
+
+    def _complex_key_message(self, key_node: yaml.Node, path: Loc) -> str:
+        number = key_node.start_mark.line
+        line = self.lines[number] if number < len(self.lines) else ""
+        if "{{" in line:
+            key = path[-1] if path and isinstance(path[-1], str) else "key"
+            return (
+                "a value starting with '{{' must be quoted, or YAML reads it as a mapping: "
+                f'write {key}: "{{{{ ... }}}}"'
+            )
+        return "keys must be plain names, not lists or mappings"
+
+
+class _Abort(Exception):
+    """Stop building: the document cannot be read further."""
+
+    def __init__(self, error: WorkflowError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_STANDARD_TAGS = tuple(
+    f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "merge")
+)
+
+
+def _tag_message(tag: str) -> str:
+    short = tag.replace("tag:yaml.org,2002:", "!!")
+    return f"YAML tag {short} is not supported here; workflow files are plain YAML without tags"
+
+
+def _mark_error(filename: str, mark: yaml.Mark | None, message: str) -> WorkflowError:
+    if mark is None:
+        return WorkflowError(message, file=filename, line=1, column=1)
+    return WorkflowError(message, file=filename, line=mark.line + 1, column=mark.column + 1)
+
+
+def _yaml_message(exc: yaml.MarkedYAMLError, text: str) -> str:
+    """A YAML syntax error in words a workflow author can act on.
+
+    The parser's own text (which differs between libyaml and the Python parser) is
+    kept after the explanation, for the rare case the explanation guesses wrong.
+    """
+    mark = exc.problem_mark or exc.context_mark
+    lines = text.splitlines()
+    line_text = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+    at = line_text[mark.column : mark.column + 1] if mark is not None else ""
+    problem = exc.problem or ""
+    context = exc.context or ""
+    detail = problem or context or "invalid YAML"
+    if context and problem:
+        since = exc.context_mark
+        start = (
+            f" from line {since.line + 1}"
+            if since is not None and mark is not None and since.line != mark.line
+            else ""
+        )
+        detail += f", {context}{start}"
+    words = f"{problem} {context}"
+    if at == "\t" or "'\\t'" in problem:
+        return "a tab character; YAML does not allow tabs for indentation, indent with spaces"
+    if "{{" in line_text and ("{" in words or "flow" in words or "unhashable" in words):
+        return f"a value starting with '{{{{' must be quoted: key: \"{{{{ ... }}}}\" ({detail})"
+    if "mapping values are not allowed" in problem:
+        return (
+            "unexpected ': '. If this line starts a new key, line it up with the keys "
+            "above; if it is text containing ': ', quote it or use a block (key: |, then "
+            f"the text indented on the next lines) ({detail})"
+        )
+    if "could not find expected ':'" in problem:
+        return f"expected `key: value`; check this line's indentation and quotes ({detail})"
+    if any(k in words for k in ("block end", "expected key", "'-' indicator", "block mapping")):
+        return f"bad indentation: keys of one mapping and items of one list must line up ({detail})"
+    if "cannot start any token" in problem:
+        return f"{at!r} cannot start a value here; quote the value ({detail})"
+    if "single document" in words:
+        return f"a workflow file holds one YAML document; remove the extra `---` ({detail})"
+    return f"{detail}; fix the YAML syntax at this position"
+
+
+def _reader_error(exc: yaml.reader.ReaderError, text: str, filename: str) -> WorkflowError:
+    position = min(max(exc.position, 0), len(text))
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    return WorkflowError(
+        f"invalid character {chr(exc.character)!r} in the file; workflow files are UTF-8 "
+        "text without control characters (other than tab and newline)",
+        file=filename,
+        line=line,
+        column=column,
+    )
+
+
+def _parse_yaml(text: str, filename: str) -> tuple[_Document | None, list[WorkflowError]]:
+    """YAML text -> plain data with positions; (None, [error]) when it cannot be read."""
+    try:
+        loader = _YamlLoader(text)
+    except yaml.reader.ReaderError as exc:
+        return None, [_reader_error(exc, text, filename)]
+    try:
+        try:
+            root = loader.get_single_node()
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            return None, [_mark_error(filename, mark, f"invalid YAML: {_yaml_message(exc, text)}")]
+        except yaml.reader.ReaderError as exc:
+            return None, [_reader_error(exc, text, filename)]
+        except (yaml.YAMLError, RecursionError) as exc:
+            return None, [WorkflowError(f"invalid YAML: {exc}", file=filename, line=1, column=1)]
+        if root is None:
+            return _Document(filename, text, None, {}), []
+        builder = _Builder(loader, filename, text)
+        try:
+            data = builder.build(root, ())
+        except _Abort as abort:
+            return None, [abort.error]
+        except RecursionError:
+            return None, [
+                WorkflowError("the document is nested too deeply", file=filename, line=1, column=1)
+            ]
+        return _Document(filename, text, data, builder.where, builder.stand_ins), builder.errors
+    finally:
+        loader.dispose()
+
+
+# =========================================================================== locations
+
+
+def dotted(loc: Loc) -> str:
+    """``("phases", 1, "check")`` -> ``"phases[1].check"``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _normalize(loc: tuple[Any, ...], data: Any) -> tuple[Loc, str | None]:
+    """Map a pydantic ``loc`` onto the data: (existing path, missing trailing key or None).
+
+    Union tags (``"list"``, ``"settings"``) that pydantic inserts are dropped: they
+    are the elements that name nothing in the data and are not the last one.
+    """
+    path: list[str | int] = []
+    current = data
+    for i, part in enumerate(loc):
+        if part == "[key]":  # pydantic's marker for an error in a mapping's key
+            continue
+        in_dict = isinstance(current, dict) and isinstance(part, str) and part in current
+        in_list = isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)
+        if in_dict or in_list:
+            path.append(part)
+            current = current[part]
+        elif i == len(loc) - 1 and isinstance(part, str) and isinstance(current, dict):
+            return tuple(path), part
+        # else: a union tag or a key-error marker; skip it
+    return tuple(path), None
+
+
+class _Locator:
+    """Finds the file position for a path in the data (or its closest ancestor)."""
+
+    def __init__(self, doc: _Document) -> None:
+        self.doc = doc
+
+    def find(self, path: Loc) -> tuple[_Where | None, Loc]:
+        for n in range(len(path), -1, -1):
+            hit = self.doc.where.get(path[:n])
+            if hit is not None:
+                return hit, path[:n]
+        return None, ()
+
+    def error(
+        self, path: Loc, message: str, *, field: str | None = None, at_key: bool = False
+    ) -> WorkflowError:
+        hit, _found = self.find(path)
+        mark = None
+        if hit is not None:
+            mark = hit.key.start_mark if at_key and hit.key is not None else hit.node.start_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        return WorkflowError(
+            message,
+            file=self.doc.filename,
+            line=line,
+            column=column,
+            field=field if field is not None else (dotted(path) or None),
+        )
+
+    def span(self, path: Loc) -> SourceSpan:
+        """The template text's position for the string at ``path``."""
+        hit, found = self.find(path)
+        if hit is None:
+            return SourceSpan(self.doc.filename, 1, 1, 1)
+        node = hit.node
+        if found != path or not isinstance(node, yaml.ScalarNode):
+            # A default (not written in the file): point at the closest thing that is.
+            mark = node.start_mark
+            return SourceSpan(self.doc.filename, mark.line + 1, mark.column + 1, mark.line + 1)
+        last = max(node.end_mark.line + 1, node.start_mark.line + 1)
+        if node.style in ("|", ">"):
+            first = node.start_mark.line + 2  # content starts on the line after `|`
+            column = _indent_of(self.doc.text, first) + 1
+            if node.end_mark.column == 0:
+                last = node.end_mark.line  # end mark sits at the start of the next line
+            return SourceSpan(self.doc.filename, first, column, max(first, last))
+        quote = 1 if node.style in ('"', "'") else 0
+        return SourceSpan(
+            self.doc.filename, node.start_mark.line + 1, node.start_mark.column + 1 + quote, last
+        )
+
+
+def _indent_of(text: str, line: int) -> int:
+    lines = text.splitlines()
+    for candidate in lines[line - 1 :]:
+        if candidate.strip():
+            return len(candidate) - len(candidate.lstrip(" "))
+    return 0
+
+
+# =========================================================================== pydantic errors
+
+
+def _unwrap(tp: Any) -> Any:
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _type_at(path: Loc) -> Any:
+    """The annotated type of the value at ``path`` in a Workflow, or None if unknown."""
+    tp: Any = Workflow
+    for part in path:
+        tp = _step(tp, part)
+        if tp is None:
+            return None
+    return tp
+
+
+def _step(tp: Any, part: str | int) -> Any:
+    tp = _unwrap(tp)
+    origin = get_origin(tp)
+    if origin in (Union, UnionType):
+        for arg in get_args(tp):
+            if _unwrap(arg) is NoneType:
+                continue
+            found = _step(arg, part)
+            if found is not None:
+                return found
+        return None
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        info = tp.model_fields.get(part) if isinstance(part, str) else None
+        return info.annotation if info else None
+    if origin is list and isinstance(part, int):
+        return get_args(tp)[0]
+    if origin is dict and isinstance(part, str):
+        return get_args(tp)[1]
+    return None
+
+
+def _model_at(path: Loc) -> type[BaseModel] | None:
+    tp = _unwrap(_type_at(path))
+    candidates = get_args(tp) if get_origin(tp) in (Union, UnionType) else (tp,)
+    for candidate in candidates:
+        candidate = _unwrap(candidate)
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it, short."""
+    if value is None:
+        return "nothing (an empty value)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "...'"
+
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "list_type": "a list (`[a, b]`, or one `- item` per line)",
+    "dict_type": "a mapping (`key: value` lines)",
+    "model_type": "a mapping (`key: value` lines)",
+    "model_attributes_type": "a mapping (`key: value` lines)",
+}
+_BOUNDS = {
+    "greater_than": ("gt", "greater than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+
+
+def _describe(error: Mapping[str, Any], path: Loc, tail: str | None) -> tuple[str, bool]:
+    """A pydantic error -> (actionable message, whether it belongs at the key)."""
+    kind = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        key = str(path[-1]) if path else "?"
+        model = _model_at(path[:-1])
+        allowed = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        if close:
+            return f'unknown key "{key}" (did you mean "{close[0]}"?)', True
+        listed = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
+        return f'unknown key "{key}"{listed}', True
+    if kind == "missing":
+        model = _model_at(path)
+        info = model.model_fields.get(tail) if model and tail else None
+        about = ""
+        if info and info.description:
+            text = info.description.rstrip(".")
+            about = f" ({text[:1].lower()}{text[1:]})"
+        return f'missing required key "{tail}"{about}', False
+    if kind in _EXPECTED:
+        message = f"expected {_EXPECTED[kind]}, got {_show(value)}"
+        if kind == "string_type" and isinstance(value, int | float | bool):
+            message += " (quote it if you mean the text)"
+        return message, False
+    if kind == "literal_error":
+        options = re.findall(r"'([^']*)'|(\d+)", str(ctx.get("expected", "")))
+        names = [a or b for a, b in options]
+        close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
+        hint = f' (did you mean "{close[0]}"?)' if close else ""
+        return f"expected one of {', '.join(names)}, got {_show(value)}{hint}", False
+    if kind in _BOUNDS:
+        key, words = _BOUNDS[kind]
+        return f"must be {words} {ctx.get(key)}, got {_show(value)}", False
+    if kind in ("value_error", "assertion_error"):
+        return str(ctx.get("error", error.get("msg", ""))), False
+    message = str(error.get("msg", "invalid value"))
+    return f"{message[:1].lower()}{message[1:]}, got {_show(value)}", False
+
+
+def _validation_errors(
+    exc: ValidationError, locator: _Locator, already: Iterable[WorkflowError] = ()
+) -> list[WorkflowError]:
+    """pydantic's errors as located WorkflowErrors, without echoes of problems already known.
+
+    Dropped: errors inside a value the YAML reader already complained about (its data
+    is a stand-in), and "missing key X" when an unknown key next to it is a typo of X.
+    """
+    known = [e.field for e in already if e.field] + locator.doc.stand_ins
+    entries: list[tuple[Loc, str | None, dict[str, Any]]] = []
+    for error in exc.errors(include_url=False):
+        path, tail = _normalize(tuple(error["loc"]), locator.doc.data)
+        entries.append((path, tail, dict(error)))
+    typos: set[tuple[Loc, str]] = set()
+    for path, _tail, error in entries:
+        if error["type"] == "extra_forbidden" and path:
+            model = _model_at(path[:-1])
+            allowed = list(model.model_fields) if model else []
+            for close in difflib.get_close_matches(str(path[-1]), allowed, n=1, cutoff=0.6):
+                typos.add((path[:-1], close))
+    out: list[WorkflowError] = []
+    for path, tail, error in entries:
+        if error["type"] == "missing" and tail and (path, tail) in typos:
+            continue
+        field = dotted((*path, tail) if tail else path) or None
+        if field and any(_within(field, prefix) for prefix in known):
+            continue
+        message, at_key = _describe(error, path, tail)
+        at_key = at_key or "[key]" in error["loc"]
+        out.append(locator.error(path, message, field=field, at_key=at_key))
+    return out
+
+
+def _within(field: str, prefix: str) -> bool:
+    return field == prefix or field.startswith((prefix + ".", prefix + "["))
+
+
+# =========================================================================== params
+
+
+_PLACEHOLDERS = {
+    "string": "TEXT",
+    "integer": "N",
+    "number": "X",
+    "boolean": "true",
+    "path": "PATH",
+    "list": "A,B",
+}
+
+
+def _example(name: str, spec: ParamSpec) -> str:
+    value = "|".join(spec.choices or []) if spec.type == "choice" else _PLACEHOLDERS[spec.type]
+    return f"--param {name}={value}"
+
+
+def _resolve_params(
+    workflow: Workflow, given: Mapping[str, Any], locator: _Locator, *, require: bool = True
+) -> tuple[dict[str, Any], list[WorkflowError]]:
+    values: dict[str, Any] = {}
+    errors: list[WorkflowError] = []
+    declared = list(workflow.params)
+    for name in given:
+        if name not in workflow.params:
+            close = difflib.get_close_matches(name, declared, n=1, cutoff=0.6)
+            hint = f' (did you mean "{close[0]}"?)' if close else ""
+            takes = (
+                f"this workflow takes: {', '.join(declared)}"
+                if declared
+                else "this workflow takes no params"
+            )
+            errors.append(
+                locator.error(
+                    ("params",),
+                    f'unknown param "{name}" given with --param{hint}; {takes}',
+                    field="params",
+                    at_key=True,
+                )
+            )
+    for name, spec in workflow.params.items():
+        loc = ("params", name)
+        about = f" ({spec.description})" if spec.description else ""
+        if name in given:
+            try:
+                values[name] = coerce_param(spec, given[name])
+            except ValueError as exc:
+                errors.append(
+                    locator.error(
+                        loc,
+                        f'bad value for param "{name}": {exc}; pass it like {_example(name, spec)}',
+                        at_key=True,
+                    )
+                )
+        elif spec.default is not None:
+            values[name] = coerce_param(spec, spec.default)  # checked by the schema
+        elif spec.required and require:
+            errors.append(
+                locator.error(
+                    loc,
+                    f'missing required param "{name}"{about}; pass it with {_example(name, spec)}',
+                    at_key=True,
+                )
+            )
+        else:
+            values[name] = None
+    return values, errors
+
+
+def parse_param_assignments(assignments: Iterable[str]) -> dict[str, str]:
+    """``["repo=~/src/x", "goal=Tidy up"]`` -> ``{"repo": "~/src/x", "goal": "Tidy up"}``.
+
+    Values are kept as text; ``load_workflow`` parses them by each param's type.
+    A param given twice is refused rather than silently overridden.
+    """
+    out: dict[str, str] = {}
+    errors: list[WorkflowError] = []
+    for item in assignments:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            errors.append(
+                WorkflowError(
+                    f"--param {item!r} is not NAME=VALUE; write --param {name or 'NAME'}=VALUE",
+                    field="params",
+                )
+            )
+        elif name in out:
+            errors.append(
+                WorkflowError(
+                    f'--param "{name}" is given twice ({out[name]!r} and {value!r}); give it once',
+                    field=f"params.{name}",
+                )
+            )
+        else:
+            out[name] = value
+    if errors:
+        raise errors[0] if len(errors) == 1 else WorkflowErrors(errors)
+    return out
+
+
+def load_params_file(path: Path) -> dict[str, Any]:
+    """Read params from a YAML mapping (``repo: ~/src/x``), for long or many values.
+
+    Values may be typed (numbers, lists); they are parsed by each param's type when
+    the workflow is loaded. Merge with ``--param`` values by letting the latter win.
+    """
+    filename = str(path)
+    text = _read_text(path)
+    doc, errors = _parse_yaml(text, filename)
+    if doc is None:
+        raise errors[0]
+    if errors:
+        raise WorkflowErrors(errors)
+    if doc.data is None:
+        return {}
+    if not isinstance(doc.data, dict):
+        raise WorkflowError(
+            "a params file is a YAML mapping of param names to values, like `repo: ~/src/x`",
+            file=filename,
+            line=1,
+            column=1,
+        )
+    return dict(doc.data)
+
+
+# =========================================================================== templates
+
+
+@dataclass(frozen=True)
+class _TemplateSlot:
+    path: Loc
+    kind: TemplateKind
+    phase: int | None = None
+
+
+def _template_slots(workflow: Workflow) -> list[tuple[_TemplateSlot, str]]:
+    slots: list[tuple[_TemplateSlot, str]] = [
+        (_TemplateSlot(("workspace", "path"), "workspace_path"), workflow.workspace.path),
+        (_TemplateSlot(("workspace", "branch"), "branch"), workflow.workspace.branch),
+    ]
+    if workflow.system is not None:
+        slots.append((_TemplateSlot(("system",), "system"), workflow.system))
+    for i, phase in enumerate(workflow.phases):
+        slots.append((_TemplateSlot(("phases", i, "prompt"), "phase", i), phase.prompt))
+        if phase.check is not None:
+            slots.append((_TemplateSlot(("phases", i, "check"), "phase", i), phase.check))
+    return slots
+
+
+def _context(
+    workflow: Workflow,
+    params: Mapping[str, Any],
+    kind: TemplateKind,
+    run: RunContext,
+    phase_index: int | None = None,
+) -> dict[str, Any]:
+    context: dict[str, Any] = {
+        "params": dict(params),
+        "workflow": {"name": workflow.name, "description": workflow.description or ""},
+        "run": run.as_dict(kind),
+    }
+    if kind == "phase" and phase_index is not None:
+        phase = workflow.phases[phase_index]
+        context["phase"] = {
+            "name": phase.name,
+            "index": phase_index + 1,
+            "count": len(workflow.phases),
+            "description": phase.description or "",
+        }
+    return context
+
+
+def _branch_problem(name: str) -> str | None:
+    """Why ``name`` is not a usable git branch name (git check-ref-format), or None."""
+    if not name:
+        return "it is empty"
+    bad = sorted({c for c in name if c in " ~^:?*[\\" or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        return f"it contains {', '.join(repr(c) for c in bad)}"
+    if ".." in name or "@{" in name or "//" in name:
+        return "it contains '..', '@{' or '//'"
+    if name.startswith(("-", "/")) or name.endswith(("/", ".", ".lock")) or name == "@":
+        return "it starts with '-' or '/', or ends with '/', '.' or '.lock'"
+    if any(part.startswith(".") for part in name.split("/")):
+        return "a part of it starts with '.'"
+    return None
+
+
+def _render_checks(
+    workflow: Workflow,
+    params: Mapping[str, Any],
+    templates: Mapping[str, WorkflowTemplate],
+    base_dir: Path,
+) -> list[WorkflowError]:
+    """Render every template once with the real params and a stand-in run."""
+    errors: list[WorkflowError] = []
+    run = RunContext(id=_PLACEHOLDER_RUN_ID, started_at="2000-01-01T00:00:00+00:00")
+    rendered: dict[str, str] = {}
+    for slot, _source in _template_slots(workflow):
+        key = dotted(slot.path)
+        template = templates.get(key)
+        if template is None:
+            continue
+        if slot.kind == "branch":
+            workspace = rendered.get("workspace.path", "")
+            run = RunContext(run.id, run.started_at, _absolute(workspace, base_dir))
+        elif slot.kind in ("system", "phase") and run.branch == "":
+            run = RunContext(
+                run.id, run.started_at, run.workspace, rendered.get("workspace.branch", "")
+            )
+        try:
+            text = template.render(_context(workflow, params, slot.kind, run, slot.phase))
+        except WorkflowError as exc:
+            errors.append(exc)
+            continue
+        rendered[key] = text.strip()
+        if slot.kind == "workspace_path" and not text.strip():
+            errors.append(template.error(None, "renders to an empty path; give a directory"))
+        if slot.kind == "branch":
+            problem = _branch_problem(text.strip())
+            if problem:
+                errors.append(
+                    template.error(
+                        None,
+                        f"renders to {text.strip()!r}, which is not a valid git branch name "
+                        f"({problem}); use letters, digits, '-', '_', '.' and '/'",
+                    )
+                )
+    return errors
+
+
+def _absolute(path: str, base_dir: Path) -> str:
+    expanded = os.path.expanduser(path.strip())
+    return os.path.abspath(os.path.join(base_dir, expanded))
+
+
+# =========================================================================== loading
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkflowError(
+            "no such file; check the path (the bundled workflows are in workflows/)",
+            file=str(path),
+        ) from None
+    except IsADirectoryError:
+        raise WorkflowError(
+            "is a directory; give the YAML file inside it", file=str(path)
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise WorkflowError(
+            f"is not UTF-8 text (byte {exc.start}); save it as UTF-8", file=str(path)
+        ) from None
+    except OSError as exc:
+        raise WorkflowError(f"cannot be read: {exc.strerror}", file=str(path)) from None
+
+
+def load_workflow(
+    path: Path,
+    params: Mapping[str, Any] | None = None,
+    *,
+    tool_names: Collection[str] | None = None,
+    base_dir: Path | None = None,
+    require_params: bool = True,
+) -> LoadedWorkflow:
+    """Read, validate and prepare the workflow file at ``path``.
+
+    ``params`` are the user's values (``--param`` text or a params file's values);
+    ``tool_names`` are the tool registry's names, so unknown tools fail now. Raises
+    ``WorkflowError`` (a ``WorkflowErrors`` when there are several problems).
+    ``require_params=False`` is for checking a file without its params (`pilot
+    validate`): missing required params are then not errors (their value is None and
+    templates are only checked statically); the result must not be run.
+    """
+    text = _read_text(path)
+    return parse_workflow_text(
+        text,
+        str(path),
+        params,
+        tool_names=tool_names,
+        path=Path(path),
+        base_dir=base_dir,
+        require_params=require_params,
+    )
+
+
+def parse_workflow_text(
+    text: str,
+    filename: str = "<workflow>",
+    params: Mapping[str, Any] | None = None,
+    *,
+    tool_names: Collection[str] | None = None,
+    path: Path | None = None,
+    base_dir: Path | None = None,
+    require_params: bool = True,
+) -> LoadedWorkflow:
+    """Like ``load_workflow``, for text already in hand (a stored run's workflow, a test).
+
+    ``filename`` is only used in messages. ``base_dir`` resolves a relative
+    workspace path; a resume should pass the one recorded at the run's start.
+    """
+    doc, errors = _parse_yaml(text, filename)
+    if doc is None:
+        raise _collected(errors)
+    if not isinstance(doc.data, dict):
+        got = "an empty file" if doc.data is None else _show(doc.data)
+        errors.append(
+            WorkflowError(
+                f"a workflow is a YAML mapping with at least `name`, `workspace`, `tools` and "
+                f"`phases`, got {got}; start from workflows/refactor_repo.yaml",
+                file=filename,
+                line=1,
+                column=1,
+            )
+        )
+        raise _collected(errors)
+    locator = _Locator(doc)
+    # Top-level `x-...` keys are the user's own (a place for YAML anchors), as in Compose.
+    data = {k: v for k, v in doc.data.items() if not k.startswith(EXTENSION_PREFIX)}
+    try:
+        workflow = Workflow.model_validate(data, context={"defer_cross_checks": True})
+    except ValidationError as exc:
+        raise _collected(errors + _validation_errors(exc, locator, errors)) from None
+    for loc, message in workflow.problems(tool_names):
+        errors.append(locator.error(loc, message))
+    values, param_errors = _resolve_params(workflow, params or {}, locator, require=require_params)
+    unset_required = [
+        n for n, spec in workflow.params.items() if spec.required and values.get(n) is None
+    ]
+    errors += param_errors
+
+    env = make_environment()
+    templates: dict[str, WorkflowTemplate] = {}
+    template_errors: list[WorkflowError] = []
+    for slot, source in _template_slots(workflow):
+        template, problems = compile_template(
+            env,
+            source,
+            field=dotted(slot.path),
+            kind=slot.kind,
+            span=locator.span(slot.path),
+            param_names=list(workflow.params),
+        )
+        template_errors += problems
+        if template is not None:
+            templates[dotted(slot.path)] = template
+    errors += template_errors
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    if not errors and not unset_required:
+        errors += _render_checks(workflow, values, templates, base)
+    if errors:
+        raise _collected(errors)
+    return LoadedWorkflow(
+        workflow=workflow,
+        text=text,
+        path=path,
+        params=values,
+        filename=filename,
+        base_dir=base,
+        templates=templates,
+    )
+
+
+def _collected(errors: list[WorkflowError]) -> WorkflowError:
+    unique: dict[str, WorkflowError] = {}
+    for error in errors:
+        unique.setdefault(str(error), error)
+    found = list(unique.values())
+    return found[0] if len(found) == 1 else WorkflowErrors(found)
+
+
+# =========================================================================== rendering
+
+
+def _template(loaded: LoadedWorkflow, key: str) -> WorkflowTemplate:
+    try:
+        return loaded.templates[key]
+    except KeyError:
+        raise WorkflowError(
+            f"the workflow has no template at {key}", file=loaded.filename
+        ) from None
+
+
+def _phase_run(loaded: LoadedWorkflow, phase_index: int) -> None:
+    count = len(loaded.workflow.phases)
+    if not 0 <= phase_index < count:
+        raise IndexError(f"phase index {phase_index} out of range (the workflow has {count})")
+
+
+def render_system(loaded: LoadedWorkflow, run: RunContext) -> str:
+    """The system prompt for ``run``; empty when the workflow has none (use the built-in)."""
+    if loaded.workflow.system is None:
+        return ""
+    template = _template(loaded, "system")
+    return template.render(_context(loaded.workflow, loaded.params, "system", run)).strip()
+
+
+def render_phase_prompt(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> str:
+    """Phase ``phase_index``'s (0-based) prompt; templates see ``phase.index`` 1-based."""
+    _phase_run(loaded, phase_index)
+    template = _template(loaded, f"phases[{phase_index}].prompt")
+    context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
+    return template.render(context).strip()
+
+
+def render_check(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> str | None:
+    """Phase ``phase_index``'s check command, or None when the phase has no check."""
+    _phase_run(loaded, phase_index)
+    if loaded.workflow.phases[phase_index].check is None:
+        return None
+    template = _template(loaded, f"phases[{phase_index}].check")
+    context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
+    return template.render(context).strip()
+
+
+def render_workspace_path(loaded: LoadedWorkflow, run: RunContext) -> Path:
+    """The absolute workspace directory (``~`` expanded, relative to ``loaded.base_dir``)."""
+    template = _template(loaded, "workspace.path")
+    text = template.render(_context(loaded.workflow, loaded.params, "workspace_path", run))
+    if not text.strip():
+        raise template.error(None, "renders to an empty path; give a directory")
+    return Path(_absolute(text, loaded.base_dir))
+
+
+def render_branch(loaded: LoadedWorkflow, run: RunContext) -> str:
+    """The run's work branch name, checked to be a valid git branch name."""
+    template = _template(loaded, "workspace.branch")
+    name = template.render(_context(loaded.workflow, loaded.params, "branch", run)).strip()
+    problem = _branch_problem(name)
+    if problem:
+        raise template.error(
+            None, f"renders to {name!r}, which is not a valid git branch name ({problem})"
+        )
+    return name

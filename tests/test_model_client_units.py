@@ -1,0 +1,303 @@
+"""The model client's pure parts: stream reassembly, error mapping, retry classification, script."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import openai
+import pytest
+
+from pilot.errors import (
+    BadRequest,
+    ConfigurationError,
+    ContextOverflow,
+    ModelNotFound,
+    ServerUnavailable,
+    StreamInterrupted,
+)
+from pilot.model import (
+    ChatRequest,
+    ModelClient,
+    ModelResponse,
+    OpenAIModelClient,
+    ScriptedModelClient,
+    ScriptExhausted,
+    ServedModel,
+    ToolCallOut,
+    is_transient,
+    map_vllm_error,
+    server_root,
+)
+from pilot.streaming import StreamAccumulator
+
+
+def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> dict:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    return {"choices": choices, **extra}
+
+
+# -- stream reassembly ------------------------------------------------------------------------
+
+
+def test_tool_calls_accumulate_by_index_with_id_and_name_only_first():
+    acc = StreamAccumulator()
+    stream = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"tool_calls": [{"index": 0, "id": "c0", "function": {"name": "read_file"}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"pa'}}]}),
+        chunk({"tool_calls": [{"index": 1, "id": "c1", "function": {"name": "run"}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'th": "a"}'}}]}),
+        chunk({"tool_calls": [{"index": 1, "function": {"arguments": '{"command": "ls"}'}}]}),
+        chunk({}, "tool_calls"),
+        chunk(None, usage={"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17}),
+    ]
+    for c in stream:
+        acc.add(c)
+    assert acc.tool_calls() == [
+        ToolCallOut(id="c0", name="read_file", arguments='{"path": "a"}'),
+        ToolCallOut(id="c1", name="run", arguments='{"command": "ls"}'),
+    ]
+    assert acc.finish_reason == "tool_calls"
+    assert acc.usage is not None and acc.usage.completion_tokens == 7
+    assert acc.text is None  # only an empty opening content
+
+
+def test_repeated_id_and_name_on_every_chunk_are_not_duplicated():
+    # vLLM #42696-style servers that repeat id/name on every delta.
+    acc = StreamAccumulator()
+    for part in ['{"a"', ": 1}"]:
+        acc.add(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": 0, "id": "x", "function": {"name": "f", "arguments": part}}
+                    ]
+                }
+            )
+        )
+    assert acc.tool_calls() == [ToolCallOut(id="x", name="f", arguments='{"a": 1}')]
+
+
+def test_deltas_without_index_continue_the_latest_call_and_new_ids_start_one():
+    acc = StreamAccumulator()
+    acc.add(chunk({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{"}}]}))
+    acc.add(chunk({"tool_calls": [{"function": {"arguments": "}"}}]}))
+    acc.add(chunk({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": "{}"}}]}))
+    assert [(c.id, c.name, c.arguments) for c in acc.tool_calls()] == [
+        ("a", "f", "{}"),
+        ("b", "g", "{}"),
+    ]
+
+
+def test_missing_ids_are_generated():
+    acc = StreamAccumulator()
+    acc.add(chunk({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}))
+    (call,) = acc.tool_calls()
+    assert call.id.startswith("call_") and len(call.id) > 10
+
+
+def test_reasoning_and_older_reasoning_content_are_both_read():
+    acc = StreamAccumulator()
+    acc.add(chunk({"reasoning": "new "}))
+    acc.add(chunk({"reasoning_content": "old"}))
+    acc.add(chunk({"content": "answer"}, "stop"))
+    assert acc.reasoning_text == "new old"
+    assert acc.text == "answer"
+
+
+def test_sdk_chunk_objects_with_extra_fields():
+    from openai.types.chat import ChatCompletionChunk
+
+    sdk_chunk = ChatCompletionChunk.model_validate(
+        {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {"index": 0, "delta": {"reasoning": "hmm", "content": "hi"}, "finish_reason": None}
+            ],
+        }
+    )
+    acc = StreamAccumulator()
+    assert acc.add(sdk_chunk) is True
+    assert acc.reasoning_text == "hmm" and acc.text == "hi" and acc.first_delta
+
+
+def test_role_only_chunk_does_not_count_as_first_token():
+    acc = StreamAccumulator()
+    assert acc.add(chunk({"role": "assistant", "content": ""})) is False
+    assert not acc.first_delta
+
+
+# -- error mapping ----------------------------------------------------------------------------
+
+VLLM_030_OVERFLOW = (
+    "This model's maximum context length is 32768 tokens. However, you requested 32512 output "
+    "tokens and your prompt contains at least 257 input tokens, for a total of at least 32769 "
+    "tokens. Please reduce the length of the input prompt or the number of requested output "
+    "tokens. (parameter=input_tokens, value=257)"
+)
+VLLM_030_CHARS = (
+    "This model's maximum context length is 32768 tokens. However, you requested 1024 output "
+    "tokens and your prompt contains 131000 characters (more than 127000 characters, which is "
+    "the upper bound for 31744 input tokens). Please reduce the length of the input prompt or "
+    "the number of requested output tokens. (parameter=input_text, value=131000)"
+)
+VLLM_OLD_OVERFLOW = (
+    "This model's maximum context length is 4096 tokens. However, your request has 5000 input "
+    "tokens. Please reduce the length of the input messages."
+)
+VLLM_OLDER_OVERFLOW = (
+    "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens "
+    "(1900 in the messages, 200 in the completion). Please reduce the length of the messages "
+    "or completion."
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "limit", "prompt", "output"),
+    [
+        (VLLM_030_OVERFLOW, 32768, 257, 32512),
+        (VLLM_030_CHARS, 32768, 31744, 1024),
+        (VLLM_OLD_OVERFLOW, 4096, 5000, None),
+        (VLLM_OLDER_OVERFLOW, 2048, 1900, 200),
+    ],
+)
+def test_context_overflow_texts_of_several_vllm_versions(message, limit, prompt, output):
+    err = map_vllm_error(400, message)
+    assert isinstance(err, ContextOverflow)
+    assert (err.max_model_len, err.prompt_tokens, err.max_tokens) == (limit, prompt, output)
+
+
+def test_404_model_does_not_exist_lists_served():
+    err = map_vllm_error(404, "The model `gemma-3` does not exist.", served=["gemma-4"])
+    assert isinstance(err, ModelNotFound)
+    assert err.model == "gemma-3" and err.served == ["gemma-4"]
+
+
+def test_404_route_is_a_wrong_endpoint():
+    err = map_vllm_error(404, "Not Found", endpoint="http://h:8000")
+    assert isinstance(err, ConfigurationError) and not isinstance(err, ModelNotFound)
+    assert "/v1" in str(err)
+
+
+def test_401_names_the_api_key_setting():
+    err = map_vllm_error(401, "Unauthorized")
+    assert isinstance(err, ConfigurationError)
+    assert "model.api_key_env" in str(err) and "VLLM_API_KEY" in str(err)
+
+
+def test_auto_tool_choice_without_flags_names_the_brain_flags():
+    message = (
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    )
+    err = map_vllm_error(400, message)
+    assert isinstance(err, ConfigurationError)
+    assert "--enable-auto-tool-choice" in str(err) and "--tool-call-parser" in str(err)
+
+
+@pytest.mark.parametrize("status", [400, 422, 413])
+def test_other_client_errors_are_bad_request_with_vllms_message(status):
+    err = map_vllm_error(status, "temperature must be non-negative", body="{}")
+    assert isinstance(err, BadRequest)
+    assert err.status == status and "temperature must be non-negative" in str(err)
+
+
+def _status_error(status: int, body: object = None) -> openai.APIStatusError:
+    request = httpx.Request("POST", "http://h/v1/chat/completions")
+    response = httpx.Response(status, request=request, json=body or {})
+    return openai.APIStatusError("x", response=response, body=body)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (_status_error(503), True),
+        (_status_error(500), True),
+        (_status_error(502), True),
+        (_status_error(504), True),
+        (_status_error(429), True),
+        (_status_error(400), False),
+        (_status_error(401), False),
+        (_status_error(404), False),
+        (_status_error(422), False),
+        (StreamInterrupted("cut"), True),
+        (httpx.ConnectError("refused"), True),
+        (ValueError("bug"), False),
+        (ContextOverflow("x"), False),
+    ],
+)
+def test_only_server_side_trouble_is_transient(exc, transient):
+    assert is_transient(exc) is transient
+
+
+def test_error_event_inside_the_stream_is_classified_by_its_code():
+    request = httpx.Request("POST", "http://h/v1/chat/completions")
+    dead = openai.APIError("engine died", request, body={"message": "x", "code": 500})
+    bad = openai.APIError("bad", request, body={"message": "x", "code": 400})
+    assert is_transient(dead) and not is_transient(bad)
+
+
+def test_server_root_strips_v1():
+    assert server_root("http://h:8000/v1") == "http://h:8000"
+    assert server_root("http://h:8000/v1/") == "http://h:8000"
+    assert server_root("http://h:8000") == "http://h:8000"
+
+
+def test_server_unavailable_when_budget_is_zero_still_tries_once():
+    async def main() -> None:
+        client = OpenAIModelClient(
+            "http://127.0.0.1:9/v1", api_key=None, request_timeout=1, idle_timeout=1, server_wait=0
+        )
+        try:
+            with pytest.raises(ServerUnavailable, match="1 attempt over"):
+                await client.complete(ChatRequest(model="m", messages=[]))
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+# -- the scripted client ----------------------------------------------------------------------
+
+
+def test_scripted_client_answers_in_order_and_records_requests():
+    def echo(request: ChatRequest) -> ModelResponse:
+        return ModelResponse(content=f"you said {request.messages[-1]['content']}")
+
+    client = ScriptedModelClient(
+        [
+            ModelResponse(
+                tool_calls=[ToolCallOut(id="1", name="run", arguments="{}")],
+                finish_reason="tool_calls",
+            ),
+            echo,
+        ]
+    )
+    assert isinstance(client, ModelClient)
+
+    async def main() -> None:
+        first = await client.complete(ChatRequest(model="m", messages=[]))
+        second = await client.complete(
+            ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
+        )
+        assert first.tool_calls[0].name == "run"
+        assert second.content == "you said hi"
+        with pytest.raises(ScriptExhausted, match="turn 3"):
+            await client.complete(ChatRequest(model="m", messages=[]))
+        assert await client.list_models() == [ServedModel(id="scripted", max_model_len=32768)]
+        assert await client.count_tokens("m", [{"role": "user", "content": "x" * 400}], None)
+        await client.aclose()
+
+    asyncio.run(main())
+    assert len(client.requests) == 3 and client.remaining == 0 and client.closed
+
+
+def test_openai_client_satisfies_the_protocol():
+    client = OpenAIModelClient(
+        "http://127.0.0.1:9/v1", api_key=None, request_timeout=1, idle_timeout=1, server_wait=0
+    )
+    assert isinstance(client, ModelClient)
+    asyncio.run(client.aclose())

@@ -1,0 +1,127 @@
+"""fold(events) on its own: messages, pending calls, phases, totals, time across pauses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from pilot import events as ev
+from pilot.state import fold
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def started(**kw: object) -> ev.RunStarted:
+    base = dict(
+        workflow="wf",
+        workspace="/w",
+        branch="b",
+        endpoint="http://x",
+        system="be brief",
+        phases=["a", "b"],
+        owner="o",
+        base_snapshot="s0",
+        at=at(0),
+    )
+    base.update(kw)
+    return ev.RunStarted(**base)  # type: ignore[arg-type]
+
+
+def call(id_: str, name: str = "read_file", args: str = "{}") -> ev.ToolCall:
+    return ev.ToolCall(id=id_, name=name, arguments=args)
+
+
+def test_messages_follow_the_chat_protocol() -> None:
+    state = fold(
+        [
+            started(),
+            ev.PhaseStarted(index=0, name="a", prompt="Phase 1/2: a\n\ndo it", at=at(1)),
+            ev.AssistantMessage(
+                step=1,
+                content="",
+                reasoning="secret thoughts",
+                tool_calls=[call("c1"), call("c2", "finish", '{"summary": "ok"}')],
+                usage=ev.Usage(prompt_tokens=100, completion_tokens=20),
+                at=at(2),
+            ),
+            ev.ToolStarted(call_id="c1", name="read_file", mutates=False, at=at(3)),
+            ev.ToolFinished(call_id="c1", name="read_file", output="text", at=at(4)),
+        ]
+    )
+    roles = [m["role"] for m in state.messages]
+    assert roles == ["system", "user", "assistant", "tool"]
+    assert "secret" not in str(state.messages)
+    assert [c.id for c in state.pending_calls] == ["c2"]
+    assert state.started_call is None
+    assert (state.steps, state.total_tokens, state.phase.steps) == (1, 120, 1)
+
+
+def test_started_but_unfinished_tool_is_visible_for_recovery() -> None:
+    state = fold(
+        [
+            started(),
+            ev.PhaseStarted(index=0, name="a", prompt="p"),
+            ev.AssistantMessage(step=1, tool_calls=[call("c1", "write_file")]),
+            ev.ToolStarted(call_id="c1", name="write_file", mutates=True),
+        ]
+    )
+    assert state.started_call is not None and state.started_call.mutates
+    assert state.snapshot == "s0"
+
+
+def test_finish_then_failed_check_reopens_phase_with_feedback() -> None:
+    state = fold(
+        [
+            started(),
+            ev.PhaseStarted(index=0, name="a", prompt="p"),
+            ev.AssistantMessage(step=1, tool_calls=[call("f", "finish", '{"summary": "done"}')]),
+            ev.ToolStarted(call_id="f", name="finish", mutates=False),
+            ev.ToolFinished(call_id="f", name="finish", output="ok"),
+        ]
+    )
+    assert state.phase.finish_called and state.phase.finish_summary == "done"
+    state.apply(ev.CheckStarted(phase=0, attempt=1, command="make test"))
+    assert state.phase.check_in_flight is not None
+    state.apply(
+        ev.CheckFinished(
+            phase=0,
+            attempt=1,
+            command="make test",
+            exit_code=1,
+            passed=False,
+            output="boom",
+            feedback="Check failed: fix it",
+        )
+    )
+    assert not state.phase.finish_called
+    assert state.phase.check_attempts == 1
+    assert state.messages[-1] == {"role": "user", "content": "Check failed: fix it"}
+
+
+def test_phase_finished_advances_and_run_finished_ends() -> None:
+    state = fold(
+        [
+            started(),
+            ev.PhaseStarted(index=0, name="a", prompt="p"),
+            ev.PhaseFinished(index=0, name="a", outcome="succeeded"),
+        ]
+    )
+    assert state.phase is None and state.next_phase_index == 1
+    state.apply(ev.RunFinished(status="succeeded"))
+    assert state.finished is not None
+
+
+def test_active_time_excludes_time_paused() -> None:
+    state = fold(
+        [
+            started(at=at(0)),
+            ev.PhaseStarted(index=0, name="a", prompt="p", at=at(10)),
+            ev.RunPaused(reason="signal", at=at(20)),
+            ev.RunResumed(owner="o2", at=at(3600)),
+            ev.Nudge(reason="x", text="go on", at=at(3605)),
+        ]
+    )
+    assert state.elapsed_active(at(3610)) == 30.0

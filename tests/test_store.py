@@ -1,0 +1,127 @@
+"""The event store on real SQLite files: append, load, totals, leases, prefixes, migration."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from pilot import events as ev
+from pilot.errors import AmbiguousRunId, LeaseHeld, RunNotFound
+from pilot.store import EventStore, utcnow
+
+
+def make_store(tmp_path: Path) -> EventStore:
+    return EventStore(f"sqlite:///{tmp_path / 'm.db'}")
+
+
+def new_run(store: EventStore, owner: str | None = "me:1:a", run_id: str | None = None) -> str:
+    return store.create_run(
+        workflow_name="wf",
+        workflow_path="wf.yaml",
+        workflow_text="name: wf",
+        params={"a": 1},
+        workspace="/tmp/x",
+        owner=owner,
+        run_id=run_id,
+    )
+
+
+def test_events_round_trip_in_order_with_totals(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    run_id = new_run(store)
+    store.append(run_id, 1, ev.PhaseStarted(index=0, name="p", prompt="go"), totals={"phase": "p"})
+    message = ev.AssistantMessage(
+        step=1,
+        content="hi",
+        tool_calls=[ev.ToolCall(id="c1", name="read_file", arguments='{"path": "a"}')],
+        usage=ev.Usage(prompt_tokens=10, completion_tokens=3),
+    )
+    store.append(run_id, 2, message, totals={"steps": 1, "prompt_tokens": 10})
+    loaded = store.load_events(run_id)
+    assert loaded[0] == ev.PhaseStarted(index=0, name="p", prompt="go", at=loaded[0].at)
+    assert loaded[1].tool_calls[0].arguments == '{"path": "a"}'
+    record = store.get_run(run_id)
+    assert (record.last_seq, record.steps, record.prompt_tokens, record.phase) == (2, 1, 10, "p")
+
+
+def test_duplicate_seq_is_refused_not_forked(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    run_id = new_run(store)
+    store.append(run_id, 1, ev.RunPaused(reason="x"), totals={})
+    with pytest.raises(Exception, match=r"UNIQUE|IntegrityError"):
+        store.append(run_id, 1, ev.RunPaused(reason="y"), totals={})
+    assert [e.reason for e in store.load_events(run_id)] == ["x"]
+
+
+def test_run_finished_sets_status(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    run_id = new_run(store)
+    store.append(run_id, 1, ev.RunFinished(status="limit", reason="steps"), totals={})
+    record = store.get_run(run_id)
+    assert (record.status, record.status_reason) == ("limit", "steps")
+
+
+def test_prefix_lookup(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    new_run(store, run_id="abc123")
+    new_run(store, run_id="abd456")
+    assert store.find_run("abc").id == "abc123"
+    with pytest.raises(AmbiguousRunId, match="2 runs"):
+        store.find_run("ab")
+    with pytest.raises(RunNotFound):
+        store.find_run("zz")
+
+
+def test_sqlite_is_wal_with_foreign_keys(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    new_run(store)
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_live_lease_is_refused_and_expired_one_taken_over(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    run_id = new_run(store, owner="otherhost:1:x")
+    with pytest.raises(LeaseHeld, match="otherhost"):
+        store.acquire_lease(run_id, "me:2:y")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "UPDATE runs SET lease_expires_at = ? WHERE id = ?",
+            ((utcnow() - timedelta(seconds=5)).isoformat(sep=" "), run_id),
+        )
+    note = store.acquire_lease(run_id, "me:2:y")
+    assert "expired lease of otherhost:1:x" in note
+    assert store.get_run(run_id).lease_owner == "me:2:y"
+    store.release_lease(run_id, "me:2:y")
+    assert store.get_run(run_id).lease_owner is None
+
+
+def _exit_now() -> None:
+    pass
+
+
+def test_lease_of_dead_local_process_is_taken_over_at_once(tmp_path: Path) -> None:
+    import socket
+
+    proc = multiprocessing.get_context("spawn").Process(target=_exit_now)
+    proc.start()
+    proc.join()
+    store = make_store(tmp_path)
+    run_id = new_run(store, owner=f"{socket.gethostname()}:{proc.pid}:zz")
+    note = store.acquire_lease(run_id, "me:3:q")
+    assert "no longer exists" in note
+
+
+def test_older_schema_version_is_migrated_forward(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    store.close()
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        conn.execute("UPDATE marathon_schema SET version = 0")
+    reopened = make_store(tmp_path)
+    with reopened.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT version FROM marathon_schema").scalar() >= 1

@@ -1,0 +1,129 @@
+"""The tool contract: what a tool is, what it returns, and the context it runs in.
+
+Everything the pilot codes against lives here (``Tool``, ``ToolResult``, ``ToolContext``,
+``ToolError``). The registry (``tools.registry``) is re-exported for convenience. This module
+must not import ``pilot`` or ``brain`` and must not run anything at import time.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from tools.workspace import Workspace
+
+ERROR_PREFIX = "Error: "
+
+SandboxMode = Literal["auto", "bwrap", "none"]
+
+
+class ToolError(Exception):
+    """Raised inside a tool for an expected failure; ``invoke`` turns it into an error result.
+
+    The message is shown to the model as is (after "Error: "), so it should say what went
+    wrong and what to do instead.
+    """
+
+
+class Artifact(BaseModel):
+    """A file a tool kept next to its result, e.g. the full output of a long command."""
+
+    name: str
+    path: str  # absolute path of the file kept
+    size: int
+    media_type: str = "text/plain"
+
+
+class ToolResult(BaseModel):
+    """What a tool call returns to the model (``output``) and to the run record (the rest)."""
+
+    model_config = ConfigDict(frozen=False)
+
+    output: str
+    is_error: bool = False
+    truncated: bool = False
+    artifacts: list[Artifact] = []
+
+    @classmethod
+    def ok(cls, output: str, **kw: object) -> ToolResult:
+        """A successful result."""
+        return cls(output=output, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def error(cls, message: str, **kw: object) -> ToolResult:
+        """An error result; the output always starts with "Error: " (the pilot relies on it)."""
+        if not message.startswith(ERROR_PREFIX):
+            message = ERROR_PREFIX + message
+        return cls(output=message, is_error=True, **kw)  # type: ignore[arg-type]
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool may use besides its arguments; built by the pilot per call."""
+
+    workspace: Workspace
+    artifacts_dir: Path
+    settings: dict[str, dict] = field(default_factory=dict)
+    env_allowlist: Sequence[str] = ()
+    sandbox: SandboxMode = "auto"
+    work_branch: str | None = None
+    call_id: str | None = None
+
+    def tool_settings(self, tool_name: str) -> dict:
+        """The workflow's settings for one tool (empty when none were given)."""
+        value = self.settings.get(tool_name) or {}
+        return value if isinstance(value, dict) else {}
+
+    def artifact_path(self, prefix: str, suffix: str = ".log") -> Path:
+        """Where to keep an artifact: named by the call id when known, so a re-run overwrites.
+
+        Creates ``artifacts_dir`` on demand.
+        """
+        stem = self.call_id or uuid.uuid4().hex[:12]
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", stem)[:80] or "call"
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        return self.artifacts_dir / f"{prefix}-{stem}{suffix}"
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A tool: a name, a description written for a model, an argument model, and ``run``.
+
+    ``mutates`` says whether the tool may change the workspace; the pilot snapshots the
+    workspace after mutating tools and may re-run non-mutating ones freely on resume.
+    """
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    mutates: bool
+
+    def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult: ...
+
+
+class ToolArgs(BaseModel):
+    """Base for argument models: unknown arguments are refused so the model learns the names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def cut(text: str, limit: int, note: str = "") -> tuple[str, bool]:
+    """``text`` cut to at most ``limit`` characters, with a note saying it was cut."""
+    if len(text) <= limit:
+        return text, False
+    return text[:limit] + f"\n... [output cut at {limit} characters{note}]", True
+
+
+def __getattr__(name: str):  # lazy re-exports, to keep import order simple
+    if name in {"ToolRegistry", "UnknownToolError", "default_registry"}:
+        from tools import registry
+
+        return getattr(registry, name)
+    raise AttributeError(name)
