@@ -104,6 +104,7 @@ def _pick(registry: Registry, name: str | None) -> ServerRecord:
 
 
 def _pid_alive(pid: int | None) -> bool:
+    """A live process (a zombie waiting for its parent to reap it counts as gone)."""
     if not pid:
         return False
     try:
@@ -112,7 +113,9 @@ def _pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    from brain.launchers.process import process_state
+
+    return process_state(pid) not in ("Z", "X")
 
 
 def _say(msg: str) -> None:

@@ -247,7 +247,8 @@ def wait_preload_ready(
         except Exception:
             pass
 
-    threading.Thread(target=follow, daemon=True).start()
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -263,10 +264,11 @@ def wait_preload_ready(
                 return
             status: ServerStatus = launcher.status(handle)
             if not status.alive:
-                time.sleep(0.3)
+                follower.join(3.0)  # the log of a dead process ends: read it to the end
                 text = "\n".join(tail[-200:])
+                last = "\n".join(f"  > {ln}" for ln in (failed or tail[-5:]))
                 raise LaunchError(
-                    f"the weight-cache daemon {status.describe()} before it was ready",
+                    f"the weight-cache daemon {status.describe()} before it was ready:\n{last}",
                     diagnose(
                         text, exit_code=status.exit_code, oom_killed=status.oom_killed, spec=spec
                     ),

@@ -208,6 +208,7 @@ class Supervisor:
         self._stop = threading.Event()
         self._restart_requested = threading.Event()
         self._wake = threading.Event()
+        self._supervising = False
 
     # --- control ----------------------------------------------------------------------------
 
@@ -266,7 +267,7 @@ class Supervisor:
                 self.launcher,
                 preflight=self.preflight,
                 registry=self.registry,
-                supervisor_pid=os.getpid(),
+                supervisor_pid=os.getpid() if self._supervising else None,
             )
         except (LaunchError, NotReady) as exc:
             diag = getattr(exc, "diagnosis", None)
@@ -290,6 +291,7 @@ class Supervisor:
         A failure of the very first start is raised (the user is there to read it); later
         failures count as deaths and are retried within the cap.
         """
+        self._supervising = True
         try:
             self.start_once()
             while not self._stop.is_set():

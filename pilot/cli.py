@@ -57,11 +57,15 @@ def main(
 
 
 def _console() -> Console:
-    return Console(stderr=False, highlight=False)
+    return Console(stderr=False, highlight=False, soft_wrap=True)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {message}")
+    from rich.text import Text
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        Text.assemble(("error: ", "bold red"), message)
+    )
     return typer.Exit(code)
 
 

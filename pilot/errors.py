@@ -259,7 +259,7 @@ class RunNotFound(RunError):
         self.run_id = run_id
         self.store = store
         where = f" in {store}" if store else ""
-        super().__init__(f"no run {run_id!r}{where}; `pilot list` shows the runs there are.")
+        super().__init__(f"no run {run_id!r}{where}; `pilot runs` lists the runs there are.")
 
 
 class AmbiguousRunId(RunError):

@@ -27,6 +27,7 @@ class RegistryExecutor:
     env_allowlist: list[str]
     sandbox: str
     work_branch: str | None
+    base_commit: str | None = None
 
     def __post_init__(self) -> None:
         self._workspace = Workspace(self.workspace_root)
@@ -40,6 +41,7 @@ class RegistryExecutor:
             sandbox=self.sandbox,  # type: ignore[arg-type]
             work_branch=self.work_branch,
             call_id=call_id,
+            base_commit=self.base_commit,
         )
 
     def schemas(self, names: list[str]) -> list[dict[str, Any]]:

@@ -483,10 +483,10 @@ class OpenAIModelClient:
             )
         return served
 
-    async def list_models(self) -> list[ServedModel]:
+    async def list_models(self, *, on_wait: WaitCallback | None = None) -> list[ServedModel]:
         """``GET /v1/models`` with vLLM's ``max_model_len``, waiting out a server that is down."""
         try:
-            models, _ = await self._with_retries(self._list_models_once, None)
+            models, _ = await self._with_retries(self._list_models_once, on_wait)
         except openai.APIError as exc:
             raise await self._typed(exc, None) from exc
         return models
@@ -557,13 +557,16 @@ def _safe_json(response: httpx.Response) -> Any:
         return None
 
 
-async def resolve_model_name(client: ModelClient, configured: str) -> ServedModel:
+async def resolve_model_name(
+    client: ModelClient, configured: str, *, on_wait: WaitCallback | None = None
+) -> ServedModel:
     """The served model to use: the first one for ``auto``, else the configured one if served.
 
     Raises :class:`ModelNotFound` (listing what is served) rather than letting the first
-    completion fail with a 404 deep inside a run.
+    completion fail with a 404 deep inside a run. ``on_wait`` hears about a server that is
+    still down (so a run started before its server is up says why it waits).
     """
-    served = await client.list_models()
+    served = await client.list_models(on_wait=on_wait)
     if configured == "auto":
         if not served:
             raise ModelNotFound("auto", [])
@@ -623,7 +626,7 @@ class ScriptedModelClient:
         self._next += 1
         return turn(request) if callable(turn) else turn
 
-    async def list_models(self) -> list[ServedModel]:
+    async def list_models(self, *, on_wait: WaitCallback | None = None) -> list[ServedModel]:
         return list(self._served)
 
     async def count_tokens(

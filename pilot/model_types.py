@@ -120,7 +120,7 @@ class ModelClient(Protocol):
         """Run one chat completion to its end, waiting out a server that is down."""
         ...
 
-    async def list_models(self) -> list[ServedModel]:
+    async def list_models(self, *, on_wait: WaitCallback | None = None) -> list[ServedModel]:
         """The models the server serves, with their real context window when known."""
         ...
 

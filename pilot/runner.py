@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot import events as ev
-from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
+from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
 from pilot.failpoints import die_now, kill_after_seq_from_env
 from pilot.loop import RunLoop
@@ -222,6 +222,7 @@ class _Run:
             env_allowlist=self.plan.env_allowlist,
             sandbox=self.plan.sandbox,
             work_branch=self.plan.branch,
+            base_commit=self.state.started.base_head if self.state.started else None,
         )
         lease_lost = asyncio.Event()
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
@@ -239,6 +240,9 @@ class _Run:
             await loop.run()
             if self.cancel_requested and self.state.finished is None:
                 self.emit(ev.RunFinished(status="cancelled", reason="cancelled by the user"))
+        except ServerUnavailable as exc:
+            if self.state.finished is None:
+                self.emit(ev.RunPaused(reason=f"model server unavailable: {exc}"))
         except MarathonError as exc:
             if self.state.finished is None:
                 self.emit(ev.RunFinished(status="failed", reason=str(exc)))
@@ -253,7 +257,13 @@ class _Run:
         return self.outcome()
 
     async def _resolve_model(self, client: ModelClient) -> None:
-        served = await resolve_model_name(client, self.plan.model.name)
+        async def on_wait(wait: Any) -> None:
+            if wait.kind == "unavailable":
+                self.emit(ev.ServerUnavailable(error=wait.error or "", attempt=wait.attempt))
+            else:
+                self.emit(ev.ServerBack(waited_s=wait.waited_s, attempts=wait.attempts))
+
+        served = await resolve_model_name(client, self.plan.model.name, on_wait=on_wait)
         if served.id != self.state.model or served.max_model_len != self.state.max_model_len:
             self.emit(ev.ModelResolved(model=served.id, max_model_len=served.max_model_len))
 

@@ -35,7 +35,7 @@ def print_outcome(console: Console, store: EventStore, outcome: RunOutcome) -> N
         if stat:
             console.print(f"  changes on branch {started.branch} in {started.workspace}:")
             for line in stat.splitlines():
-                console.print(f"    {line}", highlight=False)
+                console.print(f"    {line.strip()}", highlight=False)
     db = "" if store.url.endswith("marathon.db") else f" --db {store.url}"
     if outcome.status == "paused":
         console.print(f"  resume with: [bold]pilot resume {outcome.run_id}{db}[/]")

@@ -70,8 +70,9 @@ def test_a_server_with_other_engine_args_is_refused_naming_the_fields(tmp_path):
     registry = Registry()
     start_preload(spec, SimPreloadLauncher(), registry)
     try:
-        server = spec.model_copy(update={"tensor_parallel_size": 2, "gpus": [0, 1],
-                                         "dtype": "float16"})
+        server = spec.model_copy(
+            update={"tensor_parallel_size": 2, "gpus": [0, 1], "dtype": "float16"}
+        )
         with pytest.raises(PreloadMismatch) as exc:
             check_preload(server, registry)
         assert set(exc.value.fields) == {"tp_size", "dtype", "gpus"}
@@ -97,7 +98,9 @@ def test_a_daemon_that_fails_to_start_is_diagnosed_fast(tmp_path):
 
 def test_daemon_readiness_without_a_health_port_uses_the_ready_line(tmp_path):
     spec = preload_spec(tmp_path)
-    spec = spec.model_copy(update={"preload": spec.preload.model_copy(update={"health_port": None})})
+    spec = spec.model_copy(
+        update={"preload": spec.preload.model_copy(update={"health_port": None})}
+    )
     registry = Registry()
     record = start_preload(spec, SimPreloadLauncher(), registry)
     try:

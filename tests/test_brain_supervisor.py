@@ -19,7 +19,10 @@ from brain.spec import ServerSpec
 from brain.state import Registry
 from brain.supervisor import RestartPolicy, Supervisor
 
-FATAL = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.55 GiB"
+FATAL = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+    "GPU 0 has a total capacity of 23.55 GiB"
+)
 FAST = RestartPolicy(max_restarts=3, window_s=600, backoff_initial_s=0.05, backoff_max_s=0.2)
 
 
@@ -70,17 +73,19 @@ def types(events, name):
 def test_a_killed_server_is_restarted_and_every_step_is_recorded(events, tmp_path):
     spec = sim_spec()
     launcher = SimLauncher()
-    sup = Supervisor(
-        spec, launcher, events, policy=FAST, registry=Registry(), poll_interval_s=0.1
-    )
+    sup = Supervisor(spec, launcher, events, policy=FAST, registry=Registry(), poll_interval_s=0.1)
     thread, result = run_in_thread(sup)
     wait_for(lambda: sup.ready is not None and sup.handle is not None, what="first ready")
     first = sup.handle
     assert Registry().get(spec.name).supervisor_pid == os.getpid()
     os.kill(int(first.ref), signal.SIGKILL)
     wait_for(
-        lambda: sup.handle is not None and sup.handle.ref != first.ref and sup.starts == 2
-        and "ready" in types(events, spec.name)[3:],
+        lambda: (
+            sup.handle is not None
+            and sup.handle.ref != first.ref
+            and sup.starts == 2
+            and "ready" in types(events, spec.name)[3:]
+        ),
         what="restart",
     )
     assert httpx.get(f"{sup.handle.base_url}/health").status_code == 200
@@ -158,7 +163,7 @@ def test_an_engine_that_answers_503_is_treated_as_dead_and_replaced(events):
     spec = sim_spec(BRAIN_SIM_FAULTS="engine_dead@1")
     launcher = SimLauncher()
     sup = Supervisor(spec, launcher, events, policy=FAST, poll_interval_s=0.1)
-    thread, result = run_in_thread(sup)
+    thread, _ = run_in_thread(sup)
     wait_for(lambda: sup.ready is not None, what="ready")
     first = sup.handle
     httpx.post(
@@ -181,8 +186,10 @@ def test_a_requested_restart_is_not_counted_as_a_death(events):
     wait_for(lambda: sup.ready is not None, what="ready")
     first = sup.handle
     sup.request_restart()
-    wait_for(lambda: sup.handle is not None and sup.handle.ref != first.ref and sup.starts == 2,
-             what="restart")
+    wait_for(
+        lambda: sup.handle is not None and sup.handle.ref != first.ref and sup.starts == 2,
+        what="restart",
+    )
     wait_for(lambda: types(events, spec.name).count("ready") == 2, what="second ready")
     sup.request_stop()
     thread.join(20)

@@ -297,3 +297,26 @@ def test_state_after_run_equals_fold_of_stored_events(tmp_path: Path, repo: Path
     folded = final_state(tmp_path / "m.db", outcome.run_id)
     assert folded.messages == outcome.state.messages
     assert folded.snapshot == outcome.state.snapshot
+
+
+def test_server_that_never_answers_pauses_the_run_instead_of_failing(
+    tmp_path: Path, repo: Path
+) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    workflow = write_workflow(
+        tmp_path / "wf.yaml",
+        key="e2e-nobody",
+        endpoint=f"http://127.0.0.1:{port}/v1",
+        phases=[{"name": "work", "prompt": "p"}],
+        model={"server_wait": 1.5},
+    )
+    outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+    assert outcome.status == "paused"
+    assert outcome.exit_code == 75
+    assert "unavailable" in outcome.reason
+    types = [e.type for e in events_of(tmp_path / "m.db", outcome.run_id)]
+    assert types[-2:] == ["server_unavailable", "run_paused"]

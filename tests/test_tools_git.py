@@ -148,3 +148,31 @@ def test_git_tools_outside_a_repository_say_so(tmp_path: Path) -> None:
     for name, args in (("git_status", {}), ("git_diff", {}), ("git_commit", {"message": "m"})):
         res = REGISTRY.invoke(name, args, ctx)
         assert res.is_error and "not a git repository" in res.output, (name, res.output)
+
+
+def test_git_diff_since_start_includes_committed_work(tmp_path):
+    import subprocess
+
+    from tools.base import ToolContext
+    from tools.registry import default_registry
+    from tools.workspace import Workspace
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    env_args = ["-c", "user.name=T", "-c", "user.email=t@x"]
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    (root / "a.txt").write_text("one\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", *env_args, "commit", "-qm", "base"], cwd=root, check=True)
+    base = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    (root / "a.txt").write_text("two\n")
+    subprocess.run(["git", *env_args, "commit", "-qam", "work"], cwd=root, check=True)
+    ctx = ToolContext(
+        workspace=Workspace(root), artifacts_dir=tmp_path / "art", sandbox="none", base_commit=base
+    )
+    registry = default_registry()
+    assert "No changes since the last commit" in registry.invoke("git_diff", {}, ctx).output
+    whole = registry.invoke("git_diff", {"since_start": True}, ctx).output
+    assert "-one" in whole and "+two" in whole

@@ -75,6 +75,7 @@ class ToolContext:
     sandbox: SandboxMode = "auto"
     work_branch: str | None = None
     call_id: str | None = None
+    base_commit: str | None = None  # the commit the run started from (git_diff since_start)
 
     def tool_settings(self, tool_name: str) -> dict:
         """The workflow's settings for one tool (empty when none were given)."""

@@ -127,6 +127,11 @@ class GitDiffArgs(ToolArgs):
     path: str | None = Field(
         default=None, description="Only this file or directory (default: everything)."
     )
+    since_start: bool = Field(
+        default=False,
+        description="Everything changed since this run started, commits included "
+        "(default: only what changed since the last commit).",
+    )
 
 
 class GitDiff:
@@ -136,7 +141,7 @@ class GitDiff:
     description = (
         "Show what changed in the working tree since the last commit, as a unified diff "
         "(new untracked files included; long diffs are cut, pass path to see one file). Use it "
-        "to review your work before git_commit."
+        "to review your work before git_commit; since_start=true shows the whole run's work."
     )
     args_model = GitDiffArgs
     mutates = False
@@ -151,7 +156,9 @@ class GitDiff:
             pathspec = ctx.workspace.relative(real)
         git_dir = _git_dirs(ctx.workspace.root)[0]
         has_head = _git(ctx, "rev-parse", "--verify", "-q", "HEAD").returncode == 0
-        if has_head:
+        if args.since_start and ctx.base_commit:
+            base = ctx.base_commit
+        elif has_head:
             base = "HEAD"
         else:
             empty = _git(ctx, "hash-object", "-t", "tree", os.devnull)
@@ -185,7 +192,8 @@ class GitDiff:
                 pass
         if not text.strip():
             where = "" if pathspec == "." else f" in {pathspec}"
-            return ToolResult.ok(f"No changes{where} since the last commit.")
+            since = "since the run started" if args.since_start else "since the last commit"
+            return ToolResult.ok(f"No changes{where} {since}.")
         shown, truncated, more = _cap(text, max_lines, max_bytes)
         if not truncated:
             return ToolResult.ok(shown)

@@ -105,7 +105,7 @@ class DockerLauncher:
         return spec.host, spec.port
 
     def _remove_leftover(self, spec: ServerSpec, name: str) -> None:
-        """A stopped container with our name (from a crash) is removed; a running one is an error."""
+        """A stopped container with our name (a crash) is removed; a running one is an error."""
         import docker.errors
 
         try:
@@ -219,6 +219,9 @@ class DockerLauncher:
             c.remove(force=True)
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: a removal is already in progress
+                raise
 
 
 def _close(stream: Any) -> None:

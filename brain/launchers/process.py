@@ -39,7 +39,7 @@ def _start_ticks(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
-def _proc_state(pid: int) -> str | None:
+def process_state(pid: int) -> str | None:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
@@ -171,7 +171,7 @@ class ProcessLauncher:
         ticks = _start_ticks(pid)
         if ticks is None or ticks != handle.extra.get("start_ticks"):
             return False
-        return _proc_state(pid) not in (None, "Z", "X")
+        return process_state(pid) not in (None, "Z", "X")
 
     def status(self, handle: ServerHandle) -> ServerStatus:
         child = self._child(handle)
@@ -244,8 +244,7 @@ class ProcessLauncher:
                 if not follow or (stop is not None and stop.is_set()):
                     break
                 if not self.status(handle).alive:
-                    for line in (partial + f.read()).splitlines():
-                        yield line
+                    yield from (partial + f.read()).splitlines()
                     return
                 time.sleep(0.05)
             if partial:

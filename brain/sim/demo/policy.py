@@ -118,7 +118,7 @@ def _refactor_plan() -> list[Step]:
 
 
 def _review_plan() -> list[Step]:
-    return [Step("Let me review the whole change.", "git_diff", {})]
+    return [Step("Let me review the whole change.", "git_diff", {"since_start": True})]
 
 
 def _args_of(call: dict[str, Any]) -> tuple[str, Any] | None:
@@ -270,7 +270,7 @@ class DemoPolicy:
                 f"Extracted format_amount() in {MODULE} and made invoice_line, refund_line and "
                 f"credit_line use it ({applied} of 4 edits applied); {verdict}; committed."
             )
-        diff = _find_result(since, "git_diff", {}) or ""
+        diff = _find_result(since, "git_diff", {"since_start": True}) or ""
         added = sum(
             1 for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")
         )

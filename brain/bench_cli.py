@@ -1,0 +1,175 @@
+"""``brain bench``: the command. Thin: parse options into a BenchConfig, run, print, write files.
+
+``register(app)`` adds the command to the ``brain`` typer app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from brain.bench import BenchConfig, BenchError, _validate, run_bench
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _ints(text: str | None, option: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected comma-separated integers, got {text!r}", param_hint=option
+        ) from None
+
+
+def _floats(text: str | None, option: str) -> list[float]:
+    if not text:
+        return []
+    try:
+        return [
+            math.inf if v.strip().lower() == "inf" else float(v)
+            for v in text.split(",")
+            if v.strip()
+        ]
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected comma-separated numbers or inf, got {text!r}", param_hint=option
+        ) from None
+
+
+def bench_command(
+    url: str = typer.Argument(..., help="Endpoint, e.g. http://127.0.0.1:8000 (or .../v1)."),
+    compare: str | None = typer.Option(
+        None, "--compare", help="Second endpoint: same load, point by point; ratios first/second."
+    ),
+    labels: str = typer.Option(
+        "A,B", "--labels", help="Names of the two endpoints, e.g. mtp,base."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Model name (default: first of /v1/models)."
+    ),
+    compare_model: str | None = typer.Option(
+        None, "--compare-model", help="Model name on --compare."
+    ),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="OPENAI_API_KEY", help="Bearer key."
+    ),
+    concurrency: str | None = typer.Option(
+        None, "--concurrency", "-c", help="Fixed-concurrency sweep, e.g. 1,4,16 (default 1)."
+    ),
+    request_rate: str | None = typer.Option(
+        None, "--request-rate", help="Poisson request-rate sweep in req/s, e.g. 1,2,inf."
+    ),
+    max_concurrency: int | None = typer.Option(
+        None, "--max-concurrency", help="Cap on requests in flight in --request-rate mode."
+    ),
+    num_prompts: int | None = typer.Option(
+        None,
+        "--num-prompts",
+        "-n",
+        help="Requests per point (default max(16, 4 x c); 64 for rates).",
+    ),
+    input_len: int = typer.Option(
+        512, "--input-len", help="Prompt tokens per request (random prompts)."
+    ),
+    output_len: int = typer.Option(128, "--output-len", help="max_tokens per request."),
+    dataset: Path | None = typer.Option(
+        None, "--dataset", help='JSONL prompts: {"prompt": ...} or {"messages": [...]} per line.'
+    ),
+    depth: str | None = typer.Option(
+        None, "--depth", help="Context-depth sweep for a single request, e.g. 0,4096,16384."
+    ),
+    runs: int = typer.Option(3, "--runs", help="Requests per depth."),
+    warmup: int = typer.Option(1, "--warmup", help="Warm-up requests per endpoint, not counted."),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    ignore_eos: bool = typer.Option(
+        True, "--ignore-eos/--no-ignore-eos", help="Ask vLLM to always produce max_tokens."
+    ),
+    tokenize: bool = typer.Option(
+        True, "--tokenize/--no-tokenize", help="Size prompts with the server's /tokenize."
+    ),
+    seed: int = typer.Option(0, "--seed"),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds per request (read timeout)."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the full report as JSON."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG plot (needs matplotlib)."),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Write the tables as Markdown."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+) -> None:
+    """Load-test an OpenAI-compatible endpoint: TTFT, TPOT, ITL, E2E, throughput, MTP acceptance."""
+    names = [s.strip() for s in labels.split(",")]
+    if len(names) != 2 or not all(names):
+        raise typer.BadParameter("expected two names, e.g. mtp,base", param_hint="--labels")
+    try:
+        config = BenchConfig(
+            url=url,
+            compare_url=compare,
+            labels=(names[0], names[1]),
+            model=model,
+            compare_model=compare_model,
+            api_key=api_key,
+            concurrency=_ints(concurrency, "--concurrency"),
+            request_rates=_floats(request_rate, "--request-rate"),
+            max_concurrency=max_concurrency,
+            num_prompts=num_prompts,
+            input_len=input_len,
+            output_len=output_len,
+            dataset=dataset,
+            depths=_ints(depth, "--depth"),
+            depth_runs=runs,
+            warmup=warmup,
+            temperature=temperature,
+            ignore_eos=ignore_eos,
+            use_tokenize=tokenize,
+            seed=seed,
+            timeout=timeout,
+        )
+        _validate(config)
+    except (ValueError, BenchError) as exc:  # pydantic's ValidationError is a ValueError
+        err.print(f"[red]brain bench:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    try:
+        if plot is not None:
+            from brain.bench_plot import _pyplot
+
+            _pyplot()  # fail before the run, not after it
+        progress = None if quiet else (lambda msg: err.print(f"[dim]{escape(msg)}[/dim]"))
+        report = asyncio.run(run_bench(config, progress))
+    except BenchError as exc:
+        err.print(f"[red]brain bench:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+
+    from brain.bench_report import print_report, render_markdown, write_json
+
+    print_report(report, out)
+    if json_path is not None:
+        write_json(report, json_path)
+        err.print(f"wrote {json_path}")
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(render_markdown(report), encoding="utf-8")
+        err.print(f"wrote {markdown}")
+    if plot is not None:
+        from brain.bench_plot import write_plot
+
+        write_plot(report, plot)
+        err.print(f"wrote {plot}")
+    if not any(p.completed for ep in report.endpoints for p in ep.points) and not any(
+        d.runs > d.failed for ep in report.endpoints for d in ep.depths
+    ):
+        err.print("[red]brain bench:[/red] no request succeeded")
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``bench`` to the ``brain`` app."""
+    app.command("bench", help="Load-test an OpenAI-compatible endpoint (TTFT, TPOT, ITL, MTP).")(
+        bench_command
+    )

@@ -1,0 +1,531 @@
+"""The context budget and compaction planning (pilot.context).
+
+Pure parts are tested directly; token counting and the "every request fits" property are tested
+against the simulated vLLM over real loopback HTTP (its tokenizer is ceil(bytes/4) over a
+ChatML-like rendering, and its 400 "maximum context length" check is vLLM's).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brain.sim.config import SimConfig
+from brain.sim.policy import SimTurn
+from brain.sim.server import running_sim
+from brain.sim.tokenizer import count_chat
+from pilot.context import (
+    SUMMARY_HEADER,
+    Budget,
+    TokenCounter,
+    accept_summary,
+    apply_compaction,
+    cut_tool_output,
+    estimate_message_tokens,
+    fallback_summary,
+    is_summary_message,
+    message_key,
+    plan_compaction,
+    summary_message,
+    summary_request,
+)
+from pilot.errors import BadRequest, ContextOverflow
+from pilot.model import ChatRequest, OpenAIModelClient, RetryPolicy
+
+MODEL = "sim/context-model"
+WINDOW = 8192
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name} tool: does what its name says, inside the workspace.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            },
+        },
+    }
+    for name in ("read_file", "write_file", "run", "finish")
+]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# -- conversations ----------------------------------------------------------------------------
+
+
+def call_turn(i: int, name: str, path: str, result: str, text: str = "") -> list[dict[str, Any]]:
+    call_id = f"call-{i}"
+    arguments = json.dumps({"path": path})
+    return [
+        {
+            "role": "assistant",
+            "content": text,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": result},
+    ]
+
+
+def conversation(turns: int, result_chars: int = 900) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a careful coding agent. Use the tools."},
+        {"role": "user", "content": "Phase 1/1: refactor\n\nRename util.parse to parse_config."},
+    ]
+    for i in range(turns):
+        name = "write_file" if i % 4 == 3 else "read_file"
+        body = f"# module {i}\n" + ("def f(x):\n    return x + 1\n" * (result_chars // 28))
+        messages += call_turn(i, name, f"src/mod{i}.py", body, text=f"Looking at module {i}.")
+    return messages
+
+
+class SummaryPolicy:
+    """Answers the summary request with a structured summary, anything else with a short text."""
+
+    def respond(self, request: Any) -> SimTurn:
+        first = request.messages[0].text if request.messages else ""
+        if first.startswith("You write the working notes"):
+            return SimTurn(
+                content="## Goal\n- Rename parse.\n## Progress\n- Read modules.\n"
+                "## Decisions\n- None.\n## Files\n- read: src/mod1.py\n## Open problems\n- None.\n"
+                "## Next step\n- Edit src/mod2.py."
+            )
+        return SimTurn(content="ok")
+
+
+@asynccontextmanager
+async def sim_client(**config: Any) -> Iterator[OpenAIModelClient]:
+    settings_: dict[str, Any] = {"model": MODEL, "max_model_len": WINDOW}
+    settings_.update(config)
+    with running_sim(SimConfig(**settings_), policy=SummaryPolicy()) as running:
+        client = OpenAIModelClient(
+            running.openai_base_url,
+            api_key=None,
+            request_timeout=10.0,
+            idle_timeout=5.0,
+            server_wait=5.0,
+            retry=RetryPolicy(initial_backoff=0.05, max_backoff=0.25, jitter=0.02),
+        )
+        try:
+            yield client
+        finally:
+            await client.aclose()
+
+
+class CountingCalls:
+    """Wraps a count_tokens callable and counts the calls (each one is a /tokenize request)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    async def __call__(self, model: str, messages: Any, tools: Any) -> int | None:
+        self.calls += 1
+        return await self.inner(model, messages, tools)
+
+
+# -- token counting against the sim ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_counting_one_more_message_costs_one_tokenize_call() -> None:
+    async with sim_client() as client:
+        calls = CountingCalls(client.count_tokens)
+        counter = TokenCounter(calls, MODEL)
+        messages = conversation(10)
+        await counter.count(messages[:-1], TOOLS)
+        before = calls.calls
+        await counter.count(messages, TOOLS)
+        assert calls.calls - before == 1
+        await counter.count(messages, TOOLS)
+        assert calls.calls - before == 1  # all cached now
+        assert counter.uses_server is True
+
+
+@pytest.mark.anyio
+async def test_per_message_sum_is_within_a_token_per_message_of_the_whole_request() -> None:
+    async with sim_client() as client:
+        counter = TokenCounter(client.count_tokens, MODEL)
+        messages = conversation(40, result_chars=700)
+        for n in (2, 11, 41, len(messages)):
+            ours = await counter.count(messages[:n], TOOLS)
+            whole = await client.count_tokens(MODEL, messages[:n], TOOLS)
+            assert whole == count_chat(messages[:n], TOOLS)
+            assert ours.exact
+            # Per-message ceil() rounding: at most one token per message (+1 for the tools).
+            assert abs(ours.total - whole) <= n + 1, (n, ours.total, whole)
+
+
+@pytest.mark.anyio
+async def test_counter_without_tokenize_estimates_and_stops_asking() -> None:
+    calls = 0
+
+    async def no_tokenize(model: str, messages: Any, tools: Any) -> int | None:
+        nonlocal calls
+        calls += 1
+        return None
+
+    counter = TokenCounter(no_tokenize, MODEL)
+    messages = conversation(5)
+    first = await counter.count(messages, TOOLS)
+    await counter.count(messages + conversation(1)[2:], TOOLS)
+    assert calls == 1
+    assert not first.exact and counter.uses_server is False
+    # The estimate leans high against a bytes/4 tokenizer for ASCII text.
+    assert first.total >= count_chat(messages, TOOLS)
+    assert first.per_message == tuple(estimate_message_tokens(m) for m in messages)
+
+
+@pytest.mark.anyio
+async def test_message_the_template_refuses_alone_is_estimated() -> None:
+    async def strict(model: str, messages: Any, tools: Any) -> int | None:
+        if messages and messages[0]["role"] == "tool":
+            raise BadRequest("Conversation roles must alternate user/assistant")
+        return count_chat(messages, tools)
+
+    counter = TokenCounter(strict, MODEL)
+    messages = conversation(2)
+    result = await counter.count(messages)
+    assert not result.exact
+    assert result.per_message[3] == estimate_message_tokens(messages[3])
+    assert result.per_message[2] == count_chat([messages[2]]) - count_chat([])
+
+
+def test_message_key_ignores_key_order() -> None:
+    a = {"role": "user", "content": "hi"}
+    b = {"content": "hi", "role": "user"}
+    assert message_key(a) == message_key(b)
+    assert message_key(a) != message_key({"role": "user", "content": "hi!"})
+
+
+# -- the budget --------------------------------------------------------------------------------
+
+
+def test_request_max_tokens_shrinks_to_the_room_then_requires_compaction() -> None:
+    budget = Budget(max_model_len=8192, max_tokens_wanted=2048, margin=256)
+    assert budget.request_max_tokens(1000) == 2048
+    assert budget.request_max_tokens(7000) == 8192 - 256 - 7000
+    assert budget.needs_compaction(7000)
+    with pytest.raises(ContextOverflow):
+        budget.request_max_tokens(7800)
+
+
+def test_compaction_threshold_is_a_fraction_of_the_window() -> None:
+    budget = Budget(max_model_len=10000, max_tokens_wanted=512, margin=100, compact_at=0.5)
+    assert not budget.needs_compaction(4999)
+    assert budget.needs_compaction(5000)
+    with pytest.raises(ValueError):
+        Budget(max_model_len=10000, max_tokens_wanted=512, compact_at=1.5)
+    with pytest.raises(ValueError):
+        Budget(max_model_len=300, max_tokens_wanted=512, margin=256)
+
+
+@given(
+    window=st.integers(1024, 200_000),
+    wanted=st.integers(1, 16384),
+    margin=st.integers(0, 512),
+    prompt=st.integers(0, 200_000),
+)
+def test_prompt_plus_max_tokens_never_exceeds_window_minus_margin(
+    window: int, wanted: int, margin: int, prompt: int
+) -> None:
+    budget = Budget(max_model_len=window, max_tokens_wanted=wanted, margin=margin)
+    try:
+        max_tokens = budget.request_max_tokens(prompt)
+    except ContextOverflow:
+        assert budget.needs_compaction(prompt)
+        return
+    assert budget.floor <= max_tokens <= wanted
+    assert prompt + max_tokens <= window - margin
+
+
+# -- compaction planning -----------------------------------------------------------------------
+
+
+def test_plan_keeps_system_prompt_phase_prompt_and_recent_turns() -> None:
+    messages = conversation(20)
+    counts = [estimate_message_tokens(m) for m in messages]
+    plan = plan_compaction(messages, counts, keep_recent_tokens=2000, phase_start=1)
+    assert plan is not None
+    assert plan.pinned == (0, 1)
+    assert messages[plan.replaced_to]["role"] == "assistant"
+    assert sum(counts[plan.replaced_to :]) <= 2000
+    after = plan.apply(messages, "## Goal\n- x")
+    assert after[0] == messages[0] and after[1] == messages[1]
+    assert is_summary_message(after[2])
+    assert after[3:] == messages[plan.replaced_to :]
+    assert plan.new_index(1) == 1 and plan.new_index(plan.replaced_to) == 3
+    assert plan.new_index(5) is None
+    assert after == apply_compaction(messages, plan.pinned, plan.replaced_to, "## Goal\n- x")
+
+
+def test_plan_for_a_later_phase_summarises_earlier_phases_too() -> None:
+    messages = conversation(6)
+    phase_start = len(messages)
+    messages.append({"role": "user", "content": "Phase 2/2: test\n\nRun the tests."})
+    messages += conversation(8)[2:]
+    counts = [estimate_message_tokens(m) for m in messages]
+    plan = plan_compaction(messages, counts, keep_recent_tokens=800, phase_start=phase_start)
+    assert plan is not None
+    assert plan.pinned == (0, phase_start)
+    assert 1 in plan.replaced  # the first phase's prompt is summarised
+    assert plan.apply(messages, "s")[1]["content"].startswith("Phase 2/2")
+
+
+def test_nothing_to_compact_in_a_short_conversation() -> None:
+    messages = conversation(0)
+    assert plan_compaction(messages, [10, 10], keep_recent_tokens=0, phase_start=1) is None
+
+
+def test_harder_compaction_keeps_fewer_turns() -> None:
+    messages = conversation(30)
+    counts = [estimate_message_tokens(m) for m in messages]
+    kept = []
+    for harder in range(4):
+        plan = plan_compaction(
+            messages, counts, keep_recent_tokens=6000, phase_start=1, harder=harder
+        )
+        assert plan is not None
+        kept.append(len(messages) - plan.replaced_to)
+    assert kept == sorted(kept, reverse=True)
+    assert kept[0] > kept[1] > kept[2]
+    assert kept[3] == 2  # only the last turn: the call and its result
+
+
+def test_results_of_a_call_answered_late_stay_with_their_call() -> None:
+    messages = conversation(3)
+    late = call_turn(99, "run", "x", "tests passed")
+    messages += [late[0], {"role": "user", "content": "a check ran"}, late[1]]
+    counts = [1] * len(messages)
+    plan = plan_compaction(messages, counts, keep_recent_tokens=2, phase_start=1)
+    assert plan is not None
+    assert plan.replaced_to == len(messages) - 3  # not at the user message in between
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    messages.append({"role": "user", "content": "task"})
+    for i in range(draw(st.integers(0, 30))):
+        kind = draw(st.sampled_from(["calls", "calls", "text", "user"]))
+        if kind == "user":
+            messages.append({"role": "user", "content": "u" * draw(st.integers(0, 300))})
+        elif kind == "text":
+            messages.append({"role": "assistant", "content": "a" * draw(st.integers(0, 300))})
+        else:
+            n = draw(st.integers(1, 3))
+            ids = [f"c{i}-{k}" for k in range(n)]
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"id": c, "type": "function", "function": {"name": "t", "arguments": "{}"}}
+                        for c in ids
+                    ],
+                }
+            )
+            for c in ids:
+                if draw(st.booleans()) and draw(st.booleans()):
+                    messages.append({"role": "user", "content": "nudge"})
+                messages.append({"role": "tool", "tool_call_id": c, "content": "r" * 50})
+    return messages
+
+
+def assert_no_orphans(messages: list[dict[str, Any]]) -> None:
+    open_calls: set[str] = set()
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            open_calls.add(call["id"])
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in open_calls, "tool result without its call"
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=conversations(), keep=st.integers(0, 3000), harder=st.integers(0, 4))
+def test_compaction_never_orphans_a_tool_result(
+    messages: list[dict[str, Any]], keep: int, harder: int
+) -> None:
+    counts = [estimate_message_tokens(m) for m in messages]
+    plan = plan_compaction(messages, counts, keep_recent_tokens=keep, phase_start=1, harder=harder)
+    if plan is None:
+        return
+    after = plan.apply(messages, "summary")
+    assert_no_orphans(after)
+    assert after[0] == messages[0] and after[1] == messages[1]
+    assert len(after) == len(messages) - len(plan.replaced) + 1
+    assert plan.tokens_replaced + plan.tokens_kept == sum(counts)
+
+
+# -- a long run against the sim ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_long_run_compacts_several_times_and_every_request_fits_the_window() -> None:
+    budget = Budget(max_model_len=WINDOW, max_tokens_wanted=1024, margin=64, compact_at=0.7)
+    async with sim_client() as client:
+        counter = TokenCounter(client.count_tokens, MODEL)
+        messages = conversation(0)
+        phase_start: int | None = 1
+        compactions = model_summaries = 0
+        for step in range(60):
+            count = await counter.count(messages, TOOLS)
+            if budget.needs_compaction(count.total):
+                plan = plan_compaction(
+                    messages,
+                    count.per_message,
+                    keep_recent_tokens=budget.keep_recent_tokens(),
+                    phase_start=phase_start,
+                )
+                assert plan is not None
+                request = summary_request(
+                    plan.replaced_messages(messages),
+                    task=messages[phase_start]["content"] if phase_start is not None else None,
+                    max_input_tokens=budget.summary_input_tokens(),
+                )
+                assert count_chat(request) + 1024 <= WINDOW
+                reply = await client.complete(
+                    ChatRequest(model=MODEL, messages=request, max_tokens=1024)
+                )
+                summary = accept_summary(reply.content)
+                if summary is None:
+                    summary = fallback_summary(plan.replaced_messages(messages))
+                else:
+                    model_summaries += 1
+                messages = plan.apply(messages, summary)
+                phase_start = plan.new_index(phase_start) if phase_start is not None else None
+                compactions += 1
+                count = await counter.count(messages, TOOLS)
+                assert not budget.needs_compaction(count.total)
+                assert_no_orphans(messages)
+            max_tokens = budget.request_max_tokens(count.total)
+            # The server's own check: the real whole-request count plus max_tokens must fit.
+            assert count_chat(messages, TOOLS) + max_tokens <= WINDOW
+            await client.complete(
+                ChatRequest(model=MODEL, messages=messages, tools=TOOLS, max_tokens=max_tokens)
+            )
+            size = 1200 + (step * 397) % 2400
+            body = "\n".join(f"line {k}: value = compute({k})" for k in range(size // 30))
+            messages += call_turn(step, "read_file", f"src/m{step}.py", body)
+        assert compactions >= 3
+        assert model_summaries == compactions
+        assert phase_start == 1 and messages[1]["content"].startswith("Phase 1/1")
+
+
+@pytest.mark.anyio
+async def test_overflow_from_the_server_is_the_typed_error_compaction_answers() -> None:
+    async with sim_client(max_model_len=1024) as client:
+        messages = conversation(6)
+        with pytest.raises(ContextOverflow):
+            await client.complete(
+                ChatRequest(model=MODEL, messages=messages, tools=TOOLS, max_tokens=256)
+            )
+
+
+# -- summaries ---------------------------------------------------------------------------------
+
+
+def test_summary_request_carries_calls_results_and_the_format() -> None:
+    messages = conversation(4)[2:]
+    request = summary_request(messages, task="Rename util.parse")
+    assert [m["role"] for m in request] == ["system", "user"]
+    user = request[1]["content"]
+    assert "-> called read_file" in user and "src/mod0.py" in user
+    assert "[result of write_file]" in user
+    for heading in ("## Goal", "## Progress", "## Decisions", "## Files", "## Open problems"):
+        assert heading in user
+    assert user.index("<log>") < user.index("## Goal")  # format after the log
+    assert "Rename util.parse" in user
+
+
+def test_summary_request_fits_its_input_budget() -> None:
+    messages = conversation(200, result_chars=3000)[2:]
+    request = summary_request(messages, max_input_tokens=3000)
+    assert count_chat(request) <= 3000 + 600  # the instructions themselves
+    assert "messages omitted" in request[1]["content"]
+    assert "src/mod0.py" in request[1]["content"] and "src/mod199.py" in request[1]["content"]
+
+
+def test_summary_message_is_labelled_and_recognised() -> None:
+    message = summary_message("## Goal\n- x", 12)
+    assert message["role"] == "user"
+    assert message["content"].startswith(SUMMARY_HEADER)
+    assert "12 earlier messages" in message["content"]
+    assert is_summary_message(message)
+    assert not is_summary_message({"role": "user", "content": "hello"})
+
+
+def test_accept_summary_rejects_empty_and_unstructured_answers() -> None:
+    assert accept_summary(None) is None
+    assert accept_summary("   ") is None
+    assert accept_summary("ok") is None
+    assert accept_summary("<think>hmm</think>") is None
+    text = "## Goal\n- Rename parse.\n## Progress\n- Done with util.py, tests pass."
+    assert accept_summary(f"<think>let me see</think>\n{text}") == text
+
+
+def test_fallback_summary_lists_tools_files_and_errors_and_carries_older_summary() -> None:
+    messages = [summary_message("## Goal\n- Older goal: rename parse.", 5)]
+    messages += call_turn(1, "read_file", "src/a.py", "def a(): ...")
+    messages += call_turn(2, "edit_file", "src/b.py", "Error: old_text not found in src/b.py")
+    messages += call_turn(3, "write_file", "src/c.py", "wrote src/c.py (3 lines)")
+    text = fallback_summary(messages)
+    assert "Older goal: rename parse." in text
+    assert "read: src/a.py" in text
+    assert "changed: src/b.py, src/c.py" in text
+    assert "edit_file: Error: old_text not found" in text
+    assert "read_file x1" in text
+    assert len(fallback_summary(messages * 200)) <= 4100
+
+
+def test_repeated_fallback_summaries_stay_bounded() -> None:
+    summary = "start"
+    for i in range(30):
+        messages = [summary_message(summary, 3), *call_turn(i, "read_file", f"f{i}", "x" * 500)]
+        summary = fallback_summary(messages)
+    assert len(summary) <= 4100
+
+
+# -- tool output -------------------------------------------------------------------------------
+
+
+def test_short_output_is_left_alone() -> None:
+    assert cut_tool_output("all good\n", 100) == ("all good\n", False)
+
+
+def test_long_output_keeps_head_and_tail_and_says_how_to_page() -> None:
+    text = "".join(f"line {i}: some test output here\n" for i in range(1, 2001))
+    cut, truncated = cut_tool_output(text, 500, artifact="artifacts/run-call-7.log")
+    assert truncated
+    assert cut.startswith("line 1:")
+    assert cut.rstrip().endswith("line 2000: some test output here")
+    assert len(cut.encode()) / 3 <= 500
+    note = next(line for line in cut.splitlines() if line.startswith("[..."))
+    first_hidden = int(note.split("lines ")[1].split("-")[0])
+    assert f"line {first_hidden - 1}:" in cut and f"line {first_hidden}:" not in cut
+    assert f'read_file (path="artifacts/run-call-7.log", offset={first_hidden}' in note
+
+
+def test_one_giant_line_is_cut_by_characters() -> None:
+    text = json.dumps({"data": ["x" * 50] * 2000})
+    cut, truncated = cut_tool_output(text, 300)
+    assert truncated
+    assert "characters in the middle not shown" in cut
+    assert "not kept" in cut
+    assert len(cut.encode()) / 3 <= 300
