@@ -144,6 +144,7 @@ class Percentiles(BaseModel):
 
     n: int
     mean: float
+    min: float
     p50: float
     p90: float
     p99: float
@@ -241,6 +242,7 @@ def summarize_ms(values_s: Sequence[float]) -> Percentiles | None:
     return Percentiles(
         n=len(ms),
         mean=sum(ms) / len(ms),
+        min=ms[0],
         p50=percentile(ms, 50),
         p90=percentile(ms, 90),
         p99=percentile(ms, 99),

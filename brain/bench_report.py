@@ -167,7 +167,7 @@ def _table(title: str, headers: list[str], rows: Iterator[list[str]]) -> Table |
 
 THROUGHPUT_HEADERS = ["point", "ok", "time s", "req/s", "out tok/s", "total tok/s"]
 THROUGHPUT_HEADERS += ["tok/chunk", "accept", "acc len"]
-LATENCY_HEADERS = ["point", "ms", "mean", "p50", "p90", "p99", "max"]
+LATENCY_HEADERS = ["point", "ms", "mean", "min", "p50", "p90", "p99", "max"]
 
 
 def throughput_rows(ep: EndpointReport) -> Iterator[list[str]]:
@@ -198,7 +198,7 @@ def latency_rows(ep: EndpointReport) -> Iterator[list[str]]:
         for i, (name, dist) in enumerate(metrics):
             if dist is None:
                 continue
-            keys = ("mean", "p50", "p90", "p99", "max")
+            keys = ("mean", "min", "p50", "p90", "p99", "max")
             yield [p.label if i == 0 else "", name, *(_num(getattr(dist, k)) for k in keys)]
 
 

@@ -30,12 +30,14 @@ def main(
 
 
 def _register() -> None:
+    """Each command lives with the module that owns it."""
+    from brain.bench_cli import register as register_bench
+    from brain.cli_server import register as register_server
     from brain.sim.cli import sim_command
 
+    register_server(app)
+    register_bench(app)
     app.command("sim", help="Serve the simulated vLLM server (no GPU needed).")(sim_command)
-    from brain.cli_server import register
-
-    register(app)
 
 
 _register()

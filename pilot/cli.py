@@ -94,6 +94,10 @@ def run(
     workflow: Path = typer.Argument(..., help="The workflow file (YAML).", exists=False),
     param: list[str] = typer.Option([], "--param", "-p", help="Set a param: NAME=VALUE."),
     params_file: Path | None = typer.Option(None, "--params-file", help="YAML file of params."),
+    matrix: Path | None = typer.Option(
+        None, "--matrix", help="YAML list of param sets: one run per set."
+    ),
+    parallel: int = typer.Option(1, "--parallel", "-j", help="Runs driven at once."),
     db: str | None = DB_OPTION,
     endpoint: str | None = typer.Option(
         None, "--endpoint", help="Use this OpenAI-compatible URL instead of the workflow's."
@@ -104,6 +108,9 @@ def run(
         help="No GPU needed: serve the simulated model (brain sim, demo policy) in-process; "
         "without a repo param, work on a fresh copy of the bundled sample repository.",
     ),
+    detach: bool = typer.Option(
+        False, "--detach", help="Run in the background; print the run id and a log file."
+    ),
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
     durability: str = typer.Option(
         "normal", "--durability", help="normal (survives any process death) or full (fsync)."
@@ -113,16 +120,71 @@ def run(
     from pilot.launch import DryRun, load_for_run, start_run
 
     console = _console()
+    if detach:
+        raise typer.Exit(_detach(console, sys.argv[1:]))
     with _user_errors(), DryRun.maybe(dry_run, workflow, param, console) as dry:
-        loaded = load_for_run(workflow, param, params_file, extra_params=dry.params)
         store = _store(db, durability)
-        outcome = _drive(
-            console,
-            json_lines,
-            lambda runner: start_run(runner, loaded, endpoint=dry.endpoint or endpoint),
-            store,
+        target = dry.endpoint or endpoint
+        if matrix is None and parallel <= 1:
+            loaded = load_for_run(workflow, param, params_file, extra_params=dry.params)
+            code = _drive(
+                console,
+                json_lines,
+                lambda runner: start_run(runner, loaded, endpoint=target),
+                store,
+            )
+        else:
+            from pilot.queue import load_many, run_many
+
+            many = load_many(workflow, param, params_file, matrix)
+            code = _drive_many(
+                console,
+                json_lines,
+                lambda runner: run_many(runner, many, parallel=parallel, endpoint=target),
+                store,
+            )
+    raise typer.Exit(code)
+
+
+def _detach(console: Console, argv: list[str]) -> int:
+    """Start the same command in the background, its output in a log file."""
+    import subprocess
+    import time
+    from datetime import datetime
+
+    from pilot.store import state_dir
+
+    args = [a for a in argv if a != "--detach"]
+    if "--json" not in args:
+        args.append("--json")
+    logs = state_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"run-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pilot", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
-    raise typer.Exit(outcome)
+    deadline = time.monotonic() + 30
+    run_id = None
+    while time.monotonic() < deadline and run_id is None:
+        if proc.poll() is not None and run_id is None:
+            break
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{") and '"run_id"' in line:
+                run_id = json.loads(line)["run_id"]
+                break
+        time.sleep(0.1)
+    if run_id is None:
+        console.print(f"the background run did not start; see {log}")
+        return 1
+    console.print(f"run {run_id} started in the background (pid {proc.pid})")
+    console.print(f"  follow: pilot logs {run_id} -f")
+    console.print(f"  log:    {log}")
+    return 0
 
 
 @app.command()
@@ -152,6 +214,52 @@ def resume(
     raise typer.Exit(outcome)
 
 
+def _install_signals(stop: asyncio.Event) -> None:
+    """First SIGINT/SIGTERM: pause at the next safe point. Second: stop at once."""
+    loop = asyncio.get_running_loop()
+    signals = {"count": 0}
+
+    def on_signal() -> None:
+        signals["count"] += 1
+        if signals["count"] > 1:
+            os._exit(130)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+
+
+def _drive_many(console: Console, json_lines: bool, start: Any, store: Any) -> int:
+    """Drive several runs in this process; the exit code is the worst outcome's."""
+    from pilot.runner import Runner
+    from pilot.summary import print_outcome
+    from pilot.ui import MultiRunView, event_json
+
+    stop = asyncio.Event()
+    runner = Runner(store, stop=stop)
+    view: MultiRunView | None = None
+    if json_lines:
+        runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
+    else:
+        view = MultiRunView(console)
+        runner.observers.append(view)
+
+    async def main() -> Any:
+        _install_signals(stop)
+        return await start(runner)
+
+    if view is not None:
+        with view:
+            outcomes = asyncio.run(main())
+    else:
+        outcomes = asyncio.run(main())
+    if not json_lines:
+        for outcome in outcomes:
+            print_outcome(console, store, outcome)
+    codes = [o.exit_code for o in outcomes] or [0]
+    return max(codes)
+
+
 def _drive(console: Console, json_lines: bool, start: Any, store: Any) -> int:
     """Drive one run with signal handling and a view; returns the exit code."""
     from pilot.runner import Runner
@@ -171,18 +279,11 @@ def _drive(console: Console, json_lines: bool, start: Any, store: Any) -> int:
         runner.observers.append(lambda _rid, _seq, e, _s: console.print(event_line(e)))
 
     async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        signals = {"count": 0}
-
-        def on_signal() -> None:
-            signals["count"] += 1
-            if signals["count"] > 1:
-                os._exit(130)
-            stop.set()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal)
-        return await start(runner)
+        _install_signals(stop)
+        try:
+            return await start(runner)
+        finally:
+            await runner.aclose()
 
     if view is not None:
         with view:
@@ -310,6 +411,80 @@ def diff(
         sys.stdout.write("\n")
 
 
+# -- the queue ---------------------------------------------------------------------------------
+
+queue_app = typer.Typer(help="Runs waiting in the store for workers.", no_args_is_help=True)
+app.add_typer(queue_app, name="queue")
+
+
+@queue_app.command("add")
+def queue_add(
+    workflow: Path = typer.Argument(..., help="The workflow file (YAML)."),
+    param: list[str] = typer.Option([], "--param", "-p", help="Set a param: NAME=VALUE."),
+    params_file: Path | None = typer.Option(None, "--params-file", help="YAML file of params."),
+    db: str | None = DB_OPTION,
+) -> None:
+    """Validate WORKFLOW now and queue a run of it for `pilot worker`."""
+    from pilot.queue import enqueue
+
+    with _user_errors():
+        run_id = enqueue(_store(db), workflow, param, params_file)
+    _console().print(f"queued run {run_id}")
+
+
+@queue_app.command("ls")
+def queue_ls(db: str | None = DB_OPTION) -> None:
+    """Queued runs and queue runs still in progress."""
+    from pilot.ui import local_time
+
+    table = Table(box=None, header_style="bold")
+    for column in ("id", "workflow", "status", "phase", "steps", "worker", "added"):
+        table.add_column(column)
+    for record in _store(db).list_queue():
+        table.add_row(
+            record.id,
+            record.workflow_name,
+            record.status,
+            record.phase or "-",
+            str(record.steps),
+            record.lease_owner or "-",
+            local_time(record.created_at),
+        )
+    _console().print(table)
+
+
+@app.command()
+def worker(
+    parallel: int = typer.Option(1, "--parallel", "-j", help="Runs driven at once."),
+    db: str | None = DB_OPTION,
+    endpoint: str | None = typer.Option(None, "--endpoint", help="Override every endpoint."),
+    exit_when_idle: bool = typer.Option(
+        False, "--exit-when-idle", help="Stop when the queue is empty instead of waiting."
+    ),
+    poll: float = typer.Option(1.0, "--poll", help="Seconds between queue checks."),
+    json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
+) -> None:
+    """Claim queued (and paused or orphaned queue) runs and drive them; SIGTERM pauses them."""
+    from pilot.queue import work
+
+    console = _console()
+    with _user_errors():
+        store = _store(db)
+        code = _drive_many(
+            console,
+            json_lines,
+            lambda runner: work(
+                runner,
+                parallel=parallel,
+                endpoint=endpoint,
+                poll_interval=poll,
+                exit_when_idle=exit_when_idle,
+            ),
+            store,
+        )
+    raise typer.Exit(code)
+
+
 # -- workflow files ----------------------------------------------------------------------------
 
 
@@ -332,3 +507,12 @@ def schema() -> None:
     from pilot.workflow import Workflow
 
     print(json.dumps(Workflow.json_schema(), indent=2))
+
+
+def _register_more() -> None:
+    from pilot.report_cli import register
+
+    register(app)
+
+
+_register_more()

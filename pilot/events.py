@@ -158,11 +158,46 @@ class Nudge(_Event):
     text: str
 
 
+class Compaction(_Event):
+    """Older turns replaced by a summary; the replaced messages stay in their own events."""
+
+    type: Literal["compaction"] = "compaction"
+    pinned: list[int]
+    """Indices (before the compaction) kept verbatim ahead of the summary."""
+    replaced_to: int
+    """First index of the verbatim tail."""
+    replaced_count: int
+    summary: str
+    summary_source: Literal["model", "fallback"] = "model"
+    summary_error: str | None = None
+    tokens_before: int
+    tokens_after: int
+    reason: Literal["threshold", "no_room", "overflow"]
+    harder: int = 0
+
+
+class Question(_Event):
+    """The model asked instead of acting; unattended, it is told to go on (see the report)."""
+
+    type: Literal["question"] = "question"
+    step: int
+    text: str
+    reply: str
+
+
+class LoopDetected(_Event):
+    type: Literal["loop_detected"] = "loop_detected"
+    kind: str
+    detail: str
+    action: Literal["nudge", "stuck"]
+    message: str = ""
+
+
 class PhaseFinished(_Event):
     type: Literal["phase_finished"] = "phase_finished"
     index: int
     name: str
-    outcome: Literal["succeeded", "failed", "limit"]
+    outcome: Literal["succeeded", "failed", "limit", "stuck"]
     reason: str = ""
     summary: str = ""
 
@@ -214,6 +249,9 @@ Event = Annotated[
     | CheckStarted
     | CheckFinished
     | Nudge
+    | Compaction
+    | Question
+    | LoopDetected
     | PhaseFinished
     | ServerUnavailable
     | ServerBack

@@ -66,6 +66,26 @@ class RegistryExecutor:
             ],
         )
 
+    def keep_full_output(self, call_id: str, text: str) -> str | None:
+        """Long results go to ``.marathon/outputs/`` in the workspace, which git is told to
+        ignore (``.git/info/exclude``): readable with read_file, never in a snapshot or a
+        commit."""
+        root = self.workspace_root
+        exclude = root / ".git" / "info" / "exclude"
+        try:
+            exclude.parent.mkdir(parents=True, exist_ok=True)
+            lines = exclude.read_text().splitlines() if exclude.exists() else []
+            if "/.marathon/" not in lines:
+                exclude.write_text("\n".join([*lines, "/.marathon/"]) + "\n")
+            folder = root / ".marathon" / "outputs"
+            folder.mkdir(parents=True, exist_ok=True)
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in call_id)[:80]
+            path = folder / f"{safe}.txt"
+            path.write_text(text, encoding="utf-8")
+        except OSError:
+            return None
+        return str(path.relative_to(root))
+
     def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome:
         from tools.base import ToolError
         from tools.shell import run_command

@@ -21,7 +21,19 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from pilot import events as ev
+from pilot.context import (
+    SUMMARY_MAX_TOKENS,
+    Budget,
+    PromptCount,
+    TokenCounter,
+    accept_summary,
+    cut_tool_output,
+    fallback_summary,
+    plan_compaction,
+    summary_request,
+)
 from pilot.errors import (
+    BadRequest,
     ConfigurationError,
     ContextOverflow,
     ModelNotFound,
@@ -29,8 +41,14 @@ from pilot.errors import (
 )
 from pilot.model import ChatRequest, ModelClient, ModelResponse
 from pilot.plan import Limits, PhasePlan, RunPlan
+from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
 from pilot.repair import extract_text_tool_calls, repair_arguments
 from pilot.state import RunState, check_failed_message
+
+MAX_COMPACTIONS_IN_A_ROW = 3
+"""Compactions without a model answer in between before the phase is given up (no doom loop)."""
+TOOL_RESULT_SHARE = 0.15
+"""The largest share of the window one tool result may take in the conversation."""
 
 NUDGE_EMPTY = (
     "Your last answer was empty. Continue the task: call one of the tools, or call `finish` "
@@ -66,6 +84,9 @@ class ToolExecutor(Protocol):
     def mutates(self, name: str) -> bool: ...
     def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished: ...
     def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome: ...
+    def keep_full_output(self, call_id: str, text: str) -> str | None:
+        """Keep a long result where the model can page through it; returns its path."""
+        ...
 
 
 class WorkspaceOps(Protocol):
@@ -98,6 +119,7 @@ class RunLoop:
         self.workspace = workspace
         self.stop = stop or asyncio.Event()
         self.clock = clock
+        self.counter: TokenCounter | None = None
 
     # -- the driver -----------------------------------------------------------------------
 
@@ -156,9 +178,34 @@ class RunLoop:
         if state.phase.finish_called:
             await self.close_phase(phase)
             return
+        if state.phase.pending_verdict is not None:
+            self.act_on_verdict(phase)
+            return
         if self.limit_hit(phase.limits, scope="phase"):
             return
         await self.ask_model(phase)
+
+    def act_on_verdict(self, phase: PhasePlan) -> None:
+        """A loop or no progress was seen: nudge the model once, then end the phase as stuck."""
+        progress = self.state.phase
+        assert progress is not None and progress.pending_verdict is not None
+        verdict = progress.pending_verdict
+        self.emit(
+            ev.LoopDetected(
+                kind=verdict.kind or "loop",
+                detail=verdict.detail,
+                action="stuck" if verdict.action == "stuck" else "nudge",
+                message=verdict.message,
+            )
+        )
+        if verdict.action == "stuck":
+            reason = f"stuck: {verdict.detail or verdict.message}"
+            self.emit(
+                ev.PhaseFinished(
+                    index=progress.index, name=phase.name, outcome="stuck", reason=reason
+                )
+            )
+            self.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name} {reason}"))
 
     # -- limits ---------------------------------------------------------------------------
 
@@ -193,28 +240,145 @@ class RunLoop:
     async def ask_model(self, phase: PhasePlan) -> None:
         state = self.state
         model = state.model or self.plan.model.name
-        max_tokens = self.request_max_tokens()
+        tools = self.tools.schemas(phase.tools) or None
+        count: PromptCount | None = None
+        max_tokens = self.plan.model.max_tokens
+        budget = self.budget()
+        if budget is not None:
+            count = await self.token_counter(model).count(state.messages, tools)
+            if budget.needs_compaction(count.total):
+                await self.compact(phase, budget, count, reason="threshold")
+                return
+            try:
+                max_tokens = budget.request_max_tokens(count.total)
+            except ContextOverflow:
+                await self.compact(phase, budget, count, reason="no_room")
+                return
         step = state.steps + 1
-        self.emit(ev.ModelRequest(step=step, messages=len(state.messages), max_tokens=max_tokens))
+        self.emit(
+            ev.ModelRequest(
+                step=step,
+                messages=len(state.messages),
+                max_tokens=max_tokens,
+                prompt_tokens=count.total if count else None,
+            )
+        )
         request = ChatRequest(
             model=model,
             messages=list(state.messages),
-            tools=self.tools.schemas(phase.tools) or None,
+            tools=tools,
             tool_choice="auto" if phase.tools else None,
             temperature=self.plan.model.temperature,
             max_tokens=max_tokens,
         )
-        response = await self.call_model(request)
+        try:
+            response = await self.call_model(request)
+        except ContextOverflow as exc:
+            if budget is None or count is None:
+                raise ConfigurationError(
+                    f"{exc} The server did not report its max_model_len, so Marathon cannot "
+                    "budget the context; serve it with vLLM or set a smaller model.max_tokens."
+                ) from exc
+            harder = (state.phase.compactions_in_a_row if state.phase else 0) + 1
+            await self.compact(phase, budget, count, reason="overflow", harder=harder)
+            return
         self.record_response(step, phase, response)
 
-    def request_max_tokens(self) -> int:
-        """Never ask for more output than the window has room for (vLLM refuses such requests)."""
-        wanted = self.plan.model.max_tokens
+    def budget(self) -> Budget | None:
+        """The context budget from the server's real window (None when it did not say)."""
         window = self.state.max_model_len
         if not window:
-            return wanted
-        room = window - estimate_tokens(self.state.messages) - self.plan.model.context_margin
-        return max(64, min(wanted, room))
+            return None
+        model = self.plan.model
+        return Budget(
+            max_model_len=window,
+            max_tokens_wanted=min(model.max_tokens, max(window // 2, 1)),
+            margin=min(model.context_margin, window // 8),
+        )
+
+    def token_counter(self, model: str) -> TokenCounter:
+        if self.counter is None:
+            self.counter = TokenCounter(self.client.count_tokens, model)
+        return self.counter
+
+    async def compact(
+        self,
+        phase: PhasePlan,
+        budget: Budget,
+        count: PromptCount,
+        *,
+        reason: str,
+        harder: int = 0,
+    ) -> None:
+        """Replace older turns by a structured summary written by the model (or built from
+        the turns when the model cannot), keeping the system prompt, the phase prompt and the
+        recent turns verbatim; recorded as one event, so the full history stays in the store."""
+        state = self.state
+        progress = state.phase
+        assert progress is not None
+        plan = None
+        if progress.compactions_in_a_row < MAX_COMPACTIONS_IN_A_ROW:
+            plan = plan_compaction(
+                state.messages,
+                count.per_message,
+                keep_recent_tokens=budget.keep_recent_tokens(),
+                phase_start=progress.message_index,
+                harder=harder,
+            )
+        if plan is None:
+            why = (
+                f"the context window ({budget.max_model_len} tokens) is exhausted: the system "
+                "prompt, the phase prompt and the last turn no longer fit, even after "
+                f"{progress.compactions_in_a_row} compaction(s)"
+            )
+            self.emit(
+                ev.PhaseFinished(
+                    index=progress.index, name=phase.name, outcome="failed", reason=why
+                )
+            )
+            self.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name}: {why}"))
+            return
+        replaced = plan.replaced_messages(state.messages)
+        summary, source, error = None, "model", None
+        try:
+            answer = await self.call_model(
+                ChatRequest(
+                    model=state.model or self.plan.model.name,
+                    messages=summary_request(
+                        replaced,
+                        task=phase.prompt,
+                        max_input_tokens=budget.summary_input_tokens(),
+                    ),
+                    temperature=self.plan.model.temperature,
+                    max_tokens=SUMMARY_MAX_TOKENS,
+                )
+            )
+            summary = accept_summary(answer.content)
+            if summary is None:
+                error = "the model's summary was empty or unstructured"
+        except (BadRequest, ContextOverflow, ConfigurationError) as exc:
+            error = str(exc)
+        if summary is None:
+            source = "fallback"
+            mutating = [name for name in self.plan.tools if self.tools.mutates(name)]
+            summary = fallback_summary(replaced, mutating_tools=mutating)
+        after = plan.apply(state.messages, summary)
+        tools = self.tools.schemas(phase.tools) or None
+        counted = await self.token_counter(state.model or self.plan.model.name).count(after, tools)
+        self.emit(
+            ev.Compaction(
+                pinned=list(plan.pinned),
+                replaced_to=plan.replaced_to,
+                replaced_count=len(plan.replaced),
+                summary=summary,
+                summary_source=source,  # type: ignore[arg-type]
+                summary_error=error,
+                tokens_before=count.total,
+                tokens_after=counted.total,
+                reason=reason,  # type: ignore[arg-type]
+                harder=harder,
+            )
+        )
 
     async def call_model(self, request: ChatRequest) -> ModelResponse:
         async def on_wait(wait: Any) -> None:
@@ -236,13 +400,7 @@ class RunLoop:
             except (asyncio.CancelledError, Exception):
                 pass
             raise StopRequested
-        try:
-            return task.result()
-        except ContextOverflow as exc:
-            raise ConfigurationError(
-                f"the conversation no longer fits the model's context window: {exc}. Raise "
-                "max_model_len on the server or lower model.max_tokens in the workflow."
-            ) from exc
+        return task.result()
 
     def record_response(self, step: int, phase: PhasePlan, response: ModelResponse) -> None:
         repairs: list[str] = []
@@ -296,14 +454,19 @@ class RunLoop:
                 repairs=repairs,
             )
         )
-        if not calls:
-            empty = not (content or "").strip()
-            self.emit(
-                ev.Nudge(
-                    reason="empty_turn" if empty else "no_tool_call",
-                    text=NUDGE_EMPTY if empty else NUDGE_TEXT_ONLY,
-                )
-            )
+        if calls:
+            return
+        if not (content or "").strip():
+            progress = self.state.phase
+            empties = progress.tracker.consecutive_empty if progress else 1
+            if empty_turn_action(empties) == "nudge":
+                self.emit(ev.Nudge(reason="empty_turn", text=NUDGE_EMPTY))
+            return  # "retry": asked again as is; past that, the tracker counts no progress
+        question = detect_question(content or "")
+        if question is not None:
+            self.emit(ev.Question(step=step, text=question, reply=QUESTION_REPLY))
+        else:
+            self.emit(ev.Nudge(reason="no_tool_call", text=NUDGE_TEXT_ONLY))
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -344,6 +507,7 @@ class RunLoop:
         self.emit(ev.ToolStarted(call_id=call.id, name=call.name, mutates=mutates))
         started = time.monotonic()
         finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
+        finished = self.fit_result(finished, call.id)
         snapshot = head = None
         if mutates:
             snapshot, head = await asyncio.to_thread(
@@ -360,12 +524,27 @@ class RunLoop:
             )
         )
 
+    def fit_result(self, finished: ev.ToolFinished, call_id: str) -> ev.ToolFinished:
+        """A tool result larger than its share of the window is cut before it enters the
+        context; the full text stays readable as a file (see ToolExecutor.keep_full_output)."""
+        window = self.state.max_model_len
+        if not window:
+            return finished
+        budget = int(window * TOOL_RESULT_SHARE)
+        if len(finished.output) <= budget * 3:  # cheap test first: under 3 chars a token
+            return finished
+        path = self.tools.keep_full_output(call_id, finished.output)
+        text, cut = cut_tool_output(finished.output, budget, artifact=path)
+        if not cut:
+            return finished
+        return finished.model_copy(update={"output": text, "truncated": True})
+
     # -- phase end ------------------------------------------------------------------------
 
     async def close_phase(self, phase: PhasePlan) -> None:
         progress = self.state.phase
         assert progress is not None
-        if not phase.check:
+        if not phase.check or progress.check_passed:
             self.emit(
                 ev.PhaseFinished(
                     index=progress.index,
@@ -431,13 +610,3 @@ class RunLoop:
 def new_call_id(step: int, position: int) -> str:
     """Ids for calls the server sent without one (or that were recovered from text)."""
     return f"call-{step}-{position}"
-
-
-def estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    """A cheap upper-leaning estimate (4 characters a token, plus per-message overhead)."""
-    total = 0
-    for message in messages:
-        total += 8 + len(message.get("content") or "") // 3
-        for call in message.get("tool_calls") or ():
-            total += 8 + len(call["function"]["arguments"]) // 3
-    return total

@@ -356,47 +356,69 @@ _ADDRESSED = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_QUOTED = re.compile(r"^[ \t]*>.*$", re.MULTILINE)
 
 
-def _prose(content: str) -> str:
-    text = _FENCED.sub("\n", content)
-    text = _INLINE_CODE.sub("CODE", text)
-    text = _URL.sub("URL", text)
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(">"))
+def _mask(content: str) -> str:
+    """``content`` with code, URLs and quoted lines blanked out, keeping every offset.
+
+    Same length as the input, so a span found in the mask is the same span of the original.
+    """
+
+    def blank(match: re.Match[str]) -> str:
+        return re.sub(r"[^\n]", " ", match.group(0))
+
+    def word(match: re.Match[str]) -> str:
+        return "x" * len(match.group(0))
+
+    text = _FENCED.sub(blank, content)
+    text = _INLINE_CODE.sub(word, text)
+    text = _URL.sub(word, text)
+    return _QUOTED.sub(blank, text)
 
 
-def _sentence_with(text: str, position: int) -> str:
-    for match in _SENTENCE.finditer(text):
+def _sentence_at(masked: str, original: str, position: int) -> str:
+    for match in _SENTENCE.finditer(masked):
         if match.start() <= position < match.end():
-            return match.group(0).strip()
-    return text.strip()
+            return original[match.start() : match.end()].strip()
+    return original.strip()
 
 
 def detect_question(content: str | None) -> str | None:
     """The question an unattended model asks instead of acting, or None.
 
-    Two signals, both on prose only (code blocks, inline code, URLs and quotes removed, so
+    Two signals, both on prose only (code blocks, inline code, URLs and quotes blanked out, so
     ``a ? b : c`` or ``# why?`` never count): an explicit request for the user ("do you want me
     to", "would you like", "please confirm", "let me know if", "can you clarify"...) anywhere;
     or a last line ending with "?" that is addressed to someone ("should I", "you", "is it
-    ok"). A model musing "Why does the test fail? Because..." is not asking.
+    ok"). A model musing "Why does the test fail? Because..." is not asking. Returns the
+    sentence as the model wrote it.
     """
     if not content or not content.strip():
         return None
-    prose = _prose(content)
-    request = _REQUEST.search(prose)
+    masked = _mask(content)
+    request = _REQUEST.search(masked)
     if request:
-        return _sentence_with(prose, request.start())
-    lines = [line.strip() for line in prose.splitlines() if line.strip()]
+        return _sentence_at(masked, content, request.start())
+    lines = [m for m in re.finditer(r"[^\n]*\S[^\n]*", masked)]
     if not lines:
         return None
-    last = lines[-1].rstrip(" *_)\"'")
-    if last.endswith("?"):
-        sentences = [s.strip() for s in _SENTENCE.findall(last) if s.strip()]
-        question = sentences[-1] if sentences else last
-        if _ADDRESSED.search(question):
-            return question.lstrip("-*# ").strip()
-    return None
+    last = lines[-1]
+    if not last.group(0).rstrip(" *_)\"'").endswith("?"):
+        return None
+    sentences = [
+        m for m in _SENTENCE.finditer(masked, last.start(), last.end()) if m.group(0).strip()
+    ]
+    if not sentences:
+        return None
+    question = sentences[-1]
+    for candidate in reversed(sentences):
+        if "?" in candidate.group(0):
+            question = candidate
+            break
+    if not _ADDRESSED.search(question.group(0)):
+        return None
+    return content[question.start() : question.end()].strip().lstrip("-*# ").strip()
 
 
 def empty_turn_action(

@@ -705,7 +705,9 @@ def _git_facts(started: ev.RunStarted, head: str | None, snapshot: str | None) -
                 facts.files_changed += 1
                 facts.insertions += int(added) if added.isdigit() else 0
                 facts.deletions += int(deleted) if deleted.isdigit() else 0
-            facts.stat = repo.git("diff", "--no-ext-diff", "--stat=100", base, snapshot)
+            # git's output is stripped; put back the first line's indent so the columns align.
+            stat = repo.git("diff", "--no-ext-diff", "--stat=100", base, snapshot)
+            facts.stat = f" {stat}" if stat else ""
     except (GitError, OSError) as exc:
         facts.note = f"git could not answer in {root}: {_first_line(str(exc))}"
     return facts
@@ -841,7 +843,7 @@ def summary_rows(report: Report) -> list[list[str]]:
                 f"{_tokens(run.prompt_tokens)} / {_tokens(run.completion_tokens)}",
                 format_duration(run.wall_s),
                 format_duration(run.waiting_s),
-                run.next_commands[0] if run.unfinished and run.next_commands else "",
+                run.next_commands[0] if run.status != "succeeded" and run.next_commands else "",
             ]
         )
     return rows
@@ -1007,7 +1009,9 @@ def _harness_markdown(run: RunReport) -> list[str]:
         out.append(f"- Nudges: {nudges}")
     for question in run.questions:
         out.append(f"- Question at {_hms(question.at)}: {_md(question.detail)}")
-    others = Counter(e.type for e in run.unknown_events if e.type != QUESTION)
+    others = Counter(
+        e.type for e in run.unknown_events if e.type not in (QUESTION, COMPACTION, LOOP_DETECTED)
+    )
     if others:
         listed = ", ".join(f"{t} x{n}" for t, n in sorted(others.items()))
         out.append(f"- Other recorded events: {listed}")

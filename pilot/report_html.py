@@ -33,8 +33,8 @@ pre { background: #f6f8fa; padding: 8px; overflow-x: auto; }
 .muted { color: #57606a; }
 .status { font-weight: 600; padding: 1px 6px; border-radius: 4px; }
 .succeeded { background: #dafbe1; color: #116329; }
-.failed, .limit, .cancelled, .interrupted { background: #ffebe9; color: #a40e26; }
-.paused, .running, .queued { background: #fff8c5; color: #7d4e00; }
+.failed, .limit, .cancelled, .interrupted, .unfinished { background: #ffebe9; color: #a40e26; }
+.paused, .running, .queued, .in { background: #fff8c5; color: #7d4e00; }
 .fail { color: #a40e26; font-weight: 600; } .pass { color: #116329; }
 svg.timeline { background: #fff; border: 1px solid #d0d7de; }
 .legend span { display: inline-block; margin-right: 14px; }
@@ -144,7 +144,7 @@ def _phases(run: RunReport) -> str:
             [
                 str(p.index + 1),
                 escape(p.name),
-                f'<span class="status {escape(p.outcome)}">{escape(p.outcome)}</span>',
+                f'<span class="status {escape(p.outcome.split()[0])}">{escape(p.outcome)}</span>',
                 str(p.steps),
                 attempts,
                 escape(p.reason or p.summary),
@@ -276,22 +276,27 @@ def timeline_svg(run: RunReport) -> str:
         f'role="img" aria-label="steps over time for run {escape(run.run_id)}">'
     ]
 
-    def band(interval: Interval, css: str, color: str, opacity: float) -> None:
+    def band(interval: Interval, css: str, color: str, opacity: float, half: str = "") -> None:
+        """Shade an interval; ``half`` puts it in the upper or lower half so overlaps show."""
         x0, x1 = x(interval.start), x(interval.end)
         width = max(x1 - x0, 1.0)
+        top, height = _TOP, plot_h
+        if half:
+            height = plot_h / 2
+            top = _TOP if half == "upper" else _TOP + height
         tip = f"{interval.label}: {format_duration(interval.seconds)}"
         parts.append(
-            f'<rect class="{css}" x="{x0}" y="{_TOP}" width="{round(width, 1)}" '
-            f'height="{plot_h}" fill="{color}" fill-opacity="{opacity}">'
+            f'<rect class="{css}" x="{x0}" y="{top}" width="{round(width, 1)}" '
+            f'height="{height}" fill="{color}" fill-opacity="{opacity}">'
             f"<title>{escape(tip)}</title></rect>"
         )
 
     for interval in run.pauses:
         band(interval, "paused", "#8c959f", 0.25)
-    for interval in run.downtime:
-        band(interval, "downtime", "#cf222e", 0.22)
     for interval in run.waiting:
-        band(interval, "waiting", "#fb8f44", 0.35)
+        band(interval, "waiting", "#fb8f44", 0.45, "upper")
+    for interval in run.downtime:
+        band(interval, "downtime", "#cf222e", 0.3, "lower")
 
     # Axes, ticks and labels.
     base_y = _TOP + plot_h
@@ -349,9 +354,9 @@ def timeline_svg(run: RunReport) -> str:
         '<div class="legend muted">'
         '<span><i class="swatch" style="background:#0969da"></i>steps</span>'
         '<span><i class="swatch" style="background:#fb8f44;opacity:.6"></i>run waiting on '
-        "the server</span>"
+        "the server (upper half)</span>"
         '<span><i class="swatch" style="background:#cf222e;opacity:.4"></i>server down '
-        "(brain)</span>"
+        "(brain, lower half)</span>"
         '<span><i class="swatch" style="background:#8c959f;opacity:.5"></i>not running '
         "(paused)</span>"
         '<span><i class="swatch" style="border-left:2px dashed #8250df"></i>phase start</span>'

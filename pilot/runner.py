@@ -21,6 +21,7 @@ from pilot.failpoints import die_now, kill_after_seq_from_env
 from pilot.loop import RunLoop
 from pilot.model import ModelClient, OpenAIModelClient, resolve_model_name
 from pilot.plan import RunPlan
+from pilot.progress import ProgressLimits
 from pilot.snapshot import GitRepo, ensure_repository, start_work_branch, take_snapshot
 from pilot.state import RunState, fold
 from pilot.store import EventStore, lease_owner_id, state_dir
@@ -57,6 +58,12 @@ PlanBuilder = Callable[[str], RunPlan]
 """Builds the run's plan once its id is known (prompts and the branch name may use it)."""
 
 
+def progress_limits(plan: RunPlan) -> ProgressLimits:
+    if plan.max_no_progress_steps is None:
+        return ProgressLimits()
+    return ProgressLimits(no_progress=max(2, plan.max_no_progress_steps))
+
+
 def _status_of(event: ev.Event) -> str | None:
     if isinstance(event, ev.RunFinished):
         return event.status
@@ -77,6 +84,7 @@ class Runner:
     client_factory: Callable[[RunPlan], ModelClient] | None = None
     stop: asyncio.Event | None = None
     kill_after_seq: int | None = field(default_factory=kill_after_seq_from_env)
+    _clients: dict[tuple, ModelClient] = field(default_factory=dict, repr=False)
 
     def artifacts_dir(self, run_id: str) -> Path:
         url = self.store.url
@@ -85,16 +93,34 @@ class Runner:
         return state_dir() / "artifacts" / run_id
 
     def _client(self, plan: RunPlan) -> ModelClient:
+        """One client (one HTTP connection pool) per endpoint, shared by this process's runs."""
         if self.client_factory is not None:
             return self.client_factory(plan)
         model = plan.model
-        return OpenAIModelClient(
+        key = (
             model.endpoint,
-            api_key=model.api_key,
-            request_timeout=model.request_timeout,
-            idle_timeout=model.idle_timeout,
-            server_wait=model.server_wait,
+            model.api_key,
+            model.request_timeout,
+            model.idle_timeout,
+            model.server_wait,
         )
+        client = self._clients.get(key)
+        if client is None:
+            client = OpenAIModelClient(
+                model.endpoint,
+                api_key=model.api_key,
+                request_timeout=model.request_timeout,
+                idle_timeout=model.idle_timeout,
+                server_wait=model.server_wait,
+            )
+            self._clients[key] = client
+        return client
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        self._clients.clear()
 
     # -- entry points -----------------------------------------------------------------------
 
@@ -107,26 +133,33 @@ class Runner:
         params: dict[str, Any],
         build_plan: PlanBuilder,
         run_id: str | None = None,
+        existing: bool = False,
     ) -> RunOutcome:
-        """Create a run, prepare its workspace and branch, and drive it."""
-        run_id = self.store.create_run(
-            workflow_name=workflow_name,
-            workflow_path=workflow_path,
-            workflow_text=workflow_text,
-            params=params,
-            workspace="",
-            owner=self.owner,
-            lease_seconds=self.lease_seconds,
-            run_id=run_id,
-        )
-        plan = build_plan(run_id)
-        run = _Run(self, run_id, plan, RunState())
+        """Create a run (or take a queued one whose lease we hold), prepare its workspace and
+        branch, and drive it."""
+        if not existing:
+            run_id = self.store.create_run(
+                workflow_name=workflow_name,
+                workflow_path=workflow_path,
+                workflow_text=workflow_text,
+                params=params,
+                workspace="",
+                owner=self.owner,
+                lease_seconds=self.lease_seconds,
+                run_id=run_id,
+            )
+        assert run_id is not None
+        run = _Run(self, run_id, None, RunState())  # type: ignore[arg-type]
         try:
+            plan = build_plan(run_id)
+            run.plan = plan
+            run.state = RunState(progress_limits=progress_limits(plan))
+            self.store.check_workspace_free(run_id, plan.workspace)
             repo = ensure_repository(Path(plan.workspace), init=plan.init_workspace)
             head = start_work_branch(repo, plan.branch)
             base = take_snapshot(repo, run_id, "run start")
         except MarathonError as exc:
-            run.emit_started_stub(plan, error=str(exc))
+            run.emit_started_stub(error=str(exc))
             return run.outcome()
         self.store.set_workspace(run_id, str(repo.root))
         run.emit(
@@ -148,8 +181,12 @@ class Runner:
     async def resume(self, run_id: str, build_plan: PlanBuilder) -> RunOutcome:
         """Continue a paused or interrupted run from its events."""
         note = self.store.acquire_lease(run_id, self.owner, seconds=self.lease_seconds)
-        state = fold(self.store.load_events(run_id))
-        plan = build_plan(run_id)
+        try:
+            plan = build_plan(run_id)
+        except MarathonError:
+            self.store.release_lease(run_id, self.owner)
+            raise
+        state = fold(self.store.load_events(run_id), progress_limits=progress_limits(plan))
         run = _Run(self, run_id, plan, state)
         if state.finished is not None:
             self.store.release_lease(run_id, self.owner)
@@ -199,7 +236,7 @@ class _Run:
         for observer in self.runner.observers:
             observer(self.run_id, seq, event, self.state)
 
-    def emit_started_stub(self, plan: RunPlan, *, error: str) -> None:
+    def emit_started_stub(self, *, error: str) -> None:
         self.emit(ev.RunFinished(status="failed", reason=error))
         self.store.release_lease(self.run_id, self.runner.owner)
 
@@ -250,8 +287,6 @@ class _Run:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await renewer
-            with contextlib.suppress(Exception):
-                await client.aclose()
             if not lease_lost.is_set():
                 self.store.release_lease(self.run_id, runner.owner)
         return self.outcome()

@@ -12,16 +12,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from pilot.context import apply_compaction
 from pilot.events import (
     AssistantMessage,
     CheckFinished,
     CheckStarted,
+    Compaction,
     Event,
+    LoopDetected,
     ModelRequest,
     ModelResolved,
     Nudge,
     PhaseFinished,
     PhaseStarted,
+    Question,
     RunFinished,
     RunPaused,
     RunResumed,
@@ -31,6 +35,7 @@ from pilot.events import (
     ToolStarted,
     WorkspaceRestored,
 )
+from pilot.progress import FeedbackObs, ProgressLimits, ProgressTracker, Verdict
 
 CHECK_FAILED_PREFIX = "Check failed:"
 
@@ -58,7 +63,14 @@ class PhaseProgress:
     finish_called: bool = False
     finish_summary: str = ""
     check_in_flight: CheckStarted | None = None
+    check_passed: bool = False
     active_at_start: float = 0.0
+    message_index: int = 0
+    """Where the phase's prompt sits in ``messages`` (kept verbatim by compaction)."""
+    tracker: ProgressTracker = field(default_factory=ProgressTracker)
+    pending_verdict: Verdict | None = None
+    """A loop or no-progress verdict the loop must act on (nudge or end the phase)."""
+    compactions_in_a_row: int = 0
 
 
 @dataclass
@@ -87,6 +99,8 @@ class RunState:
     _segment_start: datetime | None = None
     _last_at: datetime | None = None
     last_seq: int = 0
+    progress_limits: ProgressLimits = field(default_factory=ProgressLimits)
+    questions: int = 0
 
     # -- derived --------------------------------------------------------------------------
 
@@ -129,6 +143,8 @@ class RunState:
                     name=ev.name,
                     started_at=ev.at,
                     active_at_start=self.elapsed_active(ev.at),
+                    message_index=len(self.messages),
+                    tracker=ProgressTracker(self.progress_limits, snapshot=self.snapshot),
                 )
                 self.messages.append({"role": "user", "content": ev.prompt})
             case ModelRequest():
@@ -142,14 +158,30 @@ class RunState:
                     self.completion_tokens += ev.usage.completion_tokens
                     if self.phase is not None:
                         self.phase.tokens += ev.usage.prompt_tokens + ev.usage.completion_tokens
-                self.messages.append(assistant_message_dict(ev))
+                empty = not (ev.content or "").strip() and not ev.tool_calls
+                if not empty:  # an empty turn is asked again, not kept
+                    self.messages.append(assistant_message_dict(ev))
                 self.pending_calls = list(ev.tool_calls)
                 self.last_finish_reason = ev.finish_reason
+                if self.phase is not None:
+                    self.phase.compactions_in_a_row = 0
+                    self._verdict(self.phase.tracker.observe_turn(ev.content, bool(ev.tool_calls)))
             case ToolStarted():
                 self.started_call = ev
             case ToolFinished():
                 self.started_call = None
+                called = next((c for c in self.pending_calls if c.id == ev.call_id), None)
                 self.pending_calls = [c for c in self.pending_calls if c.id != ev.call_id]
+                if self.phase is not None:
+                    self._verdict(
+                        self.phase.tracker.observe_call(
+                            ev.name,
+                            called.arguments if called else "",
+                            ev.output,
+                            ev.snapshot is not None,
+                            ev.snapshot,
+                        )
+                    )
                 self.messages.append(
                     {"role": "tool", "tool_call_id": ev.call_id, "content": ev.output}
                 )
@@ -171,12 +203,33 @@ class RunState:
                 if self.phase is not None:
                     self.phase.check_in_flight = None
                     self.phase.check_attempts = ev.attempt
+                    self.phase.check_passed = ev.passed
                     if not ev.passed:
                         self.phase.finish_called = False
+                        self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
                             self.messages.append({"role": "user", "content": ev.feedback})
             case Nudge():
                 self.messages.append({"role": "user", "content": ev.text})
+            case Question():
+                self.questions += 1
+                self.messages.append({"role": "user", "content": ev.reply})
+            case LoopDetected():
+                if self.phase is not None:
+                    self.phase.pending_verdict = None
+                if ev.action == "nudge" and ev.message:
+                    self.messages.append({"role": "user", "content": ev.message})
+            case Compaction():
+                self.messages = apply_compaction(
+                    self.messages, ev.pinned, ev.replaced_to, ev.summary
+                )
+                if self.phase is not None:
+                    self.phase.compactions_in_a_row += 1
+                    old = self.phase.message_index
+                    if old in ev.pinned:
+                        self.phase.message_index = ev.pinned.index(old)
+                    elif old >= ev.replaced_to:
+                        self.phase.message_index = old - ev.replaced_to + len(ev.pinned) + 1
             case PhaseFinished():
                 self.phases_done.append(ev)
                 self.phase = None
@@ -193,6 +246,10 @@ class RunState:
                 self.finished = ev
             case _:
                 pass
+
+    def _verdict(self, verdict: Verdict) -> None:
+        if verdict.action != "ok" and self.phase is not None:
+            self.phase.pending_verdict = verdict
 
     def _track_time(self, ev: Event) -> None:
         if isinstance(ev, RunStarted | RunResumed):
@@ -236,8 +293,8 @@ def assistant_message_dict(ev: AssistantMessage) -> dict[str, Any]:
     return message
 
 
-def fold(events: list[Event]) -> RunState:
-    state = RunState()
+def fold(events: list[Event], *, progress_limits: ProgressLimits | None = None) -> RunState:
+    state = RunState(progress_limits=progress_limits or ProgressLimits())
     for ev in events:
         state.apply(ev)
     return state

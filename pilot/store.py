@@ -26,10 +26,12 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    and_,
     create_engine,
     delete,
     event,
     insert,
+    or_,
     select,
     text,
     update,
@@ -38,11 +40,12 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from pilot.errors import AmbiguousRunId, LeaseHeld, RunNotFound
+from pilot.errors import AmbiguousRunId, ConfigurationError, LeaseHeld, RunNotFound
 from pilot.events import Event, RunFinished, event_from_json, event_to_json
 
-SCHEMA_VERSION = 1
-ACTIVE_STATUSES = ("running",)
+SCHEMA_VERSION = 2
+ACTIVE_STATUSES = ("running", "paused", "cancelling")
+"""Runs that still own their workspace (a queued run has none yet)."""
 
 
 def state_dir() -> Path:
@@ -96,6 +99,8 @@ class RunRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    origin: Mapped[str] = mapped_column(String(20), default="cli", server_default="cli")
+    """"cli" (started by `pilot run`) or "queue" (workers may pick it up when paused)."""
 
 
 class EventRow(Base):
@@ -139,6 +144,7 @@ class RunRecord:
     updated_at: datetime
     lease_owner: str | None
     lease_expires_at: datetime | None
+    origin: str = "cli"
 
     @classmethod
     def from_row(cls, row: RunRow) -> RunRecord:
@@ -160,6 +166,7 @@ class RunRecord:
             updated_at=_aware(row.updated_at),  # type: ignore[arg-type]
             lease_owner=row.lease_owner,
             lease_expires_at=_aware(row.lease_expires_at),
+            origin=row.origin or "cli",
         )
 
 
@@ -258,6 +265,7 @@ class EventStore:
         lease_seconds: float = 60.0,
         status: str = "running",
         run_id: str | None = None,
+        origin: str = "cli",
     ) -> str:
         now = utcnow()
         for _ in range(5):
@@ -280,6 +288,7 @@ class EventStore:
                             lease_expires_at=(
                                 now + timedelta(seconds=lease_seconds) if owner else None
                             ),
+                            origin=origin,
                         )
                     )
                 return candidate
@@ -328,6 +337,107 @@ class EventStore:
     def set_workspace(self, run_id: str, workspace: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(RunRow).where(RunRow.id == run_id).values(workspace=workspace))
+
+    def set_params(self, run_id: str, params: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(RunRow).where(RunRow.id == run_id).values(params=params))
+
+    def check_workspace_free(self, run_id: str, workspace: str) -> None:
+        """Two live runs never share a workspace: claim it for ``run_id`` or refuse."""
+        path = str(Path(workspace).resolve())
+        with self.engine.begin() as conn:
+            other = conn.execute(
+                select(RunRow.id, RunRow.status)
+                .where(
+                    RunRow.workspace == path,
+                    RunRow.id != run_id,
+                    RunRow.status.in_(ACTIVE_STATUSES),
+                )
+                .limit(1)
+            ).first()
+            if other is not None:
+                raise ConfigurationError(
+                    f"workspace {path} is used by run {other.id} ({other.status}); two runs "
+                    f"never share a workspace. Finish or cancel it (`pilot cancel {other.id}`), "
+                    "or give this run another directory"
+                )
+            conn.execute(update(RunRow).where(RunRow.id == run_id).values(workspace=path))
+
+    # -- the queue ----------------------------------------------------------------------------
+
+    def claim_next(self, owner: str, *, lease_seconds: float = 60.0) -> RunRecord | None:
+        """Take the oldest run a worker may drive: queued, or a queue run left paused or
+        orphaned (its lease expired). Safe with many workers: SQLite serialises the single
+        UPDATE; PostgreSQL skips rows another worker has locked (FOR UPDATE SKIP LOCKED)."""
+        now = utcnow()
+        claimable = or_(
+            RunRow.status == "queued",
+            and_(
+                RunRow.origin == "queue",
+                RunRow.status.in_(("running", "paused")),
+                or_(RunRow.lease_owner.is_(None), RunRow.lease_expires_at < now),
+            ),
+        )
+        values = {
+            "status": "running",
+            "lease_owner": owner,
+            "lease_expires_at": now + timedelta(seconds=lease_seconds),
+            "updated_at": now,
+        }
+        with self.engine.begin() as conn:
+            if self.is_sqlite:
+                pick = select(RunRow.id).where(claimable).order_by(RunRow.created_at).limit(1)
+                claimed = conn.execute(
+                    update(RunRow)
+                    .where(RunRow.id == pick.scalar_subquery(), claimable)
+                    .values(**values)
+                    .returning(RunRow.id)
+                ).scalar()
+            else:
+                claimed = conn.execute(
+                    select(RunRow.id)
+                    .where(claimable)
+                    .order_by(RunRow.created_at)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                ).scalar()
+                if claimed is not None:
+                    conn.execute(update(RunRow).where(RunRow.id == claimed).values(**values))
+        if claimed is None:
+            claimed = self._claim_from_dead_local_owner(owner, values)
+        return None if claimed is None else self.get_run(claimed)
+
+    def _claim_from_dead_local_owner(self, owner: str, values: dict[str, Any]) -> str | None:
+        """A worker on this host that was SIGKILLed cannot release its leases: take them now
+        rather than waiting for them to expire."""
+        with self.engine.connect() as conn:
+            held = conn.execute(
+                select(RunRow.id, RunRow.lease_owner).where(
+                    RunRow.origin == "queue",
+                    RunRow.status == "running",
+                    RunRow.lease_owner.is_not(None),
+                )
+            ).all()
+        for run_id, holder in held:
+            if holder != owner and _owner_is_dead_local_process(holder):
+                with self.engine.begin() as conn:
+                    result = conn.execute(
+                        update(RunRow)
+                        .where(RunRow.id == run_id, RunRow.lease_owner == holder)
+                        .values(**values)
+                    )
+                if result.rowcount == 1:
+                    return run_id
+        return None
+
+    def list_queue(self) -> list[RunRecord]:
+        with Session(self.engine) as session:
+            query = (
+                select(RunRow)
+                .where(RunRow.origin == "queue", RunRow.status.in_(("queued", *ACTIVE_STATUSES)))
+                .order_by(RunRow.created_at)
+            )
+            return [RunRecord.from_row(r) for r in session.scalars(query)]
 
     # -- events -------------------------------------------------------------------------------
 
@@ -451,7 +561,9 @@ class EventStore:
             conn.execute(delete(RunRow).where(RunRow.id.in_(run_ids)))
 
 
-MIGRATIONS: dict[int, Sequence[str]] = {}
+MIGRATIONS: dict[int, Sequence[str]] = {
+    2: ("ALTER TABLE runs ADD COLUMN origin VARCHAR(20) NOT NULL DEFAULT 'cli'",),
+}
 """Forward migrations: version -> SQL statements taking the schema from version-1 to version."""
 
 

@@ -157,3 +157,62 @@ def format_duration(seconds: float) -> str:
 
 def local_time(value: datetime) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+class MultiRunView:
+    """One line per active run, for `pilot run --matrix` and `pilot worker`."""
+
+    def __init__(self, console: Console, *, recent: int = 6) -> None:
+        self.console = console
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.recent: list[Text] = []
+        self.keep = recent
+        self.started = time.monotonic()
+        self.live = Live(self._render(), console=console, refresh_per_second=2, transient=False)
+
+    def __enter__(self) -> MultiRunView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.update(self._render())
+        self.live.__exit__(*exc)  # type: ignore[arg-type]
+
+    def __call__(self, run_id: str, seq: int, event: ev.Event, state: RunState) -> None:
+        row = self.runs.setdefault(run_id, {"tool": "-", "status": "running"})
+        row["phase"] = state.phase.name if state.phase else "-"
+        row["steps"] = state.steps
+        row["tokens"] = state.total_tokens
+        if isinstance(event, ev.ToolStarted):
+            row["tool"] = event.name
+        elif isinstance(event, ev.ServerUnavailable):
+            row["status"] = "waiting for server"
+        elif isinstance(event, ev.ServerBack | ev.RunResumed | ev.RunStarted):
+            row["status"] = "running"
+        elif isinstance(event, ev.RunPaused):
+            row["status"] = "paused"
+        elif isinstance(event, ev.RunFinished):
+            row["status"] = event.status
+        if isinstance(event, ev.PhaseFinished | ev.RunFinished | ev.RunPaused):
+            line = Text(f"{run_id} ")
+            line.append_text(event_line(event))
+            self.recent = [*self.recent, line][-self.keep :]
+        self.live.update(self._render())
+
+    def _render(self) -> Group:
+        table = Table(box=None, header_style="bold", padding=(0, 2))
+        for column in ("run", "status", "phase", "step", "last tool", "tokens"):
+            table.add_column(column)
+        for run_id, row in self.runs.items():
+            table.add_row(
+                run_id,
+                row["status"],
+                row.get("phase", "-"),
+                str(row.get("steps", 0)),
+                row["tool"],
+                str(row.get("tokens", 0)),
+            )
+        active = sum(1 for r in self.runs.values() if r["status"] == "running")
+        elapsed = time.monotonic() - self.started
+        header = Text(f"{len(self.runs)} runs, {active} active, {elapsed:.0f}s", style="bold")
+        return Group(header, table, *self.recent)

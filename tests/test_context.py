@@ -384,7 +384,7 @@ async def test_long_run_compacts_several_times_and_every_request_fits_the_window
         messages = conversation(0)
         phase_start: int | None = 1
         compactions = model_summaries = 0
-        for step in range(60):
+        for step in range(32):
             count = await counter.count(messages, TOOLS)
             if budget.needs_compaction(count.total):
                 plan = plan_compaction(

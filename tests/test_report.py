@@ -383,7 +383,7 @@ def test_since_report_has_a_summary_table_of_every_run_active_in_the_window(
     assert "1 failed, 1 succeeded" in text
     assert (
         "| aaaa1111 | refactor | failed | 1/2 | 7 | 2 ok / 2 failed | 1 | 1 files +1 -1 | "
-        "1000 / 100 | 17m00s | 1m00s |  |"
+        f"1000 / 100 | 17m00s | 1m00s | pilot show aaaa1111 --db {store.url} |"
     ) in text
     assert "| dddd4444 | refactor | succeeded | 0/1 | 0 | - | - | - | 0 / 0 | 5s | 0s |  |" in text
 
@@ -479,3 +479,28 @@ def test_html_report_renders_in_headless_chromium(
     # The step line's blue and the phase markers' purple were painted somewhere on the page.
     assert (9, 105, 218) in colors
     assert (130, 80, 223) in colors
+
+
+def test_pilot_report_command_writes_markdown_and_html(
+    store: EventStore, workspace: GitRepo, tmp_path: Path
+) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from pilot.report_cli import register
+
+    app = typer.Typer()
+    register(app)
+    write_failed_run(store, workspace)
+    result = CliRunner().invoke(app, ["report", "aaaa", "--db", store.url])
+    assert result.exit_code == 0, result.output
+    assert "## Run aaaa1111: refactor: failed" in result.output
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(
+        app, ["report", "--since", "100000d", "--format", "html", "-o", str(out), "--db", store.url]
+    )
+    assert result.exit_code == 0, result.output
+    assert 'data-run="aaaa1111"' in out.read_text()
+    result = CliRunner().invoke(app, ["report", "--db", store.url])
+    assert result.exit_code == 2
+    assert "give either a RUN id or --since" in result.output

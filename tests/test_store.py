@@ -117,11 +117,57 @@ def test_lease_of_dead_local_process_is_taken_over_at_once(tmp_path: Path) -> No
     assert "no longer exists" in note
 
 
-def test_older_schema_version_is_migrated_forward(tmp_path: Path) -> None:
+def test_a_version_1_store_is_migrated_forward_and_its_runs_kept(tmp_path: Path) -> None:
     store = make_store(tmp_path)
+    run_id = new_run(store)
+    store.append(run_id, 1, ev.RunPaused(reason="paused under v1"), totals={})
     store.close()
-    with sqlite3.connect(tmp_path / "m.db") as conn:
-        conn.execute("UPDATE marathon_schema SET version = 0")
+    with sqlite3.connect(tmp_path / "m.db") as conn:  # make it exactly what v1 wrote
+        conn.execute("ALTER TABLE runs DROP COLUMN origin")
+        conn.execute("UPDATE marathon_schema SET version = 1")
     reopened = make_store(tmp_path)
     with reopened.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version FROM marathon_schema").scalar() >= 1
+        assert conn.exec_driver_sql("SELECT version FROM marathon_schema").scalar() == 2
+    record = reopened.get_run(run_id)
+    assert record.origin == "cli"
+    assert reopened.load_events(run_id)[0].reason == "paused under v1"
+
+
+def test_queue_claims_are_exclusive_and_take_orphans(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    queued = [
+        store.create_run(
+            workflow_name="wf",
+            workflow_path="wf.yaml",
+            workflow_text="t",
+            params={},
+            workspace="",
+            owner=None,
+            status="queued",
+            origin="queue",
+        )
+        for _ in range(3)
+    ]
+    claims = [store.claim_next(f"w{i}:1:x") for i in range(4)]
+    assert sorted(c.id for c in claims if c) == sorted(queued)
+    assert claims[3] is None
+    orphan = claims[0].id
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "UPDATE runs SET status='running', lease_expires_at = ? WHERE id = ?",
+            ((utcnow() - timedelta(seconds=1)).isoformat(sep=" "), orphan),
+        )
+    again = store.claim_next("w9:1:y")
+    assert again is not None and again.id == orphan and again.lease_owner == "w9:1:y"
+
+
+def test_a_workspace_is_never_shared_by_two_live_runs(tmp_path: Path) -> None:
+    from pilot.errors import ConfigurationError
+
+    store = make_store(tmp_path)
+    first, second = new_run(store), new_run(store)
+    store.check_workspace_free(first, str(tmp_path / "ws"))
+    with pytest.raises(ConfigurationError, match=f"used by run {first}"):
+        store.check_workspace_free(second, str(tmp_path / "ws" / "."))
+    store.append(first, 1, ev.RunFinished(status="succeeded"), totals={})
+    store.check_workspace_free(second, str(tmp_path / "ws"))

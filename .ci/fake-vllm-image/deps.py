@@ -1,10 +1,10 @@
 """Copy a project's installed runtime dependencies (their whole closure) out of a venv.
 
-Usage: python deps.py DEST PROJECT (copy), or python deps.py --list PROJECT (print
-name==version lines, a cheap fingerprint of what a copy would hold). Reads the running
-interpreter's metadata, so the copies are exactly the versions the tests run against; the
-project itself is not copied (the image gets its source tree). Used to fill the fake vLLM image: whatever brain.sim imports next
-month is already a dependency of the project, so the image keeps working.
+Usage: ``python deps.py DEST PROJECT`` copies; ``python deps.py --list PROJECT`` prints
+name==version lines, a cheap fingerprint of what a copy would hold. It reads the running
+interpreter's metadata, so the copies are exactly the versions the tests run against. The
+project itself is not copied (the image gets its source tree). Used to fill the fake vLLM
+image: whatever brain.sim imports next month is already a project dependency.
 """
 
 from __future__ import annotations

@@ -1,0 +1,288 @@
+"""Retention: remove old finished runs and everything they left behind, then reclaim the space.
+
+A run older than the cutoff (by its last update) that has finished is removed with its events
+and run row, its artifacts directory, its private snapshot ref ``refs/marathon/<id>`` and its
+snapshot index ``.git/marathon/<id>.index`` in the workspace; then the database is vacuumed.
+Running runs are never touched; paused ones only with ``include_paused``; failed ones are kept
+with ``keep_failed``. Files go before rows, so a gc interrupted half-way finds the same runs
+again next time and finishes the job. Nothing else in the user's repository is changed (git's
+own gc prunes the snapshot commits once no ref holds them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import delete, func, select, text
+
+from pilot.report import load_stored_events
+from pilot.store import EventRow, EventStore, RunRow, ServerEventRow, state_dir
+
+REMOVABLE = ("succeeded", "failed", "cancelled", "limit")
+_BATCH = 500
+
+
+@dataclass
+class GcRun:
+    id: str
+    status: str
+    updated_at: datetime
+    events: int = 0
+    workspace: str = ""
+    artifacts: str = ""
+    artifact_bytes: int = 0
+    ref_removed: bool = False
+    index_removed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GcReport:
+    cutoff: datetime
+    dry_run: bool
+    removed: list[GcRun] = field(default_factory=list)
+    kept: list[tuple[str, str, str]] = field(default_factory=list)
+    """Runs older than the cutoff that were kept: (id, status, why)."""
+    server_events: int = 0
+    db_bytes_before: int | None = None
+    db_bytes_after: int | None = None
+    vacuumed: bool = False
+
+    @property
+    def events(self) -> int:
+        return sum(r.events for r in self.removed)
+
+    @property
+    def artifact_bytes(self) -> int:
+        return sum(r.artifact_bytes for r in self.removed)
+
+    @property
+    def refs(self) -> int:
+        return sum(1 for r in self.removed if r.ref_removed)
+
+    @property
+    def db_bytes_freed(self) -> int | None:
+        if self.db_bytes_before is None or self.db_bytes_after is None:
+            return None
+        return self.db_bytes_before - self.db_bytes_after
+
+
+def artifacts_dir(store: EventStore, run_id: str) -> Path:
+    """Where the runner keeps a run's artifacts (the same rule as ``Runner.artifacts_dir``)."""
+    url = store.url
+    if url.startswith("sqlite:///") and ":memory:" not in url:
+        return Path(url.removeprefix("sqlite:///")).parent / "artifacts" / run_id
+    return state_dir() / "artifacts" / run_id
+
+
+def sqlite_path(store: EventStore) -> Path | None:
+    url = store.url
+    if store.is_sqlite and url.startswith("sqlite:///") and ":memory:" not in url:
+        return Path(url.removeprefix("sqlite:///")).expanduser()
+    return None
+
+
+def database_bytes(store: EventStore) -> int | None:
+    """The SQLite file's size with its WAL (what the disk really holds); None for servers."""
+    path = sqlite_path(store)
+    if path is None:
+        return None
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def gc(
+    store: EventStore,
+    older_than: timedelta,
+    *,
+    keep_failed: bool = False,
+    include_paused: bool = False,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> GcReport:
+    """Remove finished runs last updated before ``now - older_than``; see the module doc."""
+    cutoff = (now or datetime.now(UTC)) - older_than
+    report = GcReport(cutoff=cutoff, dry_run=dry_run, db_bytes_before=database_bytes(store))
+    with store.engine.connect() as conn:
+        old = conn.execute(
+            select(RunRow.id, RunRow.status, RunRow.updated_at, RunRow.workspace)
+            .where(RunRow.updated_at < cutoff)
+            .order_by(RunRow.updated_at)
+        ).all()
+        counts = dict(
+            conn.execute(
+                select(EventRow.run_id, func.count())
+                .join(RunRow, RunRow.id == EventRow.run_id)
+                .where(RunRow.updated_at < cutoff)
+                .group_by(EventRow.run_id)
+            ).all()
+        )
+    for run_id, status, updated_at, row_workspace in old:
+        why = _keep_reason(status, keep_failed=keep_failed, include_paused=include_paused)
+        if why:
+            report.kept.append((run_id, status, why))
+            continue
+        if updated_at.tzinfo is None:
+            updated_at = updated_at.replace(tzinfo=UTC)
+        run = GcRun(id=run_id, status=status, updated_at=updated_at, events=counts.get(run_id, 0))
+        run.workspace = _workspace_of(store, run_id) or row_workspace or ""
+        _clean_files(store, run, dry_run=dry_run)
+        report.removed.append(run)
+
+    ids = [r.id for r in report.removed]
+    if not dry_run:
+        for start in range(0, len(ids), _BATCH):
+            store.delete_runs(ids[start : start + _BATCH])
+    report.server_events = _old_server_events(store, cutoff, set(ids), delete_them=not dry_run)
+    if dry_run:
+        return report
+    if report.removed or report.server_events:
+        _vacuum(store)
+        report.vacuumed = True
+    report.db_bytes_after = database_bytes(store)
+    return report
+
+
+def _keep_reason(status: str, *, keep_failed: bool, include_paused: bool) -> str:
+    if status == "failed" and keep_failed:
+        return "failed (--keep-failed)"
+    if status == "paused":
+        return "" if include_paused else "paused (may still be resumed; --include-paused)"
+    if status not in REMOVABLE:
+        return f"{status} (not finished)"
+    return ""
+
+
+def _workspace_of(store: EventStore, run_id: str) -> str:
+    for row in load_stored_events(store, run_id)[:5]:
+        if row.type == "run_started":
+            return str(row.payload.get("workspace") or "")
+    return ""
+
+
+def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool) -> None:
+    """Artifacts, the snapshot ref and the snapshot index; each failure becomes a note."""
+    artifacts = artifacts_dir(store, run.id)
+    if artifacts.is_dir():
+        run.artifacts = str(artifacts)
+        run.artifact_bytes = _tree_bytes(artifacts)
+        if not dry_run:
+            shutil.rmtree(artifacts, ignore_errors=True)
+            if artifacts.exists():
+                run.notes.append(f"could not remove all of {artifacts}")
+    if not run.workspace:
+        return
+    root = Path(run.workspace)
+    if not root.is_dir():
+        run.notes.append(f"workspace {root} is gone; no ref to remove")
+        return
+    from pilot.snapshot import GitError, GitRepo, snapshot_ref
+
+    repo = GitRepo(root)
+    try:
+        if not repo.is_repo():
+            run.notes.append(f"workspace {root} is no longer a git repository")
+            return
+        ref = snapshot_ref(run.id)
+        if repo.git("rev-parse", "--verify", "-q", ref, check=False):
+            run.ref_removed = True
+            if not dry_run:
+                repo.git("update-ref", "-d", ref)
+        index = repo.git_dir / "marathon" / f"{run.id}.index"
+        if index.exists():
+            run.index_removed = True
+            if not dry_run:
+                index.unlink()
+    except (GitError, OSError) as exc:
+        run.notes.append(f"git in {root}: {str(exc).splitlines()[0]}")
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += (Path(dirpath) / name).lstat().st_size
+            except OSError:
+                pass
+    return total
+
+
+def _old_server_events(
+    store: EventStore, cutoff: datetime, removed: set[str], *, delete_them: bool
+) -> int:
+    """The brain's rows older than the cutoff and than every run that stays (its report may
+    show them)."""
+    with store.engine.begin() as conn:
+        kept_starts = [
+            created if created.tzinfo else created.replace(tzinfo=UTC)
+            for run_id, created in conn.execute(select(RunRow.id, RunRow.created_at))
+            if run_id not in removed
+        ]
+        limit = min([cutoff, *kept_starts])
+        where = ServerEventRow.at < limit
+        count = conn.execute(select(func.count()).select_from(ServerEventRow).where(where))
+        found = int(count.scalar() or 0)
+        if delete_them and found:
+            conn.execute(delete(ServerEventRow).where(where))
+    return found
+
+
+def _vacuum(store: EventStore) -> None:
+    if store.is_sqlite:
+        store.engine.dispose()  # no pooled connection may hold a read snapshot
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM"))
+            conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+    elif store.engine.dialect.name == "postgresql":
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            for table in ("events", "runs", "server_events"):
+                conn.execute(text(f"VACUUM (ANALYZE) {table}"))
+
+
+def format_bytes(count: int | None) -> str:
+    if count is None:
+        return "?"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def describe(report: GcReport, *, limit: int = 20) -> list[str]:
+    """The lines ``pilot gc`` prints: what was (or would be) freed, and what was kept and why."""
+    verb = "would remove" if report.dry_run else "removed"
+    lines = [
+        f"{verb} {len(report.removed)} run(s) last updated before "
+        f"{report.cutoff.astimezone():%Y-%m-%d %H:%M}: {report.events} event(s), "
+        f"{format_bytes(report.artifact_bytes)} of artifacts, {report.refs} snapshot ref(s), "
+        f"{report.server_events} old server event(s)"
+    ]
+    if report.dry_run:
+        lines.append(f"database now {format_bytes(report.db_bytes_before)} (dry run: unchanged)")
+    elif report.db_bytes_before is not None:
+        lines.append(
+            f"database {format_bytes(report.db_bytes_before)} -> "
+            f"{format_bytes(report.db_bytes_after)} "
+            f"(freed {format_bytes(report.db_bytes_freed)}"
+            f"{', vacuumed' if report.vacuumed else ''})"
+        )
+    for run in report.removed[:limit]:
+        extra = f"; {'; '.join(run.notes)}" if run.notes else ""
+        lines.append(
+            f"  {run.id} {run.status} {run.updated_at.astimezone():%Y-%m-%d}: {run.events} "
+            f"events, artifacts {format_bytes(run.artifact_bytes)}, "
+            f"ref {'yes' if run.ref_removed else 'no'}{extra}"
+        )
+    if len(report.removed) > limit:
+        lines.append(f"  ... and {len(report.removed) - limit} more")
+    for run_id, status, why in report.kept[:limit]:
+        lines.append(f"  kept {run_id} {status}: {why}")
+    if len(report.kept) > limit:
+        lines.append(f"  ... and {len(report.kept) - limit} more kept")
+    return lines

@@ -1,0 +1,190 @@
+"""Many runs in one process: a parameter matrix run side by side, and queue workers.
+
+Runs share one event loop and one HTTP client per endpoint (continuous batching on the server
+makes parallel runs nearly free); each keeps its own event stream, lease and workspace.
+Workers claim runs from the store with leases, so several workers (on several machines, with
+PostgreSQL) share one queue without ever driving a run twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pilot.errors import ConfigurationError, MarathonError, WorkflowError
+from pilot.launch import build_plan, load_for_run, tool_names
+from pilot.runner import Runner, RunOutcome
+from pilot.store import EventStore, RunRecord
+from pilot.workflow import LoadedWorkflow, parse_workflow_text
+
+
+def load_matrix(path: Path) -> list[dict[str, Any]]:
+    """A params matrix: a YAML list of param mappings, one run each."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise WorkflowError(f"cannot read the params matrix: {exc}", file=str(path)) from None
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise WorkflowError(
+            "a params matrix is a YAML list of mappings, one per run, e.g.\n"
+            "- {repo: ./a}\n- {repo: ./b}",
+            file=str(path),
+        )
+    return data
+
+
+def load_many(
+    workflow: Path,
+    assignments: Sequence[str],
+    params_file: Path | None,
+    matrix: Path | None,
+) -> list[LoadedWorkflow]:
+    """One loaded workflow per parameter set; refuses two sets that share a workspace."""
+    rows = load_matrix(matrix) if matrix else [{}]
+    loaded = [load_for_run(workflow, assignments, params_file, extra_params=row) for row in rows]
+    seen: dict[str, int] = {}
+    for index, item in enumerate(loaded):
+        plan = build_plan(item, "check")
+        workspace = str(Path(plan.workspace).resolve())
+        if workspace in seen:
+            raise ConfigurationError(
+                f"matrix rows {seen[workspace] + 1} and {index + 1} would share the workspace "
+                f"{workspace}; two runs never share a workspace, give each its own directory"
+            )
+        seen[workspace] = index
+    return loaded
+
+
+async def run_many(
+    runner: Runner,
+    loaded: Sequence[LoadedWorkflow],
+    *,
+    parallel: int,
+    endpoint: str | None = None,
+) -> list[RunOutcome]:
+    """Start every run, at most ``parallel`` at a time, in this process."""
+    from pilot.launch import start_run
+
+    gate = asyncio.Semaphore(max(1, parallel))
+
+    async def one(item: LoadedWorkflow) -> RunOutcome:
+        async with gate:
+            return await start_run(runner, item, endpoint=endpoint)
+
+    try:
+        return list(await asyncio.gather(*(one(item) for item in loaded)))
+    finally:
+        await runner.aclose()
+
+
+def enqueue(
+    store: EventStore,
+    workflow: Path,
+    assignments: Sequence[str],
+    params_file: Path | None = None,
+) -> str:
+    """Validate now (a bad file fails at `queue add`, not at 3 a.m.) and store the run."""
+    loaded = load_for_run(workflow, assignments, params_file)
+    return store.create_run(
+        workflow_name=loaded.workflow.name,
+        workflow_path=str(loaded.path or loaded.filename),
+        workflow_text=loaded.text,
+        params={**loaded.params, "__base_dir": str(loaded.base_dir)},
+        workspace="",
+        owner=None,
+        status="queued",
+        origin="queue",
+    )
+
+
+async def drive_claimed(runner: Runner, record: RunRecord, endpoint: str | None) -> RunOutcome:
+    """Start a queued run, or resume one that was paused or orphaned."""
+    from datetime import datetime
+
+    from pilot.launch import resume_run
+
+    if record.last_seq > 0:
+        return await resume_run(runner, record, endpoint=endpoint)
+    stored = dict(record.params)
+    base_dir = stored.pop("__base_dir", None)
+    stored.pop("__started_at", None)
+    loaded = parse_workflow_text(
+        record.workflow_text,
+        record.workflow_path,
+        stored,
+        tool_names=tool_names(),
+        base_dir=Path(base_dir) if base_dir else None,
+    )
+    started_at = datetime.now().astimezone().isoformat(timespec="seconds")
+    params = {**record.params, "__started_at": started_at}
+    runner.store.set_params(record.id, params)
+    return await runner.start(
+        workflow_name=record.workflow_name,
+        workflow_path=record.workflow_path,
+        workflow_text=record.workflow_text,
+        params=params,
+        build_plan=lambda run_id: build_plan(
+            loaded, run_id, started_at=started_at, endpoint=endpoint
+        ),
+        run_id=record.id,
+        existing=True,
+    )
+
+
+async def work(
+    runner: Runner,
+    *,
+    parallel: int,
+    endpoint: str | None = None,
+    poll_interval: float = 1.0,
+    exit_when_idle: bool = False,
+) -> list[RunOutcome]:
+    """Claim and drive runs until stopped (SIGTERM pauses every run cleanly, then returns)."""
+    stop = runner.stop
+    assert stop is not None, "a worker needs a stop event"
+    outcomes: list[RunOutcome] = []
+    active: set[asyncio.Task[RunOutcome]] = set()
+    try:
+        while not stop.is_set():
+            while len(active) < parallel and not stop.is_set():
+                record = await asyncio.to_thread(
+                    runner.store.claim_next, runner.owner, lease_seconds=runner.lease_seconds
+                )
+                if record is None:
+                    break
+                active.add(asyncio.ensure_future(_safe(runner, record, endpoint)))
+            if not active and exit_when_idle:
+                break
+            waiter = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait(
+                {*active, waiter}, timeout=poll_interval, return_when=asyncio.FIRST_COMPLETED
+            )
+            waiter.cancel()
+            for task in done - {waiter}:
+                active.discard(task)  # type: ignore[arg-type]
+                outcomes.append(task.result())  # type: ignore[arg-type]
+        if active:
+            outcomes.extend(await asyncio.gather(*active))
+    finally:
+        for task in active:
+            task.cancel()
+        await runner.aclose()
+    return outcomes
+
+
+async def _safe(runner: Runner, record: RunRecord, endpoint: str | None) -> RunOutcome:
+    """A run's own failure must not take the worker (and the other runs) down with it."""
+    try:
+        return await drive_claimed(runner, record, endpoint)
+    except MarathonError as exc:
+        with contextlib.suppress(Exception):
+            runner.store.release_lease(record.id, runner.owner)
+        runner.store.set_status(record.id, "failed", str(exc))
+        from pilot.state import RunState
+
+        return RunOutcome(record.id, "failed", str(exc), RunState())

@@ -1,0 +1,100 @@
+"""``pilot report`` and ``pilot gc``: thin commands over pilot.report and pilot.gc.
+
+``register(app)`` adds both to the ``pilot`` typer app; the work is imported lazily inside each
+command so ``pilot --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+_DB_HELP = (
+    "SQLAlchemy URL of the store (default: SQLite in the state directory, $MARATHON_HOME or "
+    "~/.local/state/marathon)."
+)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report`` and ``gc`` to ``app``."""
+
+    @app.command()
+    def report(
+        run_id: str | None = typer.Argument(None, help="Run id (any unambiguous prefix)."),
+        since: str | None = typer.Option(
+            None, "--since", help="Every run active in this window: 12h, 2d, or a date/time."
+        ),
+        fmt: str = typer.Option("md", "--format", help="md (Markdown) or html."),
+        output: Path | None = typer.Option(
+            None, "--output", "-o", help="Write the report to this file instead of stdout."
+        ),
+        db: str | None = typer.Option(None, "--db", envvar="MARATHON_DB", help=_DB_HELP),
+    ) -> None:
+        """The morning report: outcomes, checks, tests, commits, server trouble, what to do next.
+
+        Built only from the recorded events and git, never from the model's own account.
+        """
+        from pilot.errors import MarathonError
+        from pilot.report import build_report, parse_since, render
+        from pilot.store import EventStore
+
+        if (run_id is None) == (since is None):
+            raise _fail("give either a RUN id or --since (e.g. --since 12h)")
+        if fmt not in ("md", "html"):
+            raise _fail(f"unknown --format {fmt!r}; use md or html")
+        try:
+            store = EventStore(db)
+            if since is not None:
+                data = build_report(store, since=parse_since(since))
+            else:
+                data = build_report(store, [run_id or ""])
+            text = render(data, fmt)
+        except (MarathonError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            output.write_text(text, encoding="utf-8")
+            Console(stderr=True, highlight=False).print(f"wrote {output} ({len(data.runs)} run(s))")
+
+    @app.command()
+    def gc(
+        older_than: str = typer.Option(
+            ..., "--older-than", help="Remove finished runs last updated longer ago: 30d, 12h."
+        ),
+        keep_failed: bool = typer.Option(False, "--keep-failed", help="Keep failed runs."),
+        include_paused: bool = typer.Option(
+            False, "--include-paused", help="Also remove old paused runs (they cannot resume)."
+        ),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="Say what would be removed; change nothing."
+        ),
+        db: str | None = typer.Option(None, "--db", envvar="MARATHON_DB", help=_DB_HELP),
+    ) -> None:
+        """Remove old finished runs: events, artifacts, snapshot refs; then vacuum the store."""
+        from pilot.gc import describe
+        from pilot.gc import gc as collect
+        from pilot.report import parse_age
+        from pilot.store import EventStore
+
+        try:
+            age = parse_age(older_than)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+        result = collect(
+            EventStore(db),
+            age,
+            keep_failed=keep_failed,
+            include_paused=include_paused,
+            dry_run=dry_run,
+        )
+        for line in describe(result):
+            typer.echo(line)
