@@ -29,7 +29,7 @@ RATIO_NAMES = {
 def _num(value: float | None, digits: int = 1) -> str:
     if value is None:
         return "-"
-    return f"{value:,.{digits}f}"
+    return f"{value:,.{0 if abs(value) >= 1000 else digits}f}"
 
 
 def _dist(p: Percentiles | None, keys: tuple[str, ...] = ("mean", "p50", "p99")) -> str:
@@ -165,7 +165,7 @@ def _table(title: str, headers: list[str], rows: Iterator[list[str]]) -> Table |
     return table
 
 
-THROUGHPUT_HEADERS = ["point", "ok", "time s", "req/s", "out tok/s", "total tok/s"]
+THROUGHPUT_HEADERS = ["point", "ok", "req/s", "out tok/s", "total tok/s"]
 THROUGHPUT_HEADERS += ["tok/chunk", "accept", "acc len"]
 LATENCY_HEADERS = ["point", "ms", "mean", "min", "p50", "p90", "p99", "max"]
 
@@ -176,7 +176,6 @@ def throughput_rows(ep: EndpointReport) -> Iterator[list[str]]:
         yield [
             p.label,
             f"{p.completed}/{p.num_requests}",
-            _num(p.duration_s, 2),
             _num(p.request_throughput, 2),
             _num(p.output_throughput),
             _num(p.total_throughput),

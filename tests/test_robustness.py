@@ -122,7 +122,7 @@ def test_repeating_the_same_call_gets_a_nudge_then_ends_the_phase_as_stuck(
     turns = [{"tool_calls": [call("read_file", path="app.py")]} for _ in range(12)]
     outcome, events = go(tmp_path, repo, "robust-loop", turns)
     loops = [e for e in events if isinstance(e, ev.LoopDetected)]
-    assert [e.action for e in loops][0] == "nudge"
+    assert loops[0].action == "nudge"
     assert loops[-1].action == "stuck"
     assert outcome.status == "failed" and "stuck" in outcome.reason
     finished = [e for e in events if isinstance(e, ev.PhaseFinished)]
