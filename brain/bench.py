@@ -343,15 +343,21 @@ def _delta_text(delta: dict[str, Any]) -> str:
 
 
 def _error_text(status: int, body: bytes) -> str:
+    """``HTTP 503: <message>`` from vLLM's error body (or whatever the server sent)."""
+    text = body.decode(errors="replace")
     try:
         data = json.loads(body)
-        message = data.get("error", {}).get("message") if isinstance(data, dict) else None
-        if isinstance(data.get("error"), str):
-            message = data["error"]
-        message = message or data.get("detail") or body.decode(errors="replace")
-    except (ValueError, AttributeError):
-        message = body.decode(errors="replace")
-    return f"HTTP {status}: {str(message)[:200]}"
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            text = str(error["message"])
+        elif isinstance(error, str):
+            text = error
+        elif data.get("detail"):
+            text = str(data["detail"])
+    return f"HTTP {status}: {text[:200]}"
 
 
 def chat_body(model: str, prompt: BenchPrompt, config: BenchConfig) -> dict[str, Any]:
@@ -407,7 +413,7 @@ async def send_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -
                     if choice.get("finish_reason"):
                         result.finish_reason = choice["finish_reason"]
     except httpx.HTTPError as exc:
-        result.error = f"{type(exc).__name__}: {exc}"[:200] or type(exc).__name__
+        result.error = f"{type(exc).__name__}: {exc}"[:200]
         return result
     except json.JSONDecodeError as exc:
         result.error = f"bad JSON in stream: {exc}"
@@ -805,7 +811,7 @@ def _spec(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> Spec
 # --------------------------------------------------------------------------- the run
 
 
-def _validate(config: BenchConfig) -> None:
+def validate_config(config: BenchConfig) -> None:
     if any(c < 1 for c in config.concurrency):
         raise BenchError("--concurrency values must be >= 1")
     if any(not r > 0 for r in config.request_rates):
@@ -820,7 +826,7 @@ def _validate(config: BenchConfig) -> None:
 
 async def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchReport:
     """Run every load point (and depth) against the endpoint(s) and return the report."""
-    _validate(config)
+    validate_config(config)
     say = progress or (lambda _msg: None)
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     timeout = httpx.Timeout(config.timeout, connect=min(30.0, config.timeout))

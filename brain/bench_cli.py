@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from brain.bench import BenchConfig, BenchError, _validate, run_bench
+from brain.bench import BenchConfig, BenchError, run_bench, validate_config
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -131,7 +131,7 @@ def bench_command(
             seed=seed,
             timeout=timeout,
         )
-        _validate(config)
+        validate_config(config)
     except (ValueError, BenchError) as exc:  # pydantic's ValidationError is a ValueError
         err.print(f"[red]brain bench:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None

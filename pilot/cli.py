@@ -122,7 +122,7 @@ def run(
     console = _console()
     if detach:
         raise typer.Exit(_detach(console, sys.argv[1:]))
-    with _user_errors(), DryRun.maybe(dry_run, workflow, param, console) as dry:
+    with _user_errors(), DryRun.maybe(dry_run, workflow, param, console, matrix) as dry:
         store = _store(db, durability)
         target = dry.endpoint or endpoint
         if matrix is None and parallel <= 1:
@@ -136,12 +136,15 @@ def run(
         else:
             from pilot.queue import load_many, run_many
 
+            from pilot.launch import build_plan
+
             many = load_many(workflow, param, params_file, matrix)
             code = _drive_many(
                 console,
                 json_lines,
                 lambda runner: run_many(runner, many, parallel=parallel, endpoint=target),
                 store,
+                endpoint=target or build_plan(many[0], "view").model.endpoint,
             )
     raise typer.Exit(code)
 
@@ -229,7 +232,9 @@ def _install_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, on_signal)
 
 
-def _drive_many(console: Console, json_lines: bool, start: Any, store: Any) -> int:
+def _drive_many(
+    console: Console, json_lines: bool, start: Any, store: Any, endpoint: str | None = None
+) -> int:
     """Drive several runs in this process; the exit code is the worst outcome's."""
     from pilot.runner import Runner
     from pilot.summary import print_outcome
@@ -241,7 +246,7 @@ def _drive_many(console: Console, json_lines: bool, start: Any, store: Any) -> i
     if json_lines:
         runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
     else:
-        view = MultiRunView(console)
+        view = MultiRunView(console, endpoint=endpoint)
         runner.observers.append(view)
 
     async def main() -> Any:
@@ -340,13 +345,30 @@ def show(
     with _user_errors():
         store = _store(db)
         record = store.find_run(run_id)
+        server = store.server_events(since=record.created_at, until=record.updated_at)
         for seq, event in store.iter_events(record.id):
+            while server and server[0][0] <= event.at:
+                _print_server_event(console, json_lines, *server.pop(0))
             if json_lines:
                 print(event_json(record.id, seq, event))
             else:
                 console.print(event_line(event))
+        for item in server:
+            _print_server_event(console, json_lines, *item)
         if not json_lines:
             console.print(f"[bold]{record.id}[/] {record.status} {record.status_reason}")
+
+
+def _print_server_event(
+    console: Console, json_lines: bool, at: Any, server: str, kind: str, payload: dict
+) -> None:
+    """The brain's record of its server (start, ready, death, restart) in the run's timeline."""
+    if json_lines:
+        print(json.dumps({"server_event": kind, "server": server, "at": at.isoformat(), **payload}))
+        return
+    detail = payload.get("summary") or payload.get("reason") or payload.get("message") or ""
+    stamp = at.astimezone().strftime("%H:%M:%S")
+    console.print(f"[dim]{stamp}[/] [magenta]server {server}: {kind}[/] {detail}", highlight=False)
 
 
 @app.command()
@@ -481,6 +503,7 @@ def worker(
                 exit_when_idle=exit_when_idle,
             ),
             store,
+            endpoint=endpoint,
         )
     raise typer.Exit(code)
 

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from pilot.images import ImageRef
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -51,6 +53,8 @@ class PhaseStarted(_Event):
     index: int
     name: str
     prompt: str
+    images: list[ImageRef] = []
+    """Images attached to the prompt (the phase's ``images:``)."""
 
 
 class ModelRequest(_Event):
@@ -125,6 +129,8 @@ class ToolFinished(_Event):
     duration_s: float = 0.0
     executed: bool = True
     """False when the call was answered without running (invalid, truncated, after finish)."""
+    images: list[ImageRef] = []
+    """Images the tool put into the conversation (shown after the call's result)."""
 
 
 class CheckStarted(_Event):
@@ -221,6 +227,14 @@ class WorkspaceRestored(_Event):
     reason: str
 
 
+class ImageFallback(_Event):
+    """The server refused the run's images: send data URLs from now on, or no images at all."""
+
+    type: Literal["image_fallback"] = "image_fallback"
+    error: str
+    action: Literal["data_url", "drop"]
+
+
 class RunPaused(_Event):
     type: Literal["run_paused"] = "run_paused"
     reason: str
@@ -256,6 +270,7 @@ Event = Annotated[
     | ServerUnavailable
     | ServerBack
     | WorkspaceRestored
+    | ImageFallback
     | RunPaused
     | RunResumed
     | RunFinished,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot import events as ev
+from pilot.images import refs_from_artifacts
 from pilot.loop import CheckOutcome
 from pilot.snapshot import GitRepo, restore_snapshot, take_snapshot
 from tools.base import ToolContext, ToolResult
@@ -64,6 +65,7 @@ class RegistryExecutor:
             artifacts=[
                 ev.Artifact(name=a.name, path=a.path, size=a.size) for a in result.artifacts
             ],
+            images=refs_from_artifacts(result.artifacts, self.workspace_root),
         )
 
     def keep_full_output(self, call_id: str, text: str) -> str | None:

@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from pilot.errors import ConfigurationError
+from pilot.images import MediaPlan
 from pilot.plan import Limits, ModelPlan, PhasePlan, RunPlan
 from pilot.runner import Runner, RunOutcome
 from pilot.store import RunRecord, state_dir
@@ -34,6 +35,7 @@ from pilot.workflow import (
     render_system,
     render_workspace_path,
 )
+from pilot.workflow_load import render_phase_images
 
 DEFAULT_SYSTEM = (
     "You are a careful software engineer working alone, unattended, in a git repository. "
@@ -119,6 +121,7 @@ def build_plan(
                 check=render_check(loaded, index, run),
                 check_timeout=phase.check_timeout,
                 max_attempts=phase.max_attempts,
+                images=tuple(render_phase_images(loaded, index, run)),
             )
         )
     settings = {name: s.model_dump(exclude_none=True) for name, s in wf.tool_settings.items() if s}
@@ -150,7 +153,24 @@ def build_plan(
             max_tokens=wf.limits.max_tokens,
         ),
         max_no_progress_steps=wf.limits.max_no_progress_steps,
+        redact=list(wf.redact),
+        media=media_plan(model.vision, None if endpoint or model.endpoint else model.profile),
     )
+
+
+def media_plan(vision: bool | None, profile: str | None) -> MediaPlan:
+    """What the run knows about images: the workflow's ``model.vision``, else the profile's
+    (``limit_mm_per_prompt: {image: 0}`` means none); the ServerSpec when the brain manages
+    the server, so file:// paths can be mapped into it (see ``pilot.images``)."""
+    if profile is None:
+        return MediaPlan(vision=vision)
+    from brain.profiles import load_profile
+
+    spec = load_profile(profile)
+    limits = spec.limit_mm_per_prompt or {}
+    if vision is None and limits.get("image") == 0:
+        vision = False
+    return MediaPlan(vision=vision, server=spec)
 
 
 def _profile_endpoint(profile: str | None) -> str:
@@ -219,7 +239,12 @@ class DryRun:
     @classmethod
     @contextmanager
     def maybe(
-        cls, enabled: bool, workflow: Path | None, assignments: Sequence[str], console: Console
+        cls,
+        enabled: bool,
+        workflow: Path | None,
+        assignments: Sequence[str],
+        console: Console,
+        matrix: Path | None = None,
     ) -> Iterator[DryRun]:
         if not enabled:
             yield cls()
@@ -235,7 +260,8 @@ class DryRun:
         )
         dry = cls()
         given = parse_param_assignments(assignments)
-        if workflow is not None and "repo" not in given and _declares_repo_param(workflow):
+        wants_repo = matrix is None and "repo" not in given
+        if workflow is not None and wants_repo and _declares_repo_param(workflow):
             dry.params["repo"] = str(copy_sample_repo())
         with running_sim(config) as sim:
             dry.endpoint = sim.openai_base_url

@@ -39,7 +39,15 @@ from pilot.errors import (
     ModelNotFound,
     ServerUnavailable,
 )
-from pilot.model import ChatRequest, ModelClient, ModelResponse
+from pilot.images import (
+    PHASE_IMAGE_TOOL,
+    Materializer,
+    choose_transport,
+    classify_media_error,
+    has_images,
+    refused_output,
+)
+from pilot.model_types import ChatRequest, ModelClient, ModelResponse
 from pilot.plan import Limits, PhasePlan, RunPlan
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
 from pilot.repair import extract_text_tool_calls, repair_arguments
@@ -120,6 +128,7 @@ class RunLoop:
         self.stop = stop or asyncio.Event()
         self.clock = clock
         self.counter: TokenCounter | None = None
+        self.media = Materializer()
 
     # -- the driver -----------------------------------------------------------------------
 
@@ -169,7 +178,9 @@ class RunLoop:
                 return
             phase = self.plan.phases[index]
             prompt = f"{self.plan.phase_header(index)}\n\n{phase.prompt}"
-            self.emit(ev.PhaseStarted(index=index, name=phase.name, prompt=prompt))
+            images, notes = await self.phase_images(index, phase)
+            prompt = "\n\n".join([prompt, *notes])
+            self.emit(ev.PhaseStarted(index=index, name=phase.name, prompt=prompt, images=images))
             return
         phase = self.plan.phases[state.phase.index]
         if state.pending_calls:
@@ -244,8 +255,9 @@ class RunLoop:
         count: PromptCount | None = None
         max_tokens = self.plan.model.max_tokens
         budget = self.budget()
+        messages = self.request_messages(state.messages)
         if budget is not None:
-            count = await self.token_counter(model).count(state.messages, tools)
+            count = await self.token_counter(model).count(messages, tools)
             if budget.needs_compaction(count.total):
                 await self.compact(phase, budget, count, reason="threshold")
                 return
@@ -263,9 +275,11 @@ class RunLoop:
                 prompt_tokens=count.total if count else None,
             )
         )
-        request = ChatRequest(
+        # model_construct: these fields are built here with the right types; validating would
+        # copy every message dict of the history on every step (O(history) per step).
+        request = ChatRequest.model_construct(
             model=model,
-            messages=list(state.messages),
+            messages=messages,
             tools=tools,
             tool_choice="auto" if phase.tools else None,
             temperature=self.plan.model.temperature,
@@ -281,6 +295,10 @@ class RunLoop:
                 ) from exc
             harder = (state.phase.compactions_in_a_row if state.phase else 0) + 1
             await self.compact(phase, budget, count, reason="overflow", harder=harder)
+            return
+        except BadRequest as exc:
+            if not self.image_fallback(exc):
+                raise
             return
         self.record_response(step, phase, response)
 
@@ -364,7 +382,9 @@ class RunLoop:
             summary = fallback_summary(replaced, mutating_tools=mutating)
         after = plan.apply(state.messages, summary)
         tools = self.tools.schemas(phase.tools) or None
-        counted = await self.token_counter(state.model or self.plan.model.name).count(after, tools)
+        counted = await self.token_counter(state.model or self.plan.model.name).count(
+            self.request_messages(after), tools
+        )
         self.emit(
             ev.Compaction(
                 pinned=list(plan.pinned),
@@ -508,6 +528,7 @@ class RunLoop:
         started = time.monotonic()
         finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
         finished = self.fit_result(finished, call.id)
+        finished = self.place_images(finished)
         snapshot = head = None
         if mutates:
             snapshot, head = await asyncio.to_thread(
@@ -538,6 +559,81 @@ class RunLoop:
         if not cut:
             return finished
         return finished.model_copy(update={"output": text, "truncated": True})
+
+    # -- images ---------------------------------------------------------------------------
+
+    def request_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages as sent: image placeholders replaced by their URLs (pilot.images)."""
+        if not self.state.images or not has_images(messages):  # no image yet: skip the scan
+            return list(messages)
+        state = self.state
+        refused = state.images_refused
+        return self.media.materialize(
+            messages,
+            state.images,
+            data_only=state.images_data_only,
+            refused=None if refused is None else f"the server refused images ({refused})",
+        )
+
+    def vision_refusal(self) -> str | None:
+        """Why this run cannot show images to the model, or None."""
+        if self.state.images_refused is not None:
+            return f"the server said: {self.state.images_refused}"
+        if self.plan.media.vision is False:
+            return "the workflow or the server profile says the model has no vision"
+        return None
+
+    def place_images(self, finished: ev.ToolFinished) -> ev.ToolFinished:
+        """Decide how a tool's images travel, or refuse them when the model cannot see."""
+        if not finished.images:
+            return finished
+        reason = self.vision_refusal()
+        if reason is not None:
+            sources = ", ".join(ref.source for ref in finished.images)
+            return finished.model_copy(
+                update={"output": refused_output(sources, reason), "is_error": True, "images": []}
+            )
+        images = [choose_transport(ref, self.plan.media) for ref in finished.images]
+        return finished.model_copy(update={"images": images})
+
+    async def phase_images(self, index: int, phase: PhasePlan) -> tuple[list, list[str]]:
+        """The phase's ``images:``, loaded like view_image calls; a problem becomes a note in
+        the prompt (the phase still starts)."""
+        images: list = []
+        notes: list[str] = []
+        reason = self.vision_refusal()
+        for k, path in enumerate(phase.images):
+            if reason is not None:
+                notes.append(f"[image {path} not attached: {reason}]")
+                continue
+            if not self.tools.known(PHASE_IMAGE_TOOL):
+                notes.append(f"[image {path} not attached: no {PHASE_IMAGE_TOOL} tool]")
+                continue
+            finished = await asyncio.to_thread(
+                self.tools.invoke, PHASE_IMAGE_TOOL, {"path": path}, f"phase-{index}-image-{k}"
+            )
+            if finished.is_error or not finished.images:
+                why = finished.output.removeprefix("Error: ") or "no image"
+                notes.append(f"[image {path} not attached: {why}]")
+                continue
+            images += [choose_transport(ref, self.plan.media) for ref in finished.images]
+        return images, notes
+
+    def image_fallback(self, exc: BadRequest) -> bool:
+        """vLLM's media errors: file:// refused -> data URLs from now on (once); images refused
+        at all -> left out of requests. Recorded as an event; False for any other error."""
+        state = self.state
+        message = str(exc).split("): ", 1)[-1]
+        kind = classify_media_error(message)
+        if kind is None or not has_images(state.messages):
+            return False
+        if kind == "local_path" and not state.images_data_only:
+            self.emit(ev.ImageFallback(error=message, action="data_url"))
+            return True
+        if state.images_refused is None:
+            self.emit(ev.ImageFallback(error=message, action="drop"))
+            return True
+        return False
 
     # -- phase end ------------------------------------------------------------------------
 

@@ -272,18 +272,20 @@ class OpenAIModelClient:
         self._server_wait = server_wait
         self._retry = retry or RetryPolicy()
         self._own_http = http_client is None
-        self._http = http_client
+        # Our own pool, closed by aclose(): the SDK's default wrapper closes itself from
+        # __del__ by scheduling a task on whatever loop runs then, which breaks when a client
+        # outlives the loop that opened its connections.
+        self._http = http_client or httpx.AsyncClient(
+            timeout=request_timeout, limits=httpx.Limits(max_connections=1000)
+        )
         # vLLM without --api-key accepts any bearer; a placeholder keeps the SDK from reading
         # OPENAI_API_KEY (a real OpenAI key must never be sent to a local server by accident).
-        kwargs: dict[str, Any] = {}
-        if http_client is not None:
-            kwargs["http_client"] = http_client
         self._client = openai.AsyncOpenAI(
             base_url=self.base_url,
             api_key=api_key or "no-key",
             max_retries=0,
             timeout=request_timeout,
-            **kwargs,
+            http_client=self._http,
         )
         self._tokenize_supported: bool | None = None
 

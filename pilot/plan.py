@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pilot.images import MediaPlan
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -26,6 +28,8 @@ class PhasePlan:
     check: str | None = None
     check_timeout: float = 600.0
     max_attempts: int = 3
+    images: tuple[str, ...] = ()
+    """Workspace paths of images attached to the prompt (rendered ``images:``)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,10 @@ class RunPlan:
     sandbox: Literal["auto", "bwrap", "none"] = "auto"
     limits: Limits = Limits()
     max_no_progress_steps: int | None = None
+    redact: list[str] = field(default_factory=list)
+    """The workflow's own redaction regexes, on top of pilot.redact's defaults."""
+    media: MediaPlan = field(default_factory=MediaPlan)
+    """How images reach the server (see ``pilot.images``)."""
 
     def phase_header(self, index: int) -> str:
         return f"Phase {index + 1}/{len(self.phases)}: {self.phases[index].name}"

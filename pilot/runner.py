@@ -9,22 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.exc import OperationalError
 
 from pilot import events as ev
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
 from pilot.failpoints import die_now, kill_after_seq_from_env
 from pilot.loop import RunLoop
-from pilot.model import ModelClient, OpenAIModelClient, resolve_model_name
+from pilot.model_types import ModelClient
 from pilot.plan import RunPlan
 from pilot.progress import ProgressLimits
+from pilot.redact import redact_event
 from pilot.snapshot import GitRepo, ensure_repository, start_work_branch, take_snapshot
 from pilot.state import RunState, fold
-from pilot.store import EventStore, lease_owner_id, state_dir
+from pilot.store import EventStore, is_storage_full, lease_owner_id, state_dir
 from tools.registry import ToolRegistry, default_registry
 
 Observer = Callable[[str, int, ev.Event, RunState], None]
@@ -36,8 +40,10 @@ EXIT_CODES = {
     "limit": 3,
     "cancelled": 4,
     "server_unavailable": 75,
+    "storage_full": 74,
 }
 """Process exit codes per outcome (2 is a usage or workflow error, from the CLI)."""
+STORAGE_FULL = "the database disk is full"
 
 
 @dataclass
@@ -51,6 +57,8 @@ class RunOutcome:
     def exit_code(self) -> int:
         if self.status == "paused" and self.reason.startswith("model server unavailable"):
             return EXIT_CODES["server_unavailable"]
+        if self.status == "paused" and self.reason.startswith(STORAGE_FULL):
+            return EXIT_CODES["storage_full"]
         return EXIT_CODES.get(self.status, 1)
 
 
@@ -96,6 +104,8 @@ class Runner:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs."""
         if self.client_factory is not None:
             return self.client_factory(plan)
+        from pilot.model import OpenAIModelClient  # imported when needed: openai is slow to load
+
         model = plan.model
         key = (
             model.endpoint,
@@ -215,11 +225,13 @@ class _Run:
 
     def emit(self, event: ev.Event) -> None:
         seq = self.state.last_seq + 1
+        # Secrets never reach the store or the views; the live loop keeps the real text.
+        stored = redact_event(event, self.plan.redact if self.plan is not None else ())
         totals: dict[str, Any] = {}
         status = _status_of(event)
         if status is not None:
             totals["status"] = status
-            totals["status_reason"] = getattr(event, "reason", "") or ""
+            totals["status_reason"] = getattr(stored, "reason", "") or ""
         if isinstance(event, ev.AssistantMessage):
             totals["steps"] = self.state.steps + 1
             if event.usage:
@@ -229,12 +241,12 @@ class _Run:
                 )
         if isinstance(event, ev.PhaseStarted):
             totals["phase"] = event.name
-        self.store.append(self.run_id, seq, event, totals=totals)
+        self.store.append(self.run_id, seq, stored, totals=totals)
         if seq == self.runner.kill_after_seq:
             die_now()
         self.state.apply(event)
         for observer in self.runner.observers:
-            observer(self.run_id, seq, event, self.state)
+            observer(self.run_id, seq, stored, self.state)
 
     def emit_started_stub(self, *, error: str) -> None:
         self.emit(ev.RunFinished(status="failed", reason=error))
@@ -263,6 +275,7 @@ class _Run:
         )
         lease_lost = asyncio.Event()
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
+        storage_full = False
         try:
             await self._resolve_model(client)
             loop = RunLoop(
@@ -283,15 +296,27 @@ class _Run:
         except MarathonError as exc:
             if self.state.finished is None:
                 self.emit(ev.RunFinished(status="failed", reason=str(exc)))
+        except OperationalError as exc:
+            if not is_storage_full(exc):
+                raise
+            # Nothing more can be written: no event, no lease release (a resume takes over
+            # the lease of this dead process). The last committed event is where it resumes.
+            storage_full = True
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await renewer
-            if not lease_lost.is_set():
+            if not lease_lost.is_set() and not storage_full:
                 self.store.release_lease(self.run_id, runner.owner)
+        if storage_full:
+            reason = f"{STORAGE_FULL}: free space then `pilot resume {self.run_id}`"
+            print(f"error: {reason}", file=sys.stderr, flush=True)
+            return RunOutcome(self.run_id, "paused", reason, self.state)
         return self.outcome()
 
     async def _resolve_model(self, client: ModelClient) -> None:
+        from pilot.model import resolve_model_name
+
         async def on_wait(wait: Any) -> None:
             if wait.kind == "unavailable":
                 self.emit(ev.ServerUnavailable(error=wait.error or "", attempt=wait.attempt))

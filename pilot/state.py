@@ -19,6 +19,7 @@ from pilot.events import (
     CheckStarted,
     Compaction,
     Event,
+    ImageFallback,
     LoopDetected,
     ModelRequest,
     ModelResolved,
@@ -35,6 +36,7 @@ from pilot.events import (
     ToolStarted,
     WorkspaceRestored,
 )
+from pilot.images import ImageRef, image_message, prompt_content
 from pilot.progress import FeedbackObs, ProgressLimits, ProgressTracker, Verdict
 
 CHECK_FAILED_PREFIX = "Check failed:"
@@ -101,6 +103,13 @@ class RunState:
     last_seq: int = 0
     progress_limits: ProgressLimits = field(default_factory=ProgressLimits)
     questions: int = 0
+    images: dict[str, ImageRef] = field(default_factory=dict)
+    """Every image the conversation refers to, by sha256 (see ``pilot.images``)."""
+    images_data_only: bool = False
+    """The server refused a file:// image: every image travels as a data URL from now on."""
+    images_refused: str | None = None
+    """Why the server takes no images at all (they are left out of requests)."""
+    _held_images: list[tuple[str, list[ImageRef]]] = field(default_factory=list)
 
     # -- derived --------------------------------------------------------------------------
 
@@ -146,7 +155,10 @@ class RunState:
                     message_index=len(self.messages),
                     tracker=ProgressTracker(self.progress_limits, snapshot=self.snapshot),
                 )
-                self.messages.append({"role": "user", "content": ev.prompt})
+                self.images.update((ref.sha256, ref) for ref in ev.images)
+                self.messages.append(
+                    {"role": "user", "content": prompt_content(ev.prompt, ev.images)}
+                )
             case ModelRequest():
                 pass
             case AssistantMessage():
@@ -185,6 +197,12 @@ class RunState:
                 self.messages.append(
                     {"role": "tool", "tool_call_id": ev.call_id, "content": ev.output}
                 )
+                if ev.images:
+                    self.images.update((ref.sha256, ref) for ref in ev.images)
+                    self._held_images.append((ev.name, list(ev.images)))
+                if self._held_images and not self.pending_calls:  # after the turn's last result
+                    self.messages.append(image_message(self._held_images))
+                    self._held_images = []
                 if ev.snapshot:
                     self.snapshot = ev.snapshot
                 if ev.head:
@@ -234,10 +252,16 @@ class RunState:
                 self.phases_done.append(ev)
                 self.phase = None
                 self.pending_calls = []
+                self._held_images = []
             case WorkspaceRestored():
                 self.snapshot = ev.snapshot
                 self.head = ev.head or self.head
                 self.started_call = None
+            case ImageFallback():
+                if ev.action == "data_url":
+                    self.images_data_only = True
+                else:
+                    self.images_refused = ev.error
             case RunPaused():
                 self.paused = True
             case RunResumed():

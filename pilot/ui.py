@@ -159,11 +159,51 @@ def local_time(value: datetime) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-class MultiRunView:
-    """One line per active run, for `pilot run --matrix` and `pilot worker`."""
+class ServerWatch:
+    """The server's running/waiting requests and KV cache use, read from its /metrics in a
+    background thread (a view must never slow the runs down)."""
 
-    def __init__(self, console: Console, *, recent: int = 6) -> None:
+    def __init__(self, endpoint: str, interval: float = 2.0) -> None:
+        import threading
+
+        self.url = endpoint.rstrip("/").removesuffix("/v1") + "/metrics"
+        self.interval = interval
+        self.text = "server: -"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self) -> ServerWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _poll(self) -> None:
+        import httpx
+
+        from brain.metrics import MetricsSnapshot
+
+        while not self._stop.is_set():
+            try:
+                snap = MetricsSnapshot.from_text(httpx.get(self.url, timeout=2).text)
+                kv = f"{snap.kv_cache_usage:.0%}" if snap.kv_cache_usage is not None else "-"
+                self.text = (
+                    f"server: {snap.requests_running or 0:.0f} running, "
+                    f"{snap.requests_waiting or 0:.0f} waiting, KV cache {kv}"
+                )
+            except Exception as exc:  # the view reports, it never fails the runs
+                self.text = f"server: unreachable ({type(exc).__name__})"
+            self._stop.wait(self.interval)
+
+
+class MultiRunView:
+    """One line per active run, for `pilot run --matrix` and `pilot worker`, and the server's
+    load when its endpoint is known."""
+
+    def __init__(self, console: Console, *, recent: int = 6, endpoint: str | None = None) -> None:
         self.console = console
+        self.server = ServerWatch(endpoint).start() if endpoint else None
         self.runs: dict[str, dict[str, Any]] = {}
         self.recent: list[Text] = []
         self.keep = recent
@@ -175,6 +215,8 @@ class MultiRunView:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.stop()
         self.live.update(self._render())
         self.live.__exit__(*exc)  # type: ignore[arg-type]
 
@@ -215,4 +257,6 @@ class MultiRunView:
         active = sum(1 for r in self.runs.values() if r["status"] == "running")
         elapsed = time.monotonic() - self.started
         header = Text(f"{len(self.runs)} runs, {active} active, {elapsed:.0f}s", style="bold")
+        if self.server is not None:
+            header.append(f"   {self.server.text}", style="cyan")
         return Group(header, table, *self.recent)

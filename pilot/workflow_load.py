@@ -830,6 +830,8 @@ def _template_slots(workflow: Workflow) -> list[tuple[_TemplateSlot, str]]:
         slots.append((_TemplateSlot(("phases", i, "prompt"), "phase", i), phase.prompt))
         if phase.check is not None:
             slots.append((_TemplateSlot(("phases", i, "check"), "phase", i), phase.check))
+        for k, image in enumerate(phase.images):
+            slots.append((_TemplateSlot(("phases", i, "images", k), "phase", i), image))
     return slots
 
 
@@ -1099,6 +1101,18 @@ def render_check(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> s
     template = _template(loaded, f"phases[{phase_index}].check")
     context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
     return template.render(context).strip()
+
+
+def render_phase_images(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> list[str]:
+    """Phase ``phase_index``'s image paths (workspace-relative), rendered; blanks dropped."""
+    _phase_run(loaded, phase_index)
+    context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
+    paths = []
+    for k in range(len(loaded.workflow.phases[phase_index].images)):
+        text = _template(loaded, f"phases[{phase_index}].images[{k}]").render(context).strip()
+        if text:
+            paths.append(text)
+    return paths
 
 
 def render_workspace_path(loaded: LoadedWorkflow, run: RunContext) -> Path:

@@ -139,8 +139,16 @@ def _check_env_entry(name: str) -> str:
     return name
 
 
+def _check_redact_pattern(pattern: str) -> str:
+    from pilot.redact import compile_pattern
+
+    compile_pattern(pattern)
+    return pattern
+
+
 ParamName = Annotated[str, AfterValidator(_check_param_name)]
 EnvEntry = Annotated[str, AfterValidator(_check_env_entry)]
+RedactPattern = Annotated[str, AfterValidator(_check_redact_pattern)]
 
 
 def _check_slug(value: str, what: str) -> str:
@@ -310,6 +318,11 @@ class ModelSettings(_Strict):
     )
     context_margin: int = Field(
         256, ge=0, description="Tokens kept free below the served max_model_len, for safety."
+    )
+    vision: bool | None = Field(
+        None,
+        description="Whether the model takes images (view_image, phase images); null = ask "
+        "the server profile, else try and learn from the server's answer.",
     )
 
     @field_validator("endpoint")
@@ -481,6 +494,11 @@ class Phase(_Strict):
         "the phase only counts as done when it exits 0.",
     )
     check_timeout: Duration = Field(600, description="Seconds the check may run.")
+    images: list[str] = Field(
+        default_factory=list,
+        description="Workspace image files (Jinja) attached to the prompt, e.g. "
+        "docs/mockup.png; loaded like view_image (PNG, JPEG, WebP, GIF).",
+    )
     max_attempts: int = Field(
         3,
         ge=1,
@@ -536,6 +554,12 @@ class Workflow(_Strict):
     )
     sandbox: Literal["auto", "bwrap", "none"] = Field(
         "auto", description="Command isolation: bwrap when available (auto), always, or never."
+    )
+    redact: list[RedactPattern] = Field(
+        default_factory=list,
+        description="Regexes (Python syntax) whose matches are replaced by "
+        "[REDACTED:redact[i]] in stored events, on top of the built-in secret patterns; a "
+        "(?P<secret>...) group hides only that part.",
     )
     system: str | None = Field(
         None, description="System prompt (Jinja: params, workflow, run); null = built-in."

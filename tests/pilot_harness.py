@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,12 +107,22 @@ def final_state(db: Path, run_id: str) -> RunState:
     return fold(EventStore(f"sqlite:///{db}").load_events(run_id))
 
 
+def _stable(text: Any) -> Any:
+    """Commit ids and run ids differ between two runs of the same work; nothing else may."""
+    if not isinstance(text, str):
+        return text
+    text = re.sub(r"marathon/run-[0-9a-f]+", "marathon/run-<id>", text)
+    return re.sub(r"\b[0-9a-f]{7,40}\b", "<sha>", text)
+
+
 def transcript(state: RunState) -> list[dict[str, Any]]:
-    """The conversation with server-chosen call ids replaced by their order of appearance."""
+    """The conversation with server-chosen call ids replaced by their order of appearance,
+    and commit and run ids masked."""
     ids: dict[str, str] = {}
     out = []
     for message in state.messages:
         m = dict(message)
+        m["content"] = _stable(m.get("content"))
         if "tool_calls" in m:
             m["tool_calls"] = [
                 {

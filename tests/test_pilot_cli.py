@@ -74,7 +74,7 @@ def slow_run(tmp_path: Path):
         yield workflow, repo, tmp_path / "m.db"
 
 
-def wait_for_event(db: Path, kind: str, timeout: float = 60) -> str:
+def wait_for_event(db: Path, kind: str, timeout: float = 240) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if db.exists():
@@ -170,3 +170,21 @@ def test_cancel_a_paused_run(tmp_path: Path, slow_run) -> None:
     assert EventStore(f"sqlite:///{db}").get_run(run_id).status == "cancelled"
     again = pilot(tmp_path, "resume", run_id, "--db", f"sqlite:///{db}")
     assert again.returncode == 4
+
+
+def test_show_lists_the_brains_server_events_inside_the_run(tmp_path: Path, slow_run) -> None:
+    from brain.events import ServerEventWriter
+
+    workflow, repo, db = slow_run
+    url = f"sqlite:///{db}"
+    proc = subprocess.Popen(
+        pilot_cmd("run", str(workflow), "--param", f"repo={repo}", "--db", url),
+        env=env_for(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    run_id = wait_for_event(db, "tool_started")
+    ServerEventWriter(url).record("gemma", "died", {"summary": "CUDA out of memory"})
+    assert proc.wait(timeout=120) == 0
+    shown = pilot(tmp_path, "show", run_id, "--db", url)
+    assert "server gemma: died" in shown.stdout and "CUDA out of memory" in shown.stdout

@@ -35,9 +35,10 @@ from pilot.store import EventStore
 KEY = "crash-matrix"
 
 
-def twenty_steps() -> list[dict]:
+def scripted_steps(pairs: int) -> list[dict]:
+    """2 * pairs + 8 steps: writes and ledger appends, an edit, reads, commits, two finishes."""
     turns: list[dict] = []
-    for i in range(1, 7):
+    for i in range(1, pairs + 1):
         turns.append({"tool_calls": [call("write_file", path=f"f{i}.txt", content=f"v{i}\n")]})
         turns.append({"tool_calls": [call("run", command=f"echo step{i} >> ledger.txt")]})
     turns.append(
@@ -51,6 +52,9 @@ def twenty_steps() -> list[dict]:
     turns.append({"tool_calls": [call("git_commit", message="more")]})
     turns.append({"tool_calls": [call("finish", summary="phase two")]})
     return turns
+
+
+SHORT, FULL = 1, 6  # 10 steps in the default suite; the 20-step matrix runs with `-m slow`
 
 
 def setup(tmp_path: Path, name: str, endpoint: str) -> tuple[Path, Path, Path]:
@@ -104,15 +108,20 @@ def only_run_id(db: Path) -> str:
     return record.id
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory):
-    script = write_script(tmp_path_factory.mktemp("script") / "s.yaml", KEY, twenty_steps())
+@pytest.fixture(
+    params=[SHORT, pytest.param(FULL, marks=pytest.mark.slow)], ids=["10-step", "20-step"]
+)
+def sim(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    pairs = request.param
+    script = write_script(tmp_path_factory.mktemp("script") / "s.yaml", KEY, scripted_steps(pairs))
     config = SimConfig(model="crash-model", max_model_len=32768, policy=f"script:{script}")
     with running_sim(config) as server:
+        server.steps = 2 * pairs + 8
+        server.ledger = [f"step{i}" for i in range(1, pairs + 1)] + ["late"]
         yield server
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
     tmp_path: Path, sim
 ) -> None:
@@ -121,7 +130,7 @@ def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
     assert done.returncode == 0, done.stderr
     clean = final_state(db, only_run_id(db))
     assert clean.finished.status == "succeeded"
-    assert clean.steps == 20
+    assert clean.steps == sim.steps
 
     repo_k, workflow_k, db_k = setup(tmp_path, "killed", sim.openai_base_url)
     first = pilot(["run", str(workflow_k), "--param", f"repo={repo_k}"], db_k, "kill_after_seq=1")
@@ -149,7 +158,7 @@ def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
     assert transcript(resumed) == transcript(clean)
     assert tree_hash(repo_k) == tree_hash(repo)
     ledger = (repo_k / "ledger.txt").read_text().splitlines()
-    assert ledger == [f"step{i}" for i in range(1, 7)] + ["late"], "no side effect twice"
+    assert ledger == sim.ledger, "no side effect twice"
     # Every kind of boundary was hit, including between tool_started and tool_finished.
     assert {
         "run_started",
@@ -162,7 +171,7 @@ def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
         "check_finished",
         "phase_finished",
     } <= set(killed_after)
-    assert len(killed_after) >= 80
+    assert len(killed_after) >= 4 * sim.steps
 
 
 def test_sigkill_inside_a_running_tool_restores_the_workspace_and_runs_it_once(

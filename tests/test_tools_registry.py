@@ -19,6 +19,7 @@ EXPECTED = [
     "list_dir",
     "find_files",
     "grep",
+    "view_image",
     "run",
     "git_status",
     "git_diff",

@@ -256,6 +256,7 @@ def default_registry() -> ToolRegistry:
     from tools.files import EditFile, ReadFile, WriteFile
     from tools.finish import Finish
     from tools.git import GitCommit, GitDiff, GitStatus
+    from tools.images import ViewImage
     from tools.search import FindFiles, Grep, ListDir
     from tools.shell import Run
 
@@ -267,6 +268,7 @@ def default_registry() -> ToolRegistry:
             ListDir(),
             FindFiles(),
             Grep(),
+            ViewImage(),
             Run(),
             GitStatus(),
             GitDiff(),

@@ -32,6 +32,7 @@ from brain.sim.config import FaultRule, SimConfig
 from brain.sim.engine import RequestClock, SimEngine, Ticket
 from brain.sim.faults import FaultPlan
 from brain.sim.logs import LogFn, silent_log, vllm_line
+from brain.sim.media import check_images
 from brain.sim.policy import Policy, SimChatRequest, SimTurn, load_policy
 from brain.sim.shaping import Emission, OutputToken, shape_turn
 from brain.sim.tokenizer import count_chat, decode, encode, render_chat
@@ -245,6 +246,9 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
     if body.n not in (None, 1):
         raise errors.bad_request("The simulated server only supports n=1.", "n")
     messages = body.message_dicts()
+    check_images(
+        messages, vision=config.vision, allowed_local_media_path=config.allowed_local_media_path
+    )
     prompt_tokens = count_chat(messages, body.tools)
     requested = body.output_limit or 0
     if prompt_tokens + requested > config.max_model_len:

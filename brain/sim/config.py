@@ -104,6 +104,10 @@ class SimConfig(BaseModel):
     seed: int = 0
     version: str = SIM_VLLM_VERSION
     fatal_log: str | None = Field(None, description="Print this line during load, then exit 1.")
+    vision: bool = Field(True, description="False: a text-only model (images get vLLM's 400).")
+    allowed_local_media_path: str | None = Field(
+        None, description="Directory file:// images must lie under (vLLM's flag of that name)."
+    )
     log_requests: bool = False
 
     @property

@@ -11,7 +11,11 @@ The rule, which everything in the sim (the 400 context check, ``usage``, ``/toke
       <|im_start|>assistant\\n                      (the generation prompt)
 
   A tool message renders as role ``tool`` with its content; list content keeps its text parts
-  and renders any other part as ``<{type}>``.
+  and renders any other part as ``<{type}>``, except images (below).
+* Images: every ``image_url`` part renders as a fixed 1024-byte placeholder
+  (``<start_of_image>...<end_of_image>``), so each image costs exactly
+  ``IMAGE_TOKENS = 256`` tokens whatever its size, the fixed per-image cost of Gemma 3's and
+  Gemma 4's default vision budget. Budgets, usage and ``/tokenize`` all include it.
 * Text is encoded as UTF-8 and cut into 4-byte chunks; each chunk is one token, so a text of
   B bytes has ceil(B / 4) tokens. Token ids are ``int.from_bytes(b"\\x01" + chunk, "big")``, which
   makes ``/detokenize`` the exact inverse of ``/tokenize``.
@@ -28,6 +32,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 BYTES_PER_TOKEN = 4
+IMAGE_TOKENS = 256
+_IMAGE_OPEN, _IMAGE_CLOSE = "<start_of_image>", "<end_of_image>"
+IMAGE_TEXT = _IMAGE_OPEN + "." * (IMAGE_TOKENS * BYTES_PER_TOKEN - 30) + _IMAGE_CLOSE
+"""What one image renders as: exactly IMAGE_TOKENS * 4 bytes, so exactly IMAGE_TOKENS more
+tokens wherever it falls (ceil((B + 4n) / 4) = ceil(B / 4) + n)."""
 
 
 def encode(text: str) -> list[int]:
@@ -103,7 +112,15 @@ def render_chat(
         out.append(f"<|im_start|>system\n# Tools\n{schemas}\n<|im_end|>\n")
     for message in messages:
         role = str(message.get("role", "user"))
-        body = content_text(message.get("content"))
+        content = message.get("content")
+        if isinstance(content, list):
+            content = [
+                {"type": "text", "text": IMAGE_TEXT}
+                if isinstance(part, Mapping) and part.get("type") == "image_url"
+                else part
+                for part in content
+            ]
+        body = content_text(content)
         for call in message.get("tool_calls") or []:
             function = (call.get("function") if isinstance(call, Mapping) else None) or {}
             payload = {"name": function.get("name"), "arguments": function.get("arguments")}

@@ -1,0 +1,730 @@
+"""Marathon's pilot against LangGraph on the durable-loop workload, side by side, one sitting.
+
+The workload is exactly ``shared/reference/bench-workload.md``: one run of N steps, each an
+assistant message (1,200 chars, one tool call) and a 2,048-char tool result, the model and the
+tools no-I/O lookups. Each repeat of a config runs two fresh processes:
+
+1. **run**: opens a fresh database, runs steps 1..N, and at the entry of model call N+1 writes
+   its figures and SIGKILLs itself (no cleanup, no flush of anything still queued);
+2. **resume**: a fresh interpreter opens the same database, loads the latest state, runs step
+   N+1 and the final answer, and exits.
+
+Marathon goes through its real write path: ``pilot.runner``'s ``_Run.emit`` (append to the
+EventStore, committed, then fold) driving ``pilot.loop.RunLoop``, with a no-I/O model client
+behind the ``ModelClient`` protocol and a ToolExecutor/WorkspaceOps stub (non-mutating tools,
+no snapshots). It skips what the workload has no use for: git workspace setup, the lease-renewal
+task and the HTTP client. LangGraph is the canonical ReAct graph (agent node with a
+``BaseChatModel`` subclass, prebuilt ``ToolNode`` + ``tools_condition``) on ``SqliteSaver``
+with ``durability="sync"``; ``lg-delta`` declares the messages channel as the beta
+``DeltaChannel(_messages_delta_reducer)``.
+
+Configs alternate inside each repeat, so every ratio is taken from runs made minutes apart.
+Run from the repository root::
+
+    .venv/bin/python -m bench.vs_langgraph                  # N = 100, 1000, 3000
+    .venv/bin/python -m bench.vs_langgraph --n 1000 --repeats 3
+    .venv/bin/python -m bench.vs_langgraph profile --n 3000 # where the pilot's time goes
+
+A benchmark, not a test: it asserts nothing (``tests/test_bench_smoke.py`` runs it tiny).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    Workload,
+    checkpoint_and_size,
+    decile_ms,
+    markdown_table,
+    median,
+    peak_rss_mib,
+    write_json,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_ID = "bench0001"
+THREAD = {"configurable": {"thread_id": "bench-thread"}, "recursion_limit": 10_000_000}
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    framework: str  # "marathon" | "langgraph"
+    synchronous: str  # SQLite synchronous: "normal" | "full" | "off"
+    variant: str = ""  # langgraph: "delta" | "default"
+    max_n: int | None = None  # not run above this N (lg-default grows quadratically)
+
+
+CONFIGS = {
+    c.name: c
+    for c in (
+        Config("marathon", "marathon", "normal"),
+        Config("marathon-full", "marathon", "full"),
+        Config("marathon-off", "marathon", "off"),
+        Config("lg-delta-sync", "langgraph", "full", "delta"),
+        Config("lg-delta-off", "langgraph", "off", "delta"),
+        Config("lg-default-sync", "langgraph", "full", "default", max_n=100),
+        Config("lg-default-off", "langgraph", "off", "default", max_n=100),
+    )
+}
+DEFAULT_CONFIGS = (
+    "marathon",
+    "lg-delta-sync",
+    "marathon-full",
+    "marathon-off",
+    "lg-delta-off",
+    "lg-default-sync",
+)
+
+
+class Clock:
+    """Entries of every model call (wall and CPU), and the time spent inside model and tools."""
+
+    def __init__(self, expected: int) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.model_s = 0.0
+        self.tool_s = 0.0
+        self.wall_reserve = expected
+
+    def enter(self) -> None:
+        self.wall.append(time.perf_counter())
+        self.cpu.append(time.process_time())
+
+
+def run_figures(clock: Clock, n: int, opened: float, first_call: float) -> dict[str, Any]:
+    """What the run process reports at the entry of model call N+1, before it is killed."""
+    wall, cpu = clock.wall, clock.cpu
+    return {
+        "n": n,
+        "ms_per_step": (wall[n] - wall[0]) / n * 1000,
+        "cpu_ms_per_step": (cpu[n] - cpu[0]) / n * 1000,
+        "first_decile_ms": decile_ms(wall[: n + 1], first=True),
+        "last_decile_ms": decile_ms(wall[: n + 1], first=False),
+        "open_to_first_model_call_ms": (first_call - opened) * 1000,
+        "model_s": clock.model_s,
+        "tool_s": clock.tool_s,
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def die(out: str, figures: dict[str, Any]) -> None:
+    """The crash at model call N+1: figures on disk, then SIGKILL (nothing else runs)."""
+    write_json(out, figures)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- Marathon ---------------------------------------------------------------------------------
+
+
+def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> None:
+    """One Marathon process: ``run`` (steps 1..N, killed at call N+1) or ``resume``."""
+    started = time.perf_counter()
+    import asyncio
+
+    from pilot import events as ev
+    from pilot.loop import CheckOutcome, RunLoop
+    from pilot.model_types import ChatRequest, ModelResponse, ServedModel, ToolCallOut, Usage
+    from pilot.plan import ModelPlan, PhasePlan, RunPlan
+    from pilot.runner import Runner, _Run, progress_limits
+    from pilot.state import RunState, fold
+    from pilot.store import EventStore
+
+    imported = time.perf_counter()
+    workload = Workload()
+    first_step = 1 if mode == "run" else n + 1
+    workload.prepare(first_step, n + 1)
+    clock = Clock(n + 2)
+    marks: dict[str, float] = {}
+
+    class WorkloadModel:
+        """The workload's model behind ``ModelClient``: step i's answer, or the final one.
+
+        Same seam and behaviour as ``pilot.model.ScriptedModelClient`` (which lives beside the
+        HTTP client, so importing it loads ``openai``); no I/O, no copy of the request kept.
+        """
+
+        def __init__(self, first: int) -> None:
+            self.next_step = first
+
+        async def complete(self, request: ChatRequest, *, on_wait: Any = None) -> ModelResponse:
+            clock.enter()
+            i = self.next_step
+            self.next_step += 1
+            if mode == "run" and i == n + 1:
+                die(
+                    out,
+                    {**run_figures(clock, n, marks["opened"], marks["first_call"]), "mode": mode},
+                )
+            if mode == "resume" and i == n + 2:
+                marks["step_durable"] = time.perf_counter()
+            marks.setdefault("first_call", time.perf_counter())
+            t = time.perf_counter()
+            if i == n + 2:
+                answer = ModelResponse(
+                    content=workload.final,
+                    tool_calls=[
+                        ToolCallOut(
+                            id="call_final",
+                            name="finish",
+                            arguments=json.dumps({"summary": "done"}),
+                        )
+                    ],
+                    finish_reason="tool_calls",
+                    usage=Usage(prompt_tokens=400, completion_tokens=200),
+                )
+            else:
+                step = workload.step(i)
+                answer = ModelResponse(
+                    content=step.text,
+                    tool_calls=[
+                        ToolCallOut(id=step.call_id, name=step.tool, arguments=step.arguments_json)
+                    ],
+                    finish_reason="tool_calls",
+                    usage=Usage(prompt_tokens=400, completion_tokens=300),
+                )
+            clock.model_s += time.perf_counter() - t
+            return answer
+
+        async def list_models(self, *, on_wait: Any = None) -> list[ServedModel]:
+            return [ServedModel(id="workload", max_model_len=None)]
+
+        async def count_tokens(self, model: str, messages: Any, tools: Any) -> int | None:
+            return None
+
+        async def aclose(self) -> None:
+            pass
+
+    class WorkloadTools:
+        """ToolExecutor + WorkspaceOps: fixed results, no I/O, nothing mutates, no snapshots."""
+
+        names = ("read_file", "write_file", "finish")
+
+        def schemas(self, names: list[str]) -> list[dict[str, Any]]:
+            return [
+                {"type": "function", "function": {"name": name, "parameters": {}}} for name in names
+            ]
+
+        def known(self, name: str) -> bool:
+            return name in self.names
+
+        def mutates(self, name: str) -> bool:
+            return False
+
+        def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished:
+            t = time.perf_counter()
+            if name == "finish":
+                output = "Finish recorded."
+            else:
+                output = workload.result_for(arguments["path"])
+            result = ev.ToolFinished(call_id=call_id, name=name, output=output)
+            clock.tool_s += time.perf_counter() - t
+            return result
+
+        def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome:
+            raise AssertionError("the workload has no check")
+
+        def keep_full_output(self, call_id: str, text: str) -> str | None:
+            return None
+
+        def snapshot(self, message: str) -> tuple[str, str | None]:
+            raise AssertionError("no tool of the workload mutates")
+
+        def restore(self, snapshot: str, head: str | None) -> None:
+            raise AssertionError("no tool of the workload mutates")
+
+    tools = WorkloadTools()
+    plan = RunPlan(
+        workflow_name="bench",
+        system=workload.system,
+        phases=[PhasePlan(name="work", prompt=workload.user, tools=list(tools.names))],
+        tools=list(tools.names),
+        model=ModelPlan(endpoint="none://workload", name="workload"),
+        workspace=str(db.parent),
+        branch="bench",
+    )
+
+    async def drive() -> dict[str, Any]:
+        figures: dict[str, Any] = {"mode": mode, "import_s": imported - started}
+        opened = marks["opened"] = time.perf_counter()
+        store = EventStore(f"sqlite:///{db}", durability=synchronous)
+        runner = Runner(store=store, registry=None)  # type: ignore[arg-type]  # tools: the stub
+        client = WorkloadModel(first_step)
+        if mode == "run":
+            store.create_run(
+                workflow_name="bench",
+                workflow_path="bench",
+                workflow_text="",
+                params={},
+                workspace=str(db.parent),
+                owner=runner.owner,
+                run_id=RUN_ID,
+            )
+            run = _Run(runner, RUN_ID, plan, RunState(progress_limits=progress_limits(plan)))
+            run.emit(
+                ev.RunStarted(
+                    workflow="bench",
+                    workspace=str(db.parent),
+                    branch="bench",
+                    endpoint=plan.model.endpoint,
+                    system=plan.system,
+                    phases=["work"],
+                    owner=runner.owner,
+                )
+            )
+            run.emit(ev.ModelResolved(model="workload", max_model_len=None))
+        else:
+            note = store.acquire_lease(RUN_ID, runner.owner)
+            loading = time.perf_counter()
+            state = fold(store.load_events(RUN_ID), progress_limits=progress_limits(plan))
+            loaded = time.perf_counter()
+            figures["load_state_ms"] = (loaded - loading) * 1000
+            figures["open_to_state_loaded_ms"] = (loaded - opened) * 1000
+            figures["durable_steps"] = sum(1 for m in state.messages if m["role"] == "tool")
+            run = _Run(runner, RUN_ID, plan, state)
+            run.emit(ev.RunResumed(owner=runner.owner, note=note))
+        loop = RunLoop(plan, run.state, run.emit, client, tools, tools, stop=asyncio.Event())
+        await loop.run()
+        done = time.perf_counter()
+        store.release_lease(RUN_ID, runner.owner)
+        finished = run.state.finished
+        figures.update(
+            open_to_first_model_call_ms=(marks["first_call"] - opened) * 1000,
+            open_to_step_durable_ms=(marks["step_durable"] - opened) * 1000,
+            open_to_done_ms=(done - opened) * 1000,
+            status=finished.status if finished else None,
+            answer_ok=bool(run.state.messages)
+            and run.state.messages[-2].get("content") == workload.final,
+            peak_rss_mib=peak_rss_mib(),
+        )
+        return figures
+
+    write_json(out, asyncio.run(drive()))
+
+
+# -- LangGraph --------------------------------------------------------------------------------
+
+
+def langgraph_child(mode: str, db: Path, n: int, synchronous: str, variant: str, out: str) -> None:
+    started = time.perf_counter()
+    import sqlite3
+    from typing import Annotated, TypedDict
+
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    imported = time.perf_counter()
+    workload = Workload()
+    first_step = 1 if mode == "run" else n + 1
+    workload.prepare(first_step, n + 1)
+    clock = Clock(n + 2)
+    marks: dict[str, float] = {}
+    counter = {"next": first_step}
+
+    class WorkloadChat(BaseChatModel):
+        """The workload's model as a LangChain chat model: step i's answer, or the final one."""
+
+        @property
+        def _llm_type(self) -> str:
+            return "workload"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> WorkloadChat:
+            return self
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+            clock.enter()
+            i = counter["next"]
+            counter["next"] += 1
+            if mode == "run" and i == n + 1:
+                die(
+                    out,
+                    {**run_figures(clock, n, marks["opened"], marks["first_call"]), "mode": mode},
+                )
+            if mode == "resume" and i == n + 2:
+                marks["step_durable"] = time.perf_counter()
+            marks.setdefault("first_call", time.perf_counter())
+            t = time.perf_counter()
+            if i == n + 2:
+                message = AIMessage(content=workload.final, id="ai_final")
+            else:
+                step = workload.step(i)
+                message = AIMessage(
+                    content=step.text,
+                    id=f"ai_{i:06d}",
+                    tool_calls=[{"name": step.tool, "args": step.arguments, "id": step.call_id}],
+                )
+            clock.model_s += time.perf_counter() - t
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        t = time.perf_counter()
+        result = workload.result_for(path)
+        clock.tool_s += time.perf_counter() - t
+        return result
+
+    @tool
+    def write_file(path: str, content: str) -> str:
+        """Write a file."""
+        t = time.perf_counter()
+        result = workload.result_for(path)
+        clock.tool_s += time.perf_counter() - t
+        return result
+
+    if variant == "delta":
+        from langgraph.channels.delta import DeltaChannel
+        from langgraph.graph.message import _messages_delta_reducer
+
+        state_schema: Any = TypedDict(  # functional form: annotations are not strings here
+            "DeltaState", {"messages": Annotated[list, DeltaChannel(_messages_delta_reducer)]}
+        )
+    else:
+        state_schema = MessagesState
+
+    model = WorkloadChat().bind_tools([read_file, write_file])
+    system = SystemMessage(content=workload.system)
+
+    def agent(state: Any) -> dict[str, Any]:
+        return {"messages": [model.invoke([system, *state["messages"]])]}
+
+    opened = marks["opened"] = time.perf_counter()
+    conn = sqlite3.connect(db, check_same_thread=False)
+    if synchronous == "off":
+        conn.execute("PRAGMA synchronous=OFF")
+    saver = SqliteSaver(conn)
+    builder = StateGraph(state_schema)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([read_file, write_file]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=saver)
+    figures: dict[str, Any] = {"mode": mode, "import_s": imported - started}
+    if mode == "run":
+        graph.invoke(
+            {"messages": [HumanMessage(content=workload.user, id="user_0")]},
+            THREAD,
+            durability="sync",
+        )
+        raise AssertionError("the run process must be killed at model call N+1")
+    loading = time.perf_counter()
+    snapshot = graph.get_state(THREAD)
+    loaded = time.perf_counter()
+    messages = snapshot.values.get("messages", [])
+    figures["load_state_ms"] = (loaded - loading) * 1000
+    figures["open_to_state_loaded_ms"] = (loaded - opened) * 1000
+    figures["durable_steps"] = sum(1 for m in messages if isinstance(m, ToolMessage))
+    result = graph.invoke(None, THREAD, durability="sync")
+    done = time.perf_counter()
+    figures.update(
+        open_to_first_model_call_ms=(marks["first_call"] - opened) * 1000,
+        open_to_step_durable_ms=(marks["step_durable"] - opened) * 1000,
+        open_to_done_ms=(done - opened) * 1000,
+        status="succeeded",
+        answer_ok=result["messages"][-1].content == workload.final,
+        peak_rss_mib=peak_rss_mib(),
+    )
+    conn.close()
+    write_json(out, figures)
+
+
+# -- the driver -------------------------------------------------------------------------------
+
+
+def child_argv(config: Config, mode: str, db: Path, n: int, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "bench.vs_langgraph",
+        "_child",
+        config.name,
+        mode,
+        str(db),
+        str(n),
+        str(out),
+    ]
+
+
+def one_repeat(config: Config, n: int, workdir: Path) -> dict[str, Any]:
+    """Run (killed at call N+1), measure the files, resume in a fresh process, measure again."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{config.name}-{n}-", dir=workdir))
+    db = folder / "bench.db"
+    run_out, resume_out = folder / "run.json", folder / "resume.json"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    env.pop("MARATHON_FAILPOINT", None)
+    proc = subprocess.run(child_argv(config, "run", db, n, run_out), cwd=ROOT, env=env, text=True,
+                          capture_output=True, check=False)  # fmt: skip
+    if proc.returncode != -signal.SIGKILL or not run_out.exists():
+        raise RuntimeError(f"{config.name} run at N={n} did not crash as planned:\n{proc.stderr}")
+    run = json.loads(run_out.read_text())
+    t = time.perf_counter()
+    proc = subprocess.run(child_argv(config, "resume", db, n, resume_out), cwd=ROOT, env=env,
+                          text=True, capture_output=True, check=False)  # fmt: skip
+    resume_wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(f"{config.name} resume at N={n} failed:\n{proc.stderr}")
+    resume = json.loads(resume_out.read_text())
+    size = checkpoint_and_size(db)
+    return {
+        "config": config.name,
+        "n": n,
+        **{k: v for k, v in run.items() if k != "mode"},
+        "run_peak_rss_mib": run["peak_rss_mib"],
+        "resume_peak_rss_mib": resume["peak_rss_mib"],
+        "db_bytes": size,
+        "db_bytes_per_step": size / n,
+        "load_state_ms": resume["load_state_ms"],
+        "open_to_state_loaded_ms": resume["open_to_state_loaded_ms"],
+        "resume_open_to_first_model_call_ms": resume["open_to_first_model_call_ms"],
+        "resume_open_to_step_durable_ms": resume["open_to_step_durable_ms"],
+        "resume_open_to_done_ms": resume["open_to_done_ms"],
+        "resume_import_s": resume["import_s"],
+        "resume_proc_wall_s": resume_wall,
+        "durable_steps": resume["durable_steps"],
+        "resume_ok": resume["status"] == "succeeded" and resume["answer_ok"],
+    }
+
+
+def langgraph_available() -> str | None:
+    """None if LangGraph and its SQLite saver import, else why not."""
+    try:
+        import langgraph.checkpoint.sqlite
+        import langgraph.graph  # noqa: F401
+    except ImportError as exc:
+        return f"LangGraph is not installed ({exc}); pip install -e '.[bench]'"
+    return None
+
+
+def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median over repeats per (config, N)."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["config"], r["n"]), []).append(r)
+    rows = []
+    for (name, n), items in groups.items():
+        row: dict[str, Any] = {"config": name, "n": n, "repeats": len(items)}
+        for key, value in items[0].items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and key != "n":
+                row[key] = median([i[key] for i in items])
+        row["durable_steps"] = min(i["durable_steps"] for i in items)
+        row["resume_ok"] = all(i["resume_ok"] for i in items)
+        rows.append(row)
+    return rows
+
+
+def print_tables(rows: list[dict[str, Any]], raw_per_step: dict[int, float]) -> str:
+    main = markdown_table(
+        [
+            "config",
+            "N",
+            "ms/step",
+            "CPU ms/step",
+            "first 10%",
+            "last 10%",
+            "last/first",
+            "DB KB/step",
+            "DB / raw payload",
+            "load state ms",
+            "open→state ms",
+            "open→step N+1 committed ms",
+            "resume proc wall s",
+            "peak RSS run/resume MiB",
+            "durable at kill",
+        ],
+        [
+            [
+                r["config"],
+                r["n"],
+                r["ms_per_step"],
+                r["cpu_ms_per_step"],
+                r["first_decile_ms"],
+                r["last_decile_ms"],
+                r["last_decile_ms"] / r["first_decile_ms"],
+                r["db_bytes_per_step"] / 1000,
+                r["db_bytes_per_step"] / raw_per_step[r["n"]],
+                r["load_state_ms"],
+                r["open_to_state_loaded_ms"],
+                r["resume_open_to_step_durable_ms"],
+                r["resume_proc_wall_s"],
+                f"{r['run_peak_rss_mib']:.0f} / {r['resume_peak_rss_mib']:.0f}",
+                f"{r['durable_steps']} / {r['n']}" + ("" if r["resume_ok"] else " (resume FAILED)"),
+            ]
+            for r in sorted(rows, key=lambda r: (r["n"], r["config"]))
+        ],
+    )
+    return main
+
+
+def ratios(rows: list[dict[str, Any]]) -> str:
+    """The targets, as ratios of figures taken in this sitting."""
+    by = {(r["config"], r["n"]): r for r in rows}
+    lines = []
+    for n in sorted({r["n"] for r in rows}):
+        m, mo = by.get(("marathon", n)), by.get(("marathon-off", n))
+        lg, lgo = by.get(("lg-delta-sync", n)), by.get(("lg-delta-off", n))
+        items = []
+        if mo and lgo:
+            items.append(
+                f"CPU-only ms/step marathon-off / lg-delta-off = "
+                f"{mo['ms_per_step']:.3f} / {lgo['ms_per_step']:.2f} = "
+                f"{mo['ms_per_step'] / lgo['ms_per_step']:.3f} (target <= 0.1)"
+            )
+        if mo:
+            items.append(
+                f"marathon-off last/first 10% = {mo['last_decile_ms'] / mo['first_decile_ms']:.2f}"
+                " (target <= 1.2)"
+            )
+        if m and lg:
+            items.append(
+                f"resume wall marathon / lg-delta-sync = {m['resume_proc_wall_s']:.2f} / "
+                f"{lg['resume_proc_wall_s']:.2f} s = "
+                f"{m['resume_proc_wall_s'] / lg['resume_proc_wall_s']:.2f} (target < 0.5)"
+            )
+            items.append(
+                f"ms/step marathon / lg-delta-sync = "
+                f"{m['ms_per_step'] / lg['ms_per_step']:.3f}; "
+                f"CPU ms/step ratio = {m['cpu_ms_per_step'] / lg['cpu_ms_per_step']:.3f}"
+            )
+        if items:
+            lines.append(f"N={n}: " + "; ".join(items))
+    return "\n".join(lines)
+
+
+def run_bench(ns: list[int], names: list[str], repeats: int, out: Path | None) -> list[dict]:
+    missing = langgraph_available()
+    configs = [CONFIGS[name] for name in names]
+    if missing:
+        print(f"skipping LangGraph configs: {missing}", file=sys.stderr)
+        configs = [c for c in configs if c.framework != "langgraph"]
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-vs-lg-") as tmp:
+        for n in ns:
+            for repeat in range(repeats):
+                for config in configs:
+                    if config.max_n is not None and n > config.max_n:
+                        continue
+                    t = time.perf_counter()
+                    result = one_repeat(config, n, Path(tmp))
+                    results.append(result)
+                    print(
+                        f"  N={n} #{repeat + 1} {config.name:16s} "
+                        f"{result['ms_per_step']:7.3f} ms/step  "
+                        f"cpu {result['cpu_ms_per_step']:7.3f}  "
+                        f"{result['db_bytes_per_step'] / 1000:7.2f} KB/step  "
+                        f"resume {result['resume_proc_wall_s']:.2f} s  "
+                        f"durable {result['durable_steps']}/{n}  "
+                        f"({time.perf_counter() - t:.1f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    rows = summarize(results)
+    workload = Workload()
+    raw = {n: workload.raw_bytes_per_step(n) for n in ns}
+    print("\nraw payload per step: " + ", ".join(f"N={n}: {v:.0f} B" for n, v in raw.items()))
+    print(print_tables(rows, raw))
+    print()
+    print(ratios(rows))
+    if out is not None:
+        out.write_text(json.dumps({"results": results, "summary": rows, "raw": raw}, indent=1))
+    return rows
+
+
+# -- profiling --------------------------------------------------------------------------------
+
+
+def profile(n: int, synchronous: str, tool: str) -> None:
+    """Run the Marathon run process in this interpreter under a profiler (killed run excluded:
+    the crash is replaced by stopping at call N+1)."""
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        db = Path(tmp) / "bench.db"
+        out = Path(tmp) / "run.json"
+        real_kill = os.kill
+
+        class Stop(BaseException):
+            pass
+
+        def stop_instead(pid: int, sig: int) -> None:
+            if pid == os.getpid() and sig == signal.SIGKILL:
+                raise Stop
+            real_kill(pid, sig)
+
+        os.kill = stop_instead  # type: ignore[assignment]
+        body: Callable[[], None] = lambda: marathon_child("run", db, n, synchronous, str(out))  # noqa: E731
+        try:
+            if tool == "pyinstrument":
+                from pyinstrument import Profiler
+
+                profiler = Profiler(interval=0.0005)
+                profiler.start()
+                try:
+                    body()
+                except Stop:
+                    pass
+                profiler.stop()
+                print(profiler.output_text(unicode=True, color=False, show_all=False))
+            else:
+                import cProfile
+                import pstats
+
+                prof = cProfile.Profile()
+                try:
+                    prof.runcall(body)
+                except Stop:
+                    pass
+                pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+        finally:
+            os.kill = real_kill  # type: ignore[assignment]
+        print(json.loads(out.read_text()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_child":
+        name, mode, db, n, out = argv[1:6]
+        config = CONFIGS[name]
+        if config.framework == "marathon":
+            marathon_child(mode, Path(db), int(n), config.synchronous, out)
+        else:
+            langgraph_child(mode, Path(db), int(n), config.synchronous, config.variant, out)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    prof = sub.add_parser("profile", help="profile the pilot's run process")
+    prof.add_argument("--n", type=int, default=3000)
+    prof.add_argument("--synchronous", default="off", choices=("off", "normal", "full"))
+    prof.add_argument("--tool", default="cprofile", choices=("cprofile", "pyinstrument"))
+    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 3000])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS),
+                        choices=sorted(CONFIGS))  # fmt: skip
+    parser.add_argument("--json", type=Path, help="also write every figure here")
+    args = parser.parse_args(argv)
+    if args.command == "profile":
+        profile(args.n, args.synchronous, args.tool)
+        return
+    run_bench(args.n, args.configs, args.repeats, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Redaction: keep secrets out of the stored events (and so out of `pilot show`, reports, logs).
+
+Events hold what tools printed, what the model wrote and what checks said; any of those can
+carry a token that was lying in a file or an environment. Before an event is appended, every
+string in it (recursively: tool output, message content, call arguments, params, reasons) has
+each match of the default patterns below, and of the workflow's own ``redact:`` regexes,
+replaced by ``[REDACTED:<name>]``.
+
+This module only rewrites event copies. It never touches the workspace, and the running loop
+keeps the original event (the model and the tools go on with the real text); only what is
+stored and shown is redacted. A pattern may name the part to hide with a ``secret`` group
+(``(?P<secret>...)``); otherwise the whole match is replaced.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+DEFAULT_PATTERNS: dict[str, str] = {
+    # OpenAI / Anthropic style keys: sk-..., sk-proj-..., sk-ant-...
+    "api_key": r"\bsk-(?:[A-Za-z0-9]+-)?[A-Za-z0-9_\-]{20,}",
+    # GitHub tokens: classic (ghp_, gho_, ghu_, ghs_, ghr_) and fine-grained PATs.
+    "github_token": r"\bgh[pousr]_[A-Za-z0-9]{30,}",
+    "github_pat": r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    # Slack bot / user / app tokens.
+    "slack_token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+    # AWS access key ids (long-term AKIA, temporary ASIA).
+    "aws_access_key_id": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    # PEM private keys, whole block (or to the end of the base64 if the block was cut).
+    "private_key": (
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+        r"(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\s:,-]|\\n)*)"
+    ),
+    # HTTP Authorization: Bearer <token>
+    "bearer": r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=\-]{12,})",
+    # password=..., api_key: "...", SECRET_TOKEN=... (the name stays, the value goes)
+    "assignment": (
+        r"(?i)\b[A-Za-z0-9_.-]*(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key"
+        r"|auth[_-]?token|access[_-]?token|token)\b[\"']?\s*[=:]\s*[\"']?"
+        r"(?P<secret>[^\s\"',;&]{4,})"
+    ),
+}
+"""Common secret shapes, by name; the name is what the placeholder shows."""
+
+E = TypeVar("E", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    pattern: re.Pattern[str]
+
+    def apply(self, text: str) -> str:
+        placeholder = f"[REDACTED:{self.name}]"
+        if "secret" not in self.pattern.groupindex:
+            return self.pattern.sub(placeholder, text)
+
+        def replace(match: re.Match[str]) -> str:
+            start, end = match.span("secret")
+            if start < 0:
+                return placeholder
+            whole = match.group(0)
+            offset = match.start()
+            return whole[: start - offset] + placeholder + whole[end - offset :]
+
+        return self.pattern.sub(replace, text)
+
+
+class Redactor:
+    """The default rules plus a workflow's own patterns (named ``redact[i]``)."""
+
+    def __init__(self, extra: Sequence[str] = (), *, defaults: bool = True) -> None:
+        rules = []
+        if defaults:
+            flags = {"private_key": re.DOTALL}
+            rules += [
+                Rule(name, re.compile(pattern, flags.get(name, 0)))
+                for name, pattern in DEFAULT_PATTERNS.items()
+            ]
+        rules += [Rule(f"redact[{i}]", compile_pattern(p)) for i, p in enumerate(extra)]
+        self.rules: tuple[Rule, ...] = tuple(rules)
+
+    def text(self, value: str) -> str:
+        for rule in self.rules:
+            value = rule.apply(value)
+        return value
+
+    def value(self, value: Any) -> Any:
+        """Any JSON-like value (or pydantic model) with every string redacted."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, BaseModel):
+            return self.model(value)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.value(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        return value
+
+    def model(self, model: E) -> E:
+        """A copy of ``model`` with its string fields redacted (the same object if none
+        changed). The ``type`` discriminator is left alone."""
+        update = {}
+        for name in type(model).model_fields:
+            if name == "type":
+                continue
+            current = getattr(model, name)
+            redacted = self.value(current)
+            if redacted != current:
+                update[name] = redacted
+        return model.model_copy(update=update) if update else model
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """A workflow's redaction regex; ValueError (with the reason) when it does not compile or
+    matches the empty string (which would redact between every character)."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    if compiled.fullmatch(""):
+        raise ValueError(f"the pattern {pattern!r} matches the empty string; make it specific")
+    return compiled
+
+
+@functools.lru_cache(maxsize=32)
+def redactor_for(patterns: tuple[str, ...] = ()) -> Redactor:
+    return Redactor(patterns)
+
+
+def redact_event(event: E, patterns: Iterable[str] = ()) -> E:
+    """``event`` with secrets replaced by ``[REDACTED:<name>]`` (the defaults and ``patterns``)."""
+    return redactor_for(tuple(patterns)).model(event)
+
+
+def redact_text(text: str, patterns: Iterable[str] = ()) -> str:
+    return redactor_for(tuple(patterns)).text(text)

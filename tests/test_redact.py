@@ -1,0 +1,165 @@
+"""Redaction: secrets in events are replaced before they are stored; the workspace is not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pilot_harness import call, make_repo, run_in_process, write_script, write_workflow
+
+from brain.sim.config import SimConfig
+from brain.sim.server import running_sim
+from pilot import events as ev
+from pilot.errors import WorkflowError
+from pilot.redact import Redactor, compile_pattern, redact_event, redact_text
+from pilot.store import EventStore
+from pilot.workflow import parse_workflow_text
+
+GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+OPENAI = "sk-proj-" + "Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe"
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1f2\nq9Zk+/abc=\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        (f"token {OPENAI} here", "api_key"),
+        (f"export GH={GITHUB}", "github_token"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "github_pat"),
+        ("slack xoxb-123456789012-abcdefGHIJKL", "slack_token"),
+        ("aws AKIAIOSFODNN7EXAMPLE key", "aws_access_key_id"),
+        (f"key:\n{PEM}\nafter", "private_key"),
+        ("Authorization: Bearer abcdef0123456789.xyz-_", "bearer"),
+        ("password=hunter2hunter", "assignment"),
+        ('{"api_key": "s3cr3t-value"}', "assignment"),
+        ("DB_PASSWORD: 'correct horse'", "assignment"),
+    ],
+)
+def test_default_patterns_replace_common_secret_shapes(text: str, name: str) -> None:
+    out = redact_text(text)
+    assert f"[REDACTED:{name}]" in out, out
+    for secret in (OPENAI, GITHUB, "AKIAIOSFODNN7EXAMPLE", "MIIEowIBAAKCAQEAx1f2", "hunter2hunter"):
+        assert secret not in out
+
+
+def test_assignments_and_bearer_keep_their_name_and_lose_only_the_value() -> None:
+    assert redact_text("password=hunter2hunter rest") == "password=[REDACTED:assignment] rest"
+    assert redact_text("Bearer abcdef0123456789abcd") == "Bearer [REDACTED:bearer]"
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    for text in (
+        "def password_strength(pw): return len(pw)",
+        "the token count is 42",
+        "sk-short",
+        "ask-for-help",
+        "Committed adf2f2f on marathon/run-39372cbf",
+    ):
+        assert redact_text(text) == text
+
+
+def test_a_cut_private_key_block_is_redacted_to_the_end_of_its_base64() -> None:
+    text = '{"content": "-----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlbnNzaC1rZXk=\\nAAAA", "x": 1}'
+    out = redact_text(text)
+    assert "b3BlbnNzaC1rZXk" not in out
+    assert json.loads(out)["x"] == 1, "JSON text stays JSON"
+
+
+def test_workflow_patterns_are_added_and_may_name_the_secret_group() -> None:
+    redactor = Redactor([r"ACME-\d{6}", r"customer=(?P<secret>\w+)"])
+    assert redactor.text("id ACME-123456") == "id [REDACTED:redact[0]]"
+    assert redactor.text("customer=bob ok") == "customer=[REDACTED:redact[1]] ok"
+
+
+def test_bad_workflow_patterns_are_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        compile_pattern("(unclosed")
+    with pytest.raises(ValueError, match="matches the empty string"):
+        compile_pattern("x*")
+
+
+def test_every_string_field_of_an_event_is_redacted_recursively() -> None:
+    message = ev.AssistantMessage(
+        step=1,
+        content=f"use {GITHUB}",
+        reasoning="the password=hunter2hunter is in .env",
+        tool_calls=[
+            ev.ToolCall(
+                id="c1",
+                name="write_file",
+                arguments=json.dumps({"path": ".env", "content": f"KEY={OPENAI}\n"}),
+            )
+        ],
+    )
+    out = redact_event(message)
+    assert out.type == "assistant_message" and out.step == 1
+    assert GITHUB not in out.content and "hunter2hunter" not in out.reasoning
+    assert OPENAI not in out.tool_calls[0].arguments
+    assert json.loads(out.tool_calls[0].arguments)["path"] == ".env"
+    assert message.content == f"use {GITHUB}", "the original is not changed"
+    started = ev.RunStarted(
+        workflow="w",
+        params={"token": "x", "nested": [{"k": f"Bearer {OPENAI}"}]},
+        workspace="/w",
+        branch="b",
+        endpoint="e",
+        system="s",
+        phases=["p"],
+        owner="o",
+    )
+    assert OPENAI not in json.dumps(redact_event(started).params)
+
+
+def test_an_event_without_secrets_is_returned_as_is() -> None:
+    finished = ev.ToolFinished(call_id="c", name="read_file", output="plain text")
+    assert redact_event(finished) is finished
+
+
+def test_the_redact_field_is_validated_with_file_and_line() -> None:
+    text = (
+        "name: w\nworkspace: {path: /tmp}\ntools: [read_file, finish]\n"
+        "redact:\n  - 'ok-\\d+'\n  - '(broken'\n"
+        "phases:\n  - {name: p, prompt: do it}\n"
+    )
+    with pytest.raises(WorkflowError) as info:
+        parse_workflow_text(text, "w.yaml", {}, tool_names=["read_file", "finish"])
+    problems = getattr(info.value, "errors", None) or [info.value]
+    assert any(p.line == 6 and "regular expression" in str(p) for p in problems), problems
+
+
+def test_a_run_stores_redacted_events_and_leaves_the_workspace_alone(tmp_path: Path) -> None:
+    secret_file = f"API_KEY={OPENAI}\nTICKET=ACME-424242\n"
+    repo = make_repo(tmp_path / "repo", {"config.env": secret_file, "app.py": "VALUE = 1\n"})
+    script = write_script(
+        tmp_path / "s.yaml",
+        "redact-run",
+        [
+            {"tool_calls": [call("read_file", path="config.env")]},
+            {"tool_calls": [call("write_file", path="out.txt", content=f"copy {GITHUB}\n")]},
+            {"tool_calls": [call("finish", summary="done")]},
+        ],
+    )
+    with running_sim(SimConfig(model="m", max_model_len=32768, policy=f"script:{script}")) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="redact-run",
+            endpoint=sim.openai_base_url,
+            phases=[{"name": "work", "prompt": "p"}],
+        )
+        text = workflow.read_text() + "redact:\n  - 'ACME-\\d+'\n"
+        workflow.write_text(text)
+        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+    assert outcome.status == "succeeded", outcome.reason
+    store = EventStore(f"sqlite:///{tmp_path / 'm.db'}")
+    stored = "\n".join(
+        p for (p,) in store.engine.connect().exec_driver_sql("SELECT payload FROM events")
+    )
+    for secret in (OPENAI, GITHUB, "ACME-424242"):
+        assert secret not in stored
+    assert "[REDACTED:redact[0]]" in stored and "[REDACTED:github_token]" in stored
+    assert (repo / "config.env").read_text() == secret_file, "the workspace is untouched"
+    assert (repo / "out.txt").read_text() == f"copy {GITHUB}\n", "the tool got the real text"
