@@ -134,9 +134,8 @@ def run(
                 store,
             )
         else:
-            from pilot.queue import load_many, run_many
-
             from pilot.launch import build_plan
+            from pilot.queue import load_many, run_many
 
             many = load_many(workflow, param, params_file, matrix)
             code = _drive_many(
