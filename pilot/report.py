@@ -358,7 +358,7 @@ def build_run_report(store: EventStore, record: RunRecord, *, db_option: str = "
         reason=record.status_reason,
         record_status=record.status,
         created_at=record.created_at,
-        params=dict(record.params),
+        params={k: v for k, v in record.params.items() if not k.startswith("__")},
     )
     _Folder(report).feed(stored)
     if stored:
@@ -456,6 +456,9 @@ class _Folder:
                 )
                 phase.finished_at = event.at
                 self.current = None
+            case ev.Question():
+                # kept with the other notable events; listed under "Interventions"
+                self.r.unknown_events.append(OtherEvent(event.at, QUESTION, event.text))
             case ev.Nudge():
                 r.nudges[event.reason] += 1
             case ev.ServerUnavailable():

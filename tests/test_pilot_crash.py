@@ -172,6 +172,10 @@ def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
         "phase_finished",
     } <= set(killed_after)
     assert len(killed_after) >= 4 * sim.steps
+    counts = {kind: killed_after.count(kind) for kind in sorted(set(killed_after))}
+    print(
+        f"\n{sim.steps}-step run: {len(killed_after)} SIGKILLs, all resumed; by boundary: {counts}"
+    )
 
 
 def test_sigkill_inside_a_running_tool_restores_the_workspace_and_runs_it_once(

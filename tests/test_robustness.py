@@ -114,6 +114,12 @@ def test_a_question_is_recorded_and_the_run_goes_on(tmp_path: Path, repo: Path) 
     assert outcome.status == "succeeded"
     (question,) = [e for e in events if isinstance(e, ev.Question)]
     assert question.text.startswith("Should I delete the old module")
+    from pilot.report import build_report, render_markdown
+
+    text = render_markdown(
+        build_report(EventStore(f"sqlite:///{tmp_path / 'm.db'}"), [outcome.run_id])
+    )
+    assert "questions: 1" in text and "Should I delete the old module" in text
 
 
 def test_repeating_the_same_call_gets_a_nudge_then_ends_the_phase_as_stuck(
