@@ -200,10 +200,9 @@ async def start_run(
     )
 
 
-async def resume_run(
-    runner: Runner, record: RunRecord, *, endpoint: str | None = None
-) -> RunOutcome:
-    """Resume with the workflow as it was when the run started, whatever the file is now."""
+def load_stored(record: RunRecord) -> tuple[LoadedWorkflow, str]:
+    """The workflow as it was stored with the run (whatever the file says now), and the
+    run's start time as its templates saw it."""
     stored = dict(record.params)
     started_at = str(stored.pop("__started_at", ""))
     base_dir = stored.pop("__base_dir", None)
@@ -214,6 +213,14 @@ async def resume_run(
         tool_names=tool_names(),
         base_dir=Path(base_dir) if base_dir else None,
     )
+    return loaded, started_at
+
+
+async def resume_run(
+    runner: Runner, record: RunRecord, *, endpoint: str | None = None
+) -> RunOutcome:
+    """Resume with the workflow as it was when the run started, whatever the file is now."""
+    loaded, started_at = load_stored(record)
     return await runner.resume(
         record.id,
         lambda run_id: build_plan(

@@ -17,10 +17,10 @@ from typing import Any
 import yaml
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
-from pilot.launch import build_plan, load_for_run, tool_names
+from pilot.launch import build_plan, load_for_run
 from pilot.runner import Runner, RunOutcome
 from pilot.store import EventStore, RunRecord
-from pilot.workflow import LoadedWorkflow, parse_workflow_text
+from pilot.workflow import LoadedWorkflow
 
 
 def load_matrix(path: Path) -> list[dict[str, Any]]:
@@ -106,20 +106,11 @@ async def drive_claimed(runner: Runner, record: RunRecord, endpoint: str | None)
     """Start a queued run, or resume one that was paused or orphaned."""
     from datetime import datetime
 
-    from pilot.launch import resume_run
+    from pilot.launch import load_stored, resume_run
 
     if record.last_seq > 0:
         return await resume_run(runner, record, endpoint=endpoint)
-    stored = dict(record.params)
-    base_dir = stored.pop("__base_dir", None)
-    stored.pop("__started_at", None)
-    loaded = parse_workflow_text(
-        record.workflow_text,
-        record.workflow_path,
-        stored,
-        tool_names=tool_names(),
-        base_dir=Path(base_dir) if base_dir else None,
-    )
+    loaded, _ = load_stored(record)
     started_at = datetime.now().astimezone().isoformat(timespec="seconds")
     params = {**record.params, "__started_at": started_at}
     runner.store.set_params(record.id, params)

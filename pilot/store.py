@@ -45,7 +45,7 @@ from pilot.errors import AmbiguousRunId, ConfigurationError, LeaseHeld, RunNotFo
 from pilot.events import Event, RunFinished, event_from_json, event_to_json
 
 SCHEMA_VERSION = 2
-SQLITE_PAGE_SIZE = 32768
+SQLITE_PAGE_SIZE = 16384
 ACTIVE_STATUSES = ("running", "paused", "cancelling")
 """Runs that still own their workspace (a queued run has none yet)."""
 
