@@ -57,10 +57,11 @@ class FaultResult:
     note: str = ""
 
 
-def _faults(refuse_seconds: float) -> list[tuple[str, list[FaultRule]]]:
+def _faults(refuse_seconds: float, quick: bool = False) -> list[tuple[str, list[FaultRule]]]:
+    burst = [2, 3, 7] if quick else [2, 3, 4, 5, 9, 10, 11]
     return [
         ("refused connections", [FaultRule(kind="refuse", at=[3], seconds=refuse_seconds)]),
-        ("503 bursts", [FaultRule(kind="http_503", at=[2, 3, 4, 5, 9, 10, 11])]),
+        ("503 bursts", [FaultRule(kind="http_503", at=burst)]),
         ("500 errors", [FaultRule(kind="http_500", every=4)]),
         ("stream cut mid-way", [FaultRule(kind="stream_cut", every=3, after_chunks=2)]),
         (
@@ -216,7 +217,7 @@ def fault_matrix(
                 "none (clean run)", "-", root / "m.db", root / "repo", steps, clean_tree, code, t0
             )
         )
-    for name, rules in _faults(refuse_seconds):
+    for name, rules in _faults(refuse_seconds, quick):
         if only is not None and not any(word in name for word in only):
             continue
         t0 = time.monotonic()
