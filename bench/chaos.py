@@ -138,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             out.append(
                 "## 2. Server faults\n\nThe run (shorter) under each fault; *lost* compares the "
-                "ledger and the workspace with the clean run's (the fault's own turns aside).\n"
+                "ledger and the workspace with the clean run's (the fault's own turns aside). "
+                "A call cut mid-string by `malformed_arguments` is repaired into a valid, "
+                "truncated call and run (pilot/repair.py closes the string): what it does is "
+                "the fault's own effect, counted here all the same.\n"
             )
             out.append(fault_table(faults) + "\n")
             must_be_zero["faults: runs with something lost"] = sum(

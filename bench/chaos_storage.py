@@ -143,9 +143,15 @@ def disk_full(base: Path, endpoint: str, steps: int, clean: tuple) -> StorageRes
             code, err = proc2.returncode, proc2.stderr
             del first
         paused_cleanly = code == STORAGE_FULL_EXIT and "disk is full" in err
-        if ballast is not None:
-            ballast.unlink()
         run_id = run_id_of(db)
+        if ballast is not None:
+            # A resume while the disk is still full says so the same way, and changes nothing.
+            still = run_pilot(["resume", run_id], db, timeout=300)
+            paused_cleanly = paused_cleanly and (
+                still.returncode == STORAGE_FULL_EXIT and "disk is full" in still.stderr
+            )
+            err += f" (resume while full: exit {still.returncode})"
+            ballast.unlink()
         resumed = run_pilot(["resume", run_id], db, timeout=300)
         _events, state = load_run(db, run_id)
         integrity = integrity_ok(db)
@@ -163,7 +169,7 @@ def disk_full(base: Path, endpoint: str, steps: int, clean: tuple) -> StorageRes
             and state.finished.status == "succeeded"
             and same
         )
-        tail = err.strip().splitlines()[-1] if err.strip() else ""
+        tail = " ".join(err.strip().splitlines()[-2:]) if err.strip() else ""
         if resumed.returncode != 0:
             tail += " / resume: " + " ".join(resumed.stderr.strip().splitlines()[-3:])[:300]
         detail = (

@@ -2,7 +2,8 @@
 
 Exit codes: 0 succeeded (or paused on request, with the resume command printed), 1 failed,
 2 bad usage or a workflow/configuration error, 3 stopped by a limit, 4 cancelled,
-75 paused because the model server stayed unavailable longer than ``model.server_wait``.
+74 paused because the database's disk is full, 75 paused because the model server stayed
+unavailable longer than ``model.server_wait``.
 """
 
 from __future__ import annotations

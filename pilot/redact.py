@@ -22,31 +22,37 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-DEFAULT_PATTERNS: dict[str, str] = {
+_SECRET_NAME = (
+    r"(?i)\b[A-Za-z0-9_.-]*(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key"
+    r"|auth[_-]?token|access[_-]?token|token)\b[\"']?\s*[=:]\s*"
+)
+
+DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
     # OpenAI / Anthropic style keys: sk-..., sk-proj-..., sk-ant-...
-    "api_key": r"\bsk-(?:[A-Za-z0-9]+-)?[A-Za-z0-9_\-]{20,}",
+    ("api_key", r"\bsk-(?:[A-Za-z0-9]+-)?[A-Za-z0-9_\-]{20,}"),
     # GitHub tokens: classic (ghp_, gho_, ghu_, ghs_, ghr_) and fine-grained PATs.
-    "github_token": r"\bgh[pousr]_[A-Za-z0-9]{30,}",
-    "github_pat": r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    ("github_token", r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
+    ("github_pat", r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
     # Slack bot / user / app tokens.
-    "slack_token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+    ("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
     # AWS access key ids (long-term AKIA, temporary ASIA).
-    "aws_access_key_id": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    ("aws_access_key_id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     # PEM private keys, whole block (or to the end of the base64 if the block was cut).
-    "private_key": (
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
-        r"(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\s:,-]|\\n)*)"
+    (
+        "private_key",
+        r"(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+        r"(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\s:,-]|\\n)*)",
     ),
     # HTTP Authorization: Bearer <token>
-    "bearer": r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=\-]{12,})",
-    # password=..., api_key: "...", SECRET_TOKEN=... (the name stays, the value goes)
-    "assignment": (
-        r"(?i)\b[A-Za-z0-9_.-]*(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key"
-        r"|auth[_-]?token|access[_-]?token|token)\b[\"']?\s*[=:]\s*[\"']?"
-        r"(?P<secret>[^\s\"',;&]{4,})"
-    ),
-}
-"""Common secret shapes, by name; the name is what the placeholder shows."""
+    ("bearer", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=\-]{12,})"),
+    # password="...", api_key: '...' (quoted: the whole quoted value goes, spaces included)
+    # (also as escaped quotes inside JSON text, like tool-call arguments: password=\"...\")
+    ("assignment", _SECRET_NAME + r"\\?\"(?P<secret>[^\"\\\n\[]{4,})\\?\""),
+    ("assignment", _SECRET_NAME + r"'(?P<secret>[^'\\\n\[]{4,})'"),
+    # password=..., SECRET_TOKEN=... unquoted (the name stays, the value goes; not a call)
+    ("assignment", _SECRET_NAME + r"(?P<secret>[^\s\"',;&\[(]{4,})(?=[\s\"',;&]|$)"),
+)
+"""Common secret shapes, each with the name its placeholder shows (a name may repeat)."""
 
 E = TypeVar("E", bound=BaseModel)
 
@@ -78,11 +84,7 @@ class Redactor:
     def __init__(self, extra: Sequence[str] = (), *, defaults: bool = True) -> None:
         rules = []
         if defaults:
-            flags = {"private_key": re.DOTALL}
-            rules += [
-                Rule(name, re.compile(pattern, flags.get(name, 0)))
-                for name, pattern in DEFAULT_PATTERNS.items()
-            ]
+            rules += [Rule(name, re.compile(pattern)) for name, pattern in DEFAULT_PATTERNS]
         rules += [Rule(f"redact[{i}]", compile_pattern(p)) for i, p in enumerate(extra)]
         self.rules: tuple[Rule, ...] = tuple(rules)
 

@@ -198,18 +198,22 @@ _CLOSERS = {"{": "}", "[": "]"}
 
 
 def _balance(text: str) -> str:
-    """Close an unterminated string and unclosed brackets; drop closers with no opener.
+    """Close unclosed brackets and drop closers with no opener (a parser that lost the final
+    ``}`` is a known vLLM bug). A closer that skips over an open bracket (``[1, 2}``) closes the
+    skipped one first.
 
-    A closer that skips over an open bracket (``[1, 2}``) closes the skipped one first.
+    An unterminated *string* is left alone: it means the output was cut, and closing it would
+    run the call with a truncated value (half a file, half a command: a partial side effect).
+    Such arguments stay invalid and the model is asked to send the call again.
     """
     segs = _segments(text)
+    if any(s.kind != "code" and not s.closed for s in segs):
+        return text
     stack: list[str] = []
     out: list[str] = []
     for s in segs:
         if s.kind != "code":
             out.append(s.text)
-            if not s.closed:
-                out.append('"' if s.kind == "dq" else "'")
             continue
         buf: list[str] = []
         for c in s.text:
@@ -241,7 +245,7 @@ _REPAIRS: list[tuple[str, Callable[[str], str]]] = [
     ("single quotes replaced by double quotes", _single_to_double_quotes),
     ("Python literals (True/False/None) converted to JSON", _python_literals),
     ("unquoted keys quoted", _quote_bare_keys),
-    ("unbalanced brackets, braces or quotes closed", _balance),
+    ("unbalanced brackets or braces closed", _balance),
 ]
 
 

@@ -62,6 +62,14 @@ class RunOutcome:
         return EXIT_CODES.get(self.status, 1)
 
 
+def storage_full_outcome(run_id: str, state: RunState) -> RunOutcome:
+    """The database cannot take one more write: say so (stderr, as nothing can be recorded)
+    and stop; the run resumes from its last committed event once there is room."""
+    reason = f"{STORAGE_FULL}: free space then `pilot resume {run_id}`"
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    return RunOutcome(run_id, "paused", reason, state)
+
+
 PlanBuilder = Callable[[str], RunPlan]
 """Builds the run's plan once its id is known (prompts and the branch name may use it)."""
 
@@ -190,7 +198,12 @@ class Runner:
 
     async def resume(self, run_id: str, build_plan: PlanBuilder) -> RunOutcome:
         """Continue a paused or interrupted run from its events."""
-        note = self.store.acquire_lease(run_id, self.owner, seconds=self.lease_seconds)
+        try:
+            note = self.store.acquire_lease(run_id, self.owner, seconds=self.lease_seconds)
+        except OperationalError as exc:
+            if not is_storage_full(exc):
+                raise
+            return storage_full_outcome(run_id, RunState())
         try:
             plan = build_plan(run_id)
         except MarathonError:
@@ -208,7 +221,12 @@ class Runner:
                 "new run instead"
             )
         repo = GitRepo(Path(state.started.workspace))
-        run.emit(ev.RunResumed(owner=self.owner, note=note))
+        try:
+            run.emit(ev.RunResumed(owner=self.owner, note=note))
+        except OperationalError as exc:
+            if not is_storage_full(exc):
+                raise
+            return storage_full_outcome(run_id, run.state)
         return await run.drive(repo)
 
 
@@ -309,9 +327,7 @@ class _Run:
             if not lease_lost.is_set() and not storage_full:
                 self.store.release_lease(self.run_id, runner.owner)
         if storage_full:
-            reason = f"{STORAGE_FULL}: free space then `pilot resume {self.run_id}`"
-            print(f"error: {reason}", file=sys.stderr, flush=True)
-            return RunOutcome(self.run_id, "paused", reason, self.state)
+            return storage_full_outcome(self.run_id, self.state)
         return self.outcome()
 
     async def _resolve_model(self, client: ModelClient) -> None:

@@ -51,10 +51,19 @@ def test_assignments_and_bearer_keep_their_name_and_lose_only_the_value() -> Non
     assert redact_text("Bearer abcdef0123456789abcd") == "Bearer [REDACTED:bearer]"
 
 
+def test_quoted_values_go_whole_also_inside_json_text() -> None:
+    assert redact_text("DB_PASSWORD: 'correct horse'") == "DB_PASSWORD: '[REDACTED:assignment]'"
+    arguments = json.dumps({"path": ".env", "content": 'password="two words"\nDEBUG=1'})
+    out = redact_text(arguments)
+    assert "two words" not in out
+    assert json.loads(out)["content"] == 'password="[REDACTED:assignment]"\nDEBUG=1'
+
+
 def test_ordinary_text_is_left_alone() -> None:
     for text in (
         "def password_strength(pw): return len(pw)",
         "the token count is 42",
+        "token = get_token()",
         "sk-short",
         "ask-for-help",
         "Committed adf2f2f on marathon/run-39372cbf",
