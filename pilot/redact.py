@@ -54,6 +54,19 @@ DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 """Common secret shapes, each with the name its placeholder shows (a name may repeat)."""
 
+HINTS: dict[str, tuple[str, ...]] = {
+    "api_key": ("sk-",),
+    "github_token": ("gh",),
+    "github_pat": ("github_pat_",),
+    "slack_token": ("xox",),
+    "aws_access_key_id": ("akia", "asia"),
+    "private_key": ("private key",),
+    "bearer": ("bearer",),
+    "assignment": ("pass", "pwd", "secret", "key", "token"),
+}
+"""Lower-case substrings a text must contain for a rule to be tried: a cheap test that keeps
+redaction off the per-step hot path (the regexes are tried only where they could match)."""
+
 E = TypeVar("E", bound=BaseModel)
 
 
@@ -61,8 +74,13 @@ E = TypeVar("E", bound=BaseModel)
 class Rule:
     name: str
     pattern: re.Pattern[str]
+    hints: tuple[str, ...] = ()
 
-    def apply(self, text: str) -> str:
+    def apply(self, text: str, lowered: str | None = None) -> str:
+        if self.hints:
+            lowered = text.lower() if lowered is None else lowered
+            if not any(hint in lowered for hint in self.hints):
+                return text
         placeholder = f"[REDACTED:{self.name}]"
         if "secret" not in self.pattern.groupindex:
             return self.pattern.sub(placeholder, text)
@@ -84,13 +102,19 @@ class Redactor:
     def __init__(self, extra: Sequence[str] = (), *, defaults: bool = True) -> None:
         rules = []
         if defaults:
-            rules += [Rule(name, re.compile(pattern)) for name, pattern in DEFAULT_PATTERNS]
+            rules += [
+                Rule(name, re.compile(pattern), HINTS.get(name, ()))
+                for name, pattern in DEFAULT_PATTERNS
+            ]
         rules += [Rule(f"redact[{i}]", compile_pattern(p)) for i, p in enumerate(extra)]
         self.rules: tuple[Rule, ...] = tuple(rules)
 
     def text(self, value: str) -> str:
+        lowered = value.lower()
         for rule in self.rules:
-            value = rule.apply(value)
+            redacted = rule.apply(value, lowered)
+            if redacted is not value:
+                value, lowered = redacted, redacted.lower()
         return value
 
     def value(self, value: Any) -> Any:
