@@ -188,3 +188,21 @@ def test_show_lists_the_brains_server_events_inside_the_run(tmp_path: Path, slow
     assert proc.wait(timeout=120) == 0
     shown = pilot(tmp_path, "show", run_id, "--db", url)
     assert "server gemma: died" in shown.stdout and "CUDA out of memory" in shown.stdout
+
+
+def test_detach_prints_the_run_id_and_the_run_finishes_in_the_background(
+    tmp_path: Path, slow_run
+) -> None:
+    import re
+
+    workflow, repo, db = slow_run
+    url = f"sqlite:///{db}"
+    out = pilot(tmp_path, "run", str(workflow), "--param", f"repo={repo}", "--db", url, "--detach")
+    assert out.returncode == 0, out.stderr
+    run_id = re.search(r"run (\w+) started in the background", out.stdout).group(1)
+    assert f"pilot logs {run_id} -f" in out.stdout
+    store = EventStore(url)
+    deadline = time.monotonic() + 120
+    while store.get_run(run_id).status != "succeeded":
+        assert time.monotonic() < deadline, store.get_run(run_id).status
+        time.sleep(0.2)
