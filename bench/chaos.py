@@ -139,9 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             out.append(
                 "## 2. Server faults\n\nThe run (shorter) under each fault; *lost* compares the "
                 "ledger and the workspace with the clean run's (the fault's own turns aside). "
-                "A call cut mid-string by `malformed_arguments` is repaired into a valid, "
-                "truncated call and run (pilot/repair.py closes the string): what it does is "
-                "the fault's own effect, counted here all the same.\n"
+                "A call cut mid-string by `malformed_arguments` is never run: the repair "
+                "does not close a cut-off string, so the model is asked to send it again.\n"
             )
             out.append(fault_table(faults) + "\n")
             must_be_zero["faults: runs with something lost"] = sum(

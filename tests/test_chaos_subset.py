@@ -52,10 +52,9 @@ def test_stream_cuts_lose_nothing_and_malformed_calls_are_answered(tmp_path: Pat
     for r in (clean, cut):
         assert r.lost is False and r.duplicates == 0, r
     assert cut.retries > 0, "the cut streams were retried"
-    # A call cut mid-string is repaired into a valid, truncated call and run (pilot/repair.py);
-    # its effects are the fault's own. Here only a file's content is cut, never the ledger.
-    assert malformed.error_turns + malformed.repaired > 0, "malformed calls were handled"
-    assert malformed.duplicates == 0
+    # A call cut mid-string is answered with an error and sent again, never run half-way.
+    assert malformed.error_turns > 0, "malformed calls were answered with an error"
+    assert malformed.duplicates == 0 and malformed.lost is False
 
 
 def test_broken_workflow_files_end_in_located_errors(tmp_path: Path) -> None:
