@@ -7,10 +7,7 @@ a SQLite file, and (for crash tests) real `pilot` subprocesses.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +15,15 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import chaos_common
+
 from pilot.launch import load_for_run, resume_run, start_run
 from pilot.runner import Runner, RunOutcome
 from pilot.state import RunState, fold
 from pilot.store import EventStore
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "T",
-    "GIT_AUTHOR_EMAIL": "t@x",
-    "GIT_COMMITTER_NAME": "T",
-    "GIT_COMMITTER_EMAIL": "t@x",
-}
+GIT_ENV = chaos_common.GIT_ENV
 
 
 def make_repo(root: Path, files: dict[str, str] | None = None) -> Path:
@@ -107,52 +102,11 @@ def final_state(db: Path, run_id: str) -> RunState:
     return fold(EventStore(f"sqlite:///{db}").load_events(run_id))
 
 
-def _stable(text: Any) -> Any:
-    """Commit ids and run ids differ between two runs of the same work; nothing else may."""
-    if not isinstance(text, str):
-        return text
-    text = re.sub(r"marathon/run-[0-9a-f]+", "marathon/run-<id>", text)
-    return re.sub(r"\b[0-9a-f]{7,40}\b", "<sha>", text)
-
-
 def transcript(state: RunState) -> list[dict[str, Any]]:
-    """The conversation with server-chosen call ids replaced by their order of appearance,
-    and commit and run ids masked."""
-    ids: dict[str, str] = {}
-    out = []
-    for message in state.messages:
-        m = dict(message)
-        m["content"] = _stable(m.get("content"))
-        if "tool_calls" in m:
-            m["tool_calls"] = [
-                {
-                    "id": ids.setdefault(c["id"], f"c{len(ids)}"),
-                    "name": c["function"]["name"],
-                    "arguments": json.loads(c["function"]["arguments"]),
-                }
-                for c in m["tool_calls"]
-            ]
-        if "tool_call_id" in m:
-            m["tool_call_id"] = ids.get(m["tool_call_id"], m["tool_call_id"])
-        out.append(m)
-    return out
+    """The conversation with what differs between two equal runs normalised (call ids, commit
+    hashes, the run id): the chaos harness's comparison, so tests and bench judge alike."""
+    return chaos_common.transcript(state.messages)
 
 
-def tree_hash(repo: Path) -> str:
-    """A hash of every non-ignored file's path and bytes in the working tree."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    digest = hashlib.sha256()
-    for name in sorted(n for n in listed if n):
-        path = repo / name.decode()
-        if path.is_file():
-            digest.update(name + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def pilot_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pilot", *args]
+pilot_cmd = chaos_common.pilot_cmd
+tree_hash = chaos_common.tree_hash

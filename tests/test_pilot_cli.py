@@ -86,16 +86,25 @@ def wait_for_event(db: Path, kind: str, timeout: float = 240) -> str:
     raise AssertionError(f"no {kind} event within {timeout}s")
 
 
-def test_sigterm_pauses_cleanly_and_resume_finishes(tmp_path: Path, slow_run) -> None:
+def start_until_a_tool_runs(
+    tmp_path: Path, slow_run, *, capture: bool = False
+) -> tuple[subprocess.Popen, str]:
+    """`pilot run` of the slow workflow in the background; returns once a tool has started."""
     workflow, repo, db = slow_run
+    out = subprocess.PIPE if capture else subprocess.DEVNULL
     proc = subprocess.Popen(
         pilot_cmd("run", str(workflow), "--param", f"repo={repo}", "--db", f"sqlite:///{db}"),
         env=env_for(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=out,
+        stderr=out,
         text=True,
     )
-    run_id = wait_for_event(db, "tool_started")
+    return proc, wait_for_event(db, "tool_started")
+
+
+def test_sigterm_pauses_cleanly_and_resume_finishes(tmp_path: Path, slow_run) -> None:
+    _workflow, repo, db = slow_run
+    proc, run_id = start_until_a_tool_runs(tmp_path, slow_run, capture=True)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -124,14 +133,8 @@ def test_sigterm_pauses_cleanly_and_resume_finishes(tmp_path: Path, slow_run) ->
 
 
 def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path: Path, slow_run) -> None:
-    workflow, repo, db = slow_run
-    proc = subprocess.Popen(
-        pilot_cmd("run", str(workflow), "--param", f"repo={repo}", "--db", f"sqlite:///{db}"),
-        env=env_for(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    run_id = wait_for_event(db, "tool_started")
+    _workflow, repo, db = slow_run
+    proc, run_id = start_until_a_tool_runs(tmp_path, slow_run)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     resumes = [
@@ -155,14 +158,8 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path: Path, slow_run) -
 
 
 def test_cancel_a_paused_run(tmp_path: Path, slow_run) -> None:
-    workflow, repo, db = slow_run
-    proc = subprocess.Popen(
-        pilot_cmd("run", str(workflow), "--param", f"repo={repo}", "--db", f"sqlite:///{db}"),
-        env=env_for(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    run_id = wait_for_event(db, "tool_started")
+    _workflow, _repo, db = slow_run
+    proc, run_id = start_until_a_tool_runs(tmp_path, slow_run)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     out = pilot(tmp_path, "cancel", run_id, "--db", f"sqlite:///{db}")
@@ -175,15 +172,9 @@ def test_cancel_a_paused_run(tmp_path: Path, slow_run) -> None:
 def test_show_lists_the_brains_server_events_inside_the_run(tmp_path: Path, slow_run) -> None:
     from brain.events import ServerEventWriter
 
-    workflow, repo, db = slow_run
+    _workflow, _repo, db = slow_run
     url = f"sqlite:///{db}"
-    proc = subprocess.Popen(
-        pilot_cmd("run", str(workflow), "--param", f"repo={repo}", "--db", url),
-        env=env_for(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    run_id = wait_for_event(db, "tool_started")
+    proc, run_id = start_until_a_tool_runs(tmp_path, slow_run)
     ServerEventWriter(url).record("gemma", "died", {"summary": "CUDA out of memory"})
     assert proc.wait(timeout=120) == 0
     shown = pilot(tmp_path, "show", run_id, "--db", url)

@@ -177,6 +177,26 @@ def test_each_limit_stops_the_run_with_its_status(
     assert outcome.reason == expected
 
 
+def test_the_wall_time_limit_stops_the_run_with_its_status(tmp_path: Path, repo: Path) -> None:
+    script = write_script(
+        tmp_path / "s.yaml",
+        "e2e-wall",
+        [{"tool_calls": [call("run", command="sleep 0.5")]} for _ in range(20)],
+    )
+    with running_sim(sim_for(script)) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="e2e-wall",
+            endpoint=sim.openai_base_url,
+            phases=[{"name": "forever", "prompt": "Keep waiting."}],
+            limits={"max_wall_time": 1, "max_no_progress_steps": 50},
+        )
+        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+    assert outcome.status == "limit"
+    assert outcome.reason == "run wall-time limit reached (1 s)"
+    assert outcome.state.steps < 20
+
+
 def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Path) -> None:
     script = write_script(
         tmp_path / "s.yaml",
