@@ -90,6 +90,12 @@ def _pick(registry: Registry, name: str | None) -> ServerRecord:
     records = registry.servers()
     if name:
         rec = registry.get(name)
+        members = [r.name for r in records if r.fleet == name]
+        if rec is None and members:
+            raise BrainError(
+                f"{name} is a fleet of {len(members)} replica(s) ({', '.join(sorted(members))}); "
+                f"name one of them (brain down {name} and brain status {name} take the fleet)."
+            )
         if rec is None:
             known = ", ".join(r.name for r in records) or "none"
             raise BrainError(f"no server named {name!r} was started by brain (running: {known}).")
@@ -104,18 +110,9 @@ def _pick(registry: Registry, name: str | None) -> ServerRecord:
 
 
 def _pid_alive(pid: int | None) -> bool:
-    """A live process (a zombie waiting for its parent to reap it counts as gone)."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    from brain.launchers.process import process_state
+    from brain.launchers.process import pid_alive
 
-    return process_state(pid) not in ("Z", "X")
+    return pid_alive(pid)
 
 
 def _say(msg: str) -> None:
@@ -169,10 +166,48 @@ def up(
     pull: bool = typer.Option(False, "--pull", help="Docker: pull the image if it is missing."),
     max_restarts: int = typer.Option(5, "--max-restarts", help="With --watch: cap per window."),
     window: float = typer.Option(600.0, "--window", help="With --watch: the window, seconds."),
+    poll_interval: float = typer.Option(
+        3.0, "--poll-interval", help="With --watch: seconds between health checks."
+    ),
+    replicas: int = typer.Option(
+        None, "--replicas", help="Start N copies, each on its own GPU (group) and port."
+    ),
+    gpus: str = typer.Option(
+        None, "--gpus", help="GPUs for the replicas, e.g. 0,1,2,3 (split in TP-sized groups)."
+    ),
+    fleet: str = typer.Option(
+        None, "--fleet", help="A fleet file: servers (profile, gpus, port) started together."
+    ),
+    port: int = typer.Option(
+        None, "--port", help="The port; replicas take port + i (0: the OS picks free ports)."
+    ),
+    fleet_member: str = typer.Option(None, "--fleet-member", hidden=True),
 ) -> None:
-    """Start a vLLM server and wait until it is really ready."""
+    """Start a vLLM server (or a fleet of replicas) and wait until it is really ready."""
     from brain.spec import check_launchable, ensure_api_key
 
+    if fleet or replicas is not None or gpus:
+        from brain.fleet_cli import plan_from_cli, up_fleet
+
+        planned = plan_from_cli(
+            profile=profile,
+            sets=set_,
+            preset=preset,
+            backend=backend,
+            no_gpu=no_gpu,
+            replicas=replicas,
+            gpus=gpus,
+            fleet_file=fleet,
+            port=port,
+        )
+        child_args = ["--max-restarts", str(max_restarts), "--window", str(window)]
+        child_args += ["--poll-interval", str(poll_interval)] + (["--pull"] if pull else [])
+        code = up_fleet(planned, dry_run=dry_run, watch=watch, pull=pull, child_args=child_args)
+        if code:
+            raise typer.Exit(code)
+        return
+    if port is not None:
+        set_ = [f"port={port}", *(set_ or [])]
     spec = build_spec(profile, set_, preset, backend, no_gpu)
     if dry_run:
         from brain.command import dry_run_text
@@ -194,6 +229,7 @@ def up(
 
     from brain.supervisor import GpuGuard, RestartPolicy, Supervisor
 
+    member_fleet, member_index = _fleet_member(fleet_member)
     launcher = _launcher_for(spec, pull)
     supervisor = Supervisor(
         spec,
@@ -203,7 +239,10 @@ def up(
         registry=registry,
         preflight=_preflight(registry),
         after_stop=GpuGuard(_say).after_stop,
+        poll_interval_s=poll_interval,
         say=_say,
+        fleet=member_fleet,
+        replica=member_index,
     )
     _say(f"starting {spec.name} ({spec.backend}: {spec.model}) on {spec.host}:{spec.port}")
     if not watch:
@@ -213,6 +252,16 @@ def up(
     supervisor.install_signal_handlers()
     code = supervisor.run()
     raise typer.Exit(code)
+
+
+def _fleet_member(value: str | None) -> tuple[str | None, int | None]:
+    """``--fleet-member FLEET:INDEX``: how a fleet's supervisor process records its replica."""
+    if not value:
+        return None, None
+    fleet, _, index = value.rpartition(":")
+    if not fleet or not index.isdigit():
+        raise SpecError(f"--fleet-member {value!r} is not FLEET:INDEX.")
+    return fleet, int(index)
 
 
 def _print_ready(spec: ServerSpec, info: Any) -> None:
@@ -230,10 +279,26 @@ def _print_ready(spec: ServerSpec, info: Any) -> None:
 
 
 @_expected_errors
-def down(name: str = typer.Argument(None, help="Server name (default: the only one).")) -> None:
-    """Stop a server the brain started (and its supervisor, if any)."""
+def down(
+    name: str = typer.Argument(None, help="Server or fleet name (default: the only one)."),
+) -> None:
+    """Stop a server the brain started (and its supervisor, if any), or every replica of a
+    fleet."""
     registry = Registry()
-    rec = _pick(registry, name)
+    records = registry.servers()
+    fleets = {r.fleet for r in records}
+    if name is None and len(records) > 1 and len(fleets) == 1 and None not in fleets:
+        name = records[0].fleet
+    if name and registry.get(name) is None and any(r.fleet == name for r in records):
+        from brain.fleet_cli import down_fleet
+
+        down_fleet(name)
+        return
+    _down_one(registry, _pick(registry, name))
+
+
+def _down_one(registry: Registry, rec: ServerRecord) -> None:
+    """Stop one server: its supervisor first (so it does not restart it), then the server."""
     spec = rec.server_spec()
     if rec.supervisor_pid and _pid_alive(rec.supervisor_pid) and rec.supervisor_pid != os.getpid():
         os.kill(rec.supervisor_pid, signal.SIGTERM)
@@ -293,30 +358,14 @@ def restart(name: str = typer.Argument(None, help="Server name (default: the onl
 @_expected_errors
 def ps() -> None:
     """The servers and weight-cache daemons the brain started."""
+    from brain.fleet_cli import ps_tables
+
     registry = Registry()
-    table = Table("server", "state", "model", "port", "uptime", "backend", "supervised")
     now = time.time()
-    for rec in sorted(registry.servers(), key=lambda r: r.name):
-        handle = ServerHandle.from_dict(rec.handle)
-        try:
-            status = _launcher_for_record(rec).status(handle)
-            state = status.describe()
-        except BrainError as exc:
-            state = f"unknown ({str(exc).splitlines()[0]})"
-            status = None
-        style = "green" if status is not None and status.alive else "red"
-        table.add_row(
-            rec.name,
-            f"[{style}]{state}[/{style}]",
-            str(rec.spec.get("served_model_name") or rec.spec.get("model")),
-            str(handle.port),
-            _fmt_age(now - handle.started_at) if status is not None and status.alive else "-",
-            rec.backend,
-            f"pid {rec.supervisor_pid}" if _pid_alive(rec.supervisor_pid) else "no",
-        )
-    if table.row_count:
+    tables = ps_tables(registry)
+    for table in tables:
         out.print(table)
-    else:
+    if not tables:
         out.print("no servers (start one with: brain up PROFILE)")
     daemons = registry.preloads()
     if daemons:
@@ -355,6 +404,13 @@ def status(
     from brain.metrics import fetch_metrics, spec_decode_delta
 
     registry = Registry()
+    records = registry.servers()
+    members = [r for r in records if name and r.fleet == name]
+    if registry.get(name or "") is None and (members or (name is None and len(records) > 1)):
+        from brain.fleet_cli import status_overview  # a fleet, or several servers: one line each
+
+        out.print(status_overview(members or records))
+        return
     rec = _pick(registry, name)
     spec = rec.server_spec()
     handle = ServerHandle.from_dict(rec.handle)

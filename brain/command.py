@@ -15,7 +15,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from brain.spec import (
+    CONTAINER_HF_CACHE,
     CONTAINER_PORT,
+    DistributedSpec,
     ServerSpec,
     docker_mounts,
     launch_problems,
@@ -92,6 +94,10 @@ def _engine_args(spec: ServerSpec, *, for_preload: bool) -> list[str]:
     a: list[str] = []
     if spec.tensor_parallel_size != 1:
         a += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    if spec.distributed is not None:
+        if spec.distributed.pipeline_parallel_size != 1:
+            a += ["--pipeline-parallel-size", str(spec.distributed.pipeline_parallel_size)]
+        a += ["--distributed-executor-backend", spec.distributed.backend]
     if spec.max_model_len is not None:
         a += ["--max-model-len", str(spec.max_model_len)]
     a += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization:g}"]
@@ -214,6 +220,74 @@ def vllm_preload_argv(spec: ServerSpec) -> list[str]:
 def process_command(spec: ServerSpec) -> list[str]:
     """The full command for the local-process backend."""
     return ["vllm", "serve", *vllm_serve_argv(spec, in_container=False)]
+
+
+def process_environment(spec: ServerSpec) -> dict[str, str]:
+    """Variables the process (and sim) backend adds to the server's environment.
+
+    ``CUDA_VISIBLE_DEVICES`` from ``gpus`` is how a local process is pinned to its GPUs (what
+    ``--gpus device=...`` does for a container), so replicas on one machine never share a
+    device; a multi-node head gets ``VLLM_HOST_IP`` like vLLM's run_cluster.sh sets it.
+    ``spec.env`` wins over both.
+    """
+    env: dict[str, str] = {}
+    if isinstance(spec.gpus, list):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+    if spec.distributed is not None:
+        env["VLLM_HOST_IP"] = spec.distributed.head_address
+    env.update(spec.env)
+    return env
+
+
+# --------------------------------------------------------------------------- multi-node (Ray)
+
+
+WORKER_IP = "<WORKER_IP>"
+"""Placeholder in the printed worker commands: each worker node's own IP."""
+
+
+def ray_head_argv(spec: ServerSpec) -> list[str]:
+    """``ray start --head`` for the head node, as vLLM's run_cluster.sh starts it (without
+    ``--block``: under Docker the same container then runs ``vllm serve``)."""
+    d = _distributed(spec)
+    return ["ray", "start", "--head", f"--node-ip-address={d.head_address}", f"--port={d.ray_port}"]
+
+
+def ray_worker_argv(spec: ServerSpec) -> list[str]:
+    """``ray start --block --address=HEAD:PORT``: one per worker node, kept running."""
+    d = _distributed(spec)
+    return ["ray", "start", "--block", f"--address={d.head_address}:{d.ray_port}"]
+
+
+def ray_worker_docker_argv(spec: ServerSpec) -> list[str]:
+    """The worker container (run_cluster.sh ``--worker``): same image, host network, all GPUs
+    of the node, the HF cache; ``VLLM_HOST_IP`` must be set to that worker's own IP.
+    ``--restart unless-stopped`` lets a worker rejoin by itself after the head restarts."""
+    d = spec.docker
+    a = ["docker", "run", "-d", "--restart", "unless-stopped"]
+    a += ["--name", f"{container_name(spec)}-ray-worker", "--entrypoint", "/bin/bash"]
+    a += ["--network=host", "--gpus", "all"]
+    a.append("--ipc=host" if d.ipc_host else f"--shm-size={d.shm_size}")
+    if d.hf_cache:
+        a += ["-v", f"{_expand_host(d.hf_cache)}:{CONTAINER_HF_CACHE}"]
+    for k in d.pass_env:
+        a += ["-e", k]
+    a += ["-e", f"VLLM_HOST_IP={WORKER_IP}", spec.image_ref, "-c"]
+    a.append(shlex.join(ray_worker_argv(spec)))
+    return a
+
+
+def _distributed(spec: ServerSpec) -> DistributedSpec:
+    if spec.distributed is None:
+        raise ValueError(f"{spec.name} is not a multi-node server (no distributed section)")
+    return spec.distributed
+
+
+def ray_head_container_script(spec: ServerSpec, *, redact: bool = False) -> str:
+    """The head container's shell command: join Ray as the head, then become ``vllm serve``
+    (``exec``: the container stops when the server does, and Ray with it)."""
+    serve = ["vllm", "serve", *vllm_serve_argv(spec, in_container=True, redact=redact)]
+    return f"{shlex.join(ray_head_argv(spec))} && exec {shlex.join(serve)}"
 
 
 # --------------------------------------------------------------------------- docker
@@ -350,10 +424,18 @@ def docker_run_options(
     if not d.network_host:
         ports[f"{CONTAINER_PORT}/tcp"] = (spec.host, spec.port)
     gpus = request_gpus if request_gpus is not None else d.request_gpus
+    command = vllm_serve_argv(spec, in_container=True, redact=redact)
+    entrypoint = None
+    if spec.distributed is not None:
+        # The container is the Ray head: `ray start --head`, then `vllm serve` (run_cluster.sh).
+        entrypoint = ["/bin/bash", "-c"]
+        command = [ray_head_container_script(spec, redact=redact)]
+        environment.setdefault("VLLM_HOST_IP", spec.distributed.head_address)
     return DockerRunOptions(
         image=spec.image_ref,
         name=container_name(spec),
-        command=vllm_serve_argv(spec, in_container=True, redact=redact),
+        command=command,
+        entrypoint=entrypoint,
         labels=docker_labels(spec),
         ipc_mode="host" if d.ipc_host else None,
         pid_mode="host" if d.pid_host else None,
@@ -444,7 +526,10 @@ def dry_run_text(spec: ServerSpec) -> str:
         lines.append(docker_run_command_line(spec))
     elif spec.backend == "process":
         argv = ["vllm", "serve", *vllm_serve_argv(spec, in_container=False, redact=True)]
-        lines.append(shlex.join(argv))
+        env = {k: v for k, v in process_environment(spec).items() if k not in spec.env}
+        lines.append(
+            " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
+        )
     else:
         lines.append(
             f"# simulated vLLM server on http://{spec.host}:{spec.port} "
@@ -452,6 +537,8 @@ def dry_run_text(spec: ServerSpec) -> str:
         )
         lines.append("# the flags a real server would get:")
         lines.append("# " + shlex.join(["vllm", "serve", *vllm_serve_argv(spec, redact=True)]))
+    if spec.distributed is not None:
+        lines += _distributed_dry_run_lines(spec)
     if spec.preload.enabled:
         lines.append("# weight-cache daemon (start first, same image and engine args):")
         lines.append(shlex.join(["vllm", "preload", *vllm_preload_argv(spec)]))
@@ -465,3 +552,27 @@ def dry_run_text(spec: ServerSpec) -> str:
     if spec.api_key:
         lines.append("# the API key is redacted above")
     return "\n".join(lines)
+
+
+def _distributed_dry_run_lines(spec: ServerSpec) -> list[str]:
+    """The Ray cluster around a multi-node server: what runs where, in which order."""
+    d = _distributed(spec)
+    lines = [
+        f"# multi-node: {d.nodes} nodes x {d.gpus_per_node} GPUs, tensor_parallel_size "
+        f"{spec.tensor_parallel_size} x pipeline_parallel_size {d.pipeline_parallel_size}, "
+        f"Ray head {d.head_address}:{d.ray_port}"
+    ]
+    others = f"# on every other node ({d.nodes - 1}), with {WORKER_IP} that node's own IP:"
+    if spec.backend == "docker":
+        lines.append("# the container above is the Ray head (ray start --head, then vllm serve);")
+        lines.append(others)
+        lines.append(shlex.join(ray_worker_docker_argv(spec)))
+    elif spec.backend == "process":
+        lines.append("# first, on this (head) node, in the same Python environment as vllm:")
+        lines.append(shlex.join(ray_head_argv(spec)))
+        lines.append(others)
+        lines.append(f"VLLM_HOST_IP='{WORKER_IP}' " + shlex.join(ray_worker_argv(spec)))
+    else:
+        lines.append("# the sim serves alone; a real server needs the Ray cluster above")
+    lines.append("# check with `ray status` that every node and GPU is there before brain up")
+    return lines

@@ -97,6 +97,19 @@ class PortInUse(BrainError):
         )
 
 
+class FleetNotRunning(BrainError):
+    """No replica of the named fleet is running (the pilot asked for its endpoints)."""
+
+    def __init__(self, name: str, detail: str = "") -> None:
+        self.name = name
+        text = f"no replica of fleet {name!r} is running"
+        text += f" ({detail})" if detail else ""
+        super().__init__(
+            f"{text}. Start it: brain up PROFILE --replicas N --set name={name} "
+            f"(or brain up --fleet FILE), then check brain ps."
+        )
+
+
 class NoNvidiaGpu(BrainError):
     """Neither NVML nor nvidia-smi could report an NVIDIA GPU on this machine."""
 

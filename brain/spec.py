@@ -204,6 +204,37 @@ class DockerSpec(_Strict):
         return v
 
 
+class DistributedSpec(_Strict):
+    """One server spread over several machines with vLLM's Ray executor.
+
+    vLLM's own recipe (docs/serving/parallelism_scaling.md, examples/online_serving/
+    run_cluster.sh): start a Ray cluster (``ray start --head`` on one node, ``ray start
+    --address=HEAD:6379`` on the others), then run one ``vllm serve ...
+    --distributed-executor-backend ray`` on the head; Ray places the workers. The usual split
+    is ``tensor_parallel_size`` = GPUs per node and ``pipeline_parallel_size`` = nodes.
+    Under Docker the brain's container *is* the head (it runs ``ray start --head`` and then
+    ``vllm serve``); with the process backend a Ray head you started must already run here.
+    """
+
+    backend: Literal["ray"] = "ray"
+    """vLLM's --distributed-executor-backend. Only ray: vLLM's mp backend across machines needs
+    one ``vllm serve --headless`` per node, which the brain does not launch."""
+    nodes: int = Field(ge=2)
+    """Machines in the Ray cluster, the head included."""
+    gpus_per_node: int = Field(ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    """--pipeline-parallel-size: model layers split across this many stages (usually nodes)."""
+    head_address: str
+    """The head node's IP on the private network the nodes share (VLLM_HOST_IP, Ray's
+    --node-ip-address). Traffic between nodes is unencrypted: keep it on a private segment."""
+    ray_port: int = Field(default=6379, ge=1, le=65535)
+    """The Ray head's GCS port (vLLM's run_cluster.sh uses 6379)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
 class TimeoutsSpec(_Strict):
     load_timeout_s: float = Field(default=1800, gt=0)
     """From start to /health 200; big models on cold disks take many minutes."""
@@ -257,6 +288,8 @@ class ServerSpec(_Strict):
     limit_mm_per_prompt: dict[str, Any] | None = None
     max_num_queued_reqs: int | None = Field(default=None, ge=1)
     speculative: SpeculativeSpec | None = None
+    distributed: DistributedSpec | None = None
+    """Several machines serve this one model (vLLM + Ray); None: one machine."""
     load_format: str | None = None
     preload: PreloadSpec = Field(default_factory=PreloadSpec)
     docker: DockerSpec = Field(default_factory=DockerSpec)
@@ -428,7 +461,7 @@ def structural_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
     if isinstance(spec.gpus, list):
         if not spec.gpus:
             p.append(("gpus", "the GPU list is empty.", 'list device ids, e.g. [0], or "all"'))
-        elif spec.tensor_parallel_size > len(spec.gpus):
+        elif spec.distributed is None and spec.tensor_parallel_size > len(spec.gpus):
             p.append(
                 (
                     "tensor_parallel_size",
@@ -438,6 +471,9 @@ def structural_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
                     "tensor_parallel_size",
                 )
             )
+
+    if spec.distributed is not None:
+        p += _distributed_problems(spec, spec.distributed)
 
     if sp is not None:
         if sp.num_speculative_tokens <= 0:
@@ -586,6 +622,79 @@ def structural_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
     return p
 
 
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+
+
+def _distributed_problems(spec: ServerSpec, d: DistributedSpec) -> list[tuple[str, str, str]]:
+    """A multi-node server: one GPU per rank across the nodes, a head the workers can reach."""
+    p: list[tuple[str, str, str]] = []
+    tp, pp = spec.tensor_parallel_size, d.pipeline_parallel_size
+    if tp * pp != d.world_size:
+        p.append(
+            (
+                "distributed",
+                f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} ranks, "
+                f"but {d.nodes} nodes x {d.gpus_per_node} GPUs = {d.world_size} GPUs; vLLM "
+                "runs exactly one rank per GPU.",
+                f"the usual split is tensor_parallel_size={d.gpus_per_node} (GPUs per node) and "
+                f"distributed.pipeline_parallel_size={d.nodes} (nodes)",
+            )
+        )
+    if isinstance(spec.gpus, list) and spec.gpus and len(spec.gpus) != d.gpus_per_node:
+        p.append(
+            (
+                "gpus",
+                f"gpus lists {len(spec.gpus)} device(s) for the head node, but "
+                f"distributed.gpus_per_node is {d.gpus_per_node}.",
+                f'list {d.gpus_per_node} device ids, or gpus: "all"',
+            )
+        )
+    if is_loopback(d.head_address) or d.head_address in ("0.0.0.0", "::"):
+        p.append(
+            (
+                "distributed.head_address",
+                f"{d.head_address!r} cannot be reached from the other nodes.",
+                "set it to the head node's IP on the private network the nodes share",
+            )
+        )
+    elif not _HOSTNAME_RE.match(d.head_address):
+        p.append(
+            (
+                "distributed.head_address",
+                f"{d.head_address!r} is not an IP address or host name.",
+                "e.g. 10.0.0.1",
+            )
+        )
+    if spec.preload.enabled:
+        p.append(
+            (
+                "preload.enabled",
+                "the weight-cache daemon is per machine and the brain starts it only here; a "
+                "multi-node server cannot load from it.",
+                "set preload.enabled=false",
+            )
+        )
+    if spec.backend == "docker" and not spec.docker.network_host:
+        p.append(
+            (
+                "docker.network_host",
+                "Ray and NCCL connect the nodes directly over the host's network (vLLM's "
+                "run_cluster.sh runs its containers with --network host).",
+                "set docker.network_host=true",
+            )
+        )
+    sp = spec.speculative
+    if pp > 1 and sp is not None and sp.enable_adaptive_verification:
+        p.append(
+            (
+                "speculative.enable_adaptive_verification",
+                "adaptive verification is not supported with pipeline parallelism.",
+                "set it to false, or use tensor parallelism only (pipeline_parallel_size=1)",
+            )
+        )
+    return p
+
+
 def launch_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
     """Problems that only matter when actually launching (``ensure_api_key`` fixes the first)."""
     p: list[tuple[str, str, str]] = []
@@ -626,6 +735,14 @@ def spec_warnings(spec: ServerSpec) -> list[str]:
             "preload under Docker: CUDA IPC between containers probably needs docker.pid_host "
             "(unverified); set it if the server reports 'invalid device context'."
         )
+    d = spec.distributed
+    if d is not None and spec.tensor_parallel_size > d.gpus_per_node:
+        w.append(
+            f"tensor parallelism spans machines (TP {spec.tensor_parallel_size} > "
+            f"{d.gpus_per_node} GPUs per node): every layer waits on the network. vLLM's docs "
+            "advise TP = GPUs per node and pipeline_parallel_size = nodes, unless the nodes "
+            "share InfiniBand."
+        )
     if spec.backend == "docker" and not spec.docker.ipc_host and spec.tensor_parallel_size > 1:
         w.append("tensor parallelism without --ipc=host: make sure docker.shm_size is large.")
     return w
@@ -649,6 +766,9 @@ _OWNED_FLAGS: dict[str, str] = {
     "--api-key": "api_key",
     "--tensor-parallel-size": "tensor_parallel_size",
     "-tp": "tensor_parallel_size",
+    "--pipeline-parallel-size": "distributed.pipeline_parallel_size",
+    "-pp": "distributed.pipeline_parallel_size",
+    "--distributed-executor-backend": "distributed.backend",
     "--max-model-len": "max_model_len",
     "--gpu-memory-utilization": "gpu_memory_utilization",
     "--max-num-seqs": "max_num_seqs",

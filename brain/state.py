@@ -53,6 +53,10 @@ class ServerRecord(BaseModel):
     supervisor_pid: int | None = None
     """The ``brain up --watch`` process keeping it alive; ``brain down`` asks it to stop."""
     preload: bool = False
+    fleet: str | None = None
+    """The fleet this server is a replica of (``brain up --replicas`` / ``--fleet``), if any."""
+    replica: int | None = None
+    """Its index in the fleet (``<fleet>-r<replica>``)."""
 
     def server_spec(self) -> ServerSpec:
         return ServerSpec.model_validate(self.spec)

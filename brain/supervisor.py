@@ -123,9 +123,12 @@ def launch(
     registry: Registry | None = None,
     supervisor_pid: int | None = None,
     load_timeout: float | None = None,
+    fleet: str | None = None,
+    replica: int | None = None,
 ) -> tuple[ServerHandle, ReadyInfo]:
     """Start ``spec`` and wait until it is ready. A failed start is stopped (it would hold the
-    port and GPU) and its LaunchError/NotReady raised, with the diagnosis attached."""
+    port and GPU) and its LaunchError/NotReady raised, with the diagnosis attached.
+    ``fleet``/``replica`` are recorded so ``brain ps`` and ``fleet_endpoints`` can group it."""
     if preflight is not None:
         preflight(spec)
     handle = launcher.start(spec)
@@ -138,6 +141,8 @@ def launch(
                 handle=handle.to_dict(),
                 supervisor_pid=supervisor_pid,
                 preload=spec.preload.enabled,
+                fleet=fleet,
+                replica=replica,
             )
         )
     stop_logs = threading.Event()
@@ -189,8 +194,12 @@ class Supervisor:
         poll_interval_s: float = 3.0,
         health_failures: int = 3,
         say: Say | None = None,
+        fleet: str | None = None,
+        replica: int | None = None,
     ) -> None:
         self.spec = spec
+        self.fleet = fleet
+        self.replica = replica
         self.launcher = launcher
         self.events = events or NullEvents()
         self.policy = policy or RestartPolicy()
@@ -268,6 +277,8 @@ class Supervisor:
                 preflight=self.preflight,
                 registry=self.registry,
                 supervisor_pid=os.getpid() if self._supervising else None,
+                fleet=self.fleet,
+                replica=self.replica,
             )
         except (LaunchError, NotReady) as exc:
             diag = getattr(exc, "diagnosis", None)

@@ -81,6 +81,20 @@ def _user_errors() -> Iterator[None]:
         raise _fail(str(exc), 2) from None
 
 
+def _endpoints(values: list[str]) -> list[str] | None:
+    """``--endpoint`` given any number of times, each maybe a comma-separated list."""
+    from pilot.launch import split_endpoints
+
+    return split_endpoints(values) or None
+
+
+def _first(endpoints: str | list[str] | None) -> str | None:
+    """The endpoint the live view watches (the first, when runs are routed over several)."""
+    if isinstance(endpoints, list):
+        return endpoints[0] if endpoints else None
+    return endpoints
+
+
 def _store(db: str | None, durability: str = "normal"):
     from pilot.store import EventStore
 
@@ -100,8 +114,12 @@ def run(
     ),
     parallel: int = typer.Option(1, "--parallel", "-j", help="Runs driven at once."),
     db: str | None = DB_OPTION,
-    endpoint: str | None = typer.Option(
-        None, "--endpoint", help="Use this OpenAI-compatible URL instead of the workflow's."
+    endpoint: list[str] = typer.Option(
+        [],
+        "--endpoint",
+        metavar="URL",
+        help="Use this OpenAI-compatible URL instead of the workflow's; repeat it (or give "
+        "a comma-separated list) to route runs over several servers of one model.",
     ),
     dry_run: bool = typer.Option(
         False,
@@ -125,7 +143,7 @@ def run(
         raise typer.Exit(_detach(console, sys.argv[1:]))
     with _user_errors(), DryRun.maybe(dry_run, workflow, param, console, matrix) as dry:
         store = _store(db, durability)
-        target = dry.endpoint or endpoint
+        target = dry.endpoint or _endpoints(endpoint)
         if matrix is None and parallel <= 1:
             loaded = load_for_run(workflow, param, params_file, extra_params=dry.params)
             code = _drive(
@@ -144,7 +162,7 @@ def run(
                 json_lines,
                 lambda runner: run_many(runner, many, parallel=parallel, endpoint=target),
                 store,
-                endpoint=target or build_plan(many[0], "view").model.endpoint,
+                endpoint=_first(target) or build_plan(many[0], "view").model.endpoint,
             )
     raise typer.Exit(code)
 
@@ -194,7 +212,12 @@ def _detach(console: Console, argv: list[str]) -> int:
 def resume(
     run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
     db: str | None = DB_OPTION,
-    endpoint: str | None = typer.Option(None, "--endpoint", help="Override the endpoint."),
+    endpoint: list[str] = typer.Option(
+        [],
+        "--endpoint",
+        metavar="URL",
+        help="Override the endpoint (repeat it for several servers).",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Serve the simulated model in-process again (for dry runs)."
     ),
@@ -211,7 +234,9 @@ def resume(
             outcome = _drive(
                 console,
                 json_lines,
-                lambda runner: resume_run(runner, record, endpoint=dry.endpoint or endpoint),
+                lambda runner: resume_run(
+                    runner, record, endpoint=dry.endpoint or _endpoints(endpoint)
+                ),
                 store,
             )
     raise typer.Exit(outcome)
@@ -479,7 +504,12 @@ def queue_ls(db: str | None = DB_OPTION) -> None:
 def worker(
     parallel: int = typer.Option(1, "--parallel", "-j", help="Runs driven at once."),
     db: str | None = DB_OPTION,
-    endpoint: str | None = typer.Option(None, "--endpoint", help="Override every endpoint."),
+    endpoint: list[str] = typer.Option(
+        [],
+        "--endpoint",
+        metavar="URL",
+        help="Override every endpoint (repeat it for several servers).",
+    ),
     exit_when_idle: bool = typer.Option(
         False, "--exit-when-idle", help="Stop when the queue is empty instead of waiting."
     ),
@@ -490,6 +520,7 @@ def worker(
     from pilot.queue import work
 
     console = _console()
+    targets = _endpoints(endpoint)
     with _user_errors():
         store = _store(db)
         code = _drive_many(
@@ -498,12 +529,12 @@ def worker(
             lambda runner: work(
                 runner,
                 parallel=parallel,
-                endpoint=endpoint,
+                endpoint=targets,
                 poll_interval=poll,
                 exit_when_idle=exit_when_idle,
             ),
             store,
-            endpoint=endpoint,
+            endpoint=_first(targets),
         )
     raise typer.Exit(code)
 

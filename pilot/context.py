@@ -55,6 +55,10 @@ CHARS_PER_TOKEN = 3.5
 the tokenizers we serve, so 3.5 leans high (an overestimate only compacts a little early)."""
 MESSAGE_OVERHEAD = 8
 """Estimated tokens a message costs beyond its text (role markers, separators, call framing)."""
+BOUND_MESSAGE_SLACK = 32
+"""Tokens a chat template may add around one message (role markers, separators), bounded high."""
+BOUND_CALL_FACTOR = 2
+"""A tool call's JSON may be re-serialized by the template with spaces: at most twice its bytes."""
 SUMMARY_MAX_TOKENS = 1024
 """Output budget of the summary request; the summary itself must stay small to be worth it."""
 SUMMARY_HEADER = "[Summary of earlier work]"
@@ -118,6 +122,8 @@ class PromptCount:
     tools: int
     overhead: int
     exact: bool
+    bounded: bool = False
+    """``total`` is only an upper bound (:meth:`TokenCounter.upper_bound`): per_message is empty."""
 
 
 class TokenCounter:
@@ -147,6 +153,8 @@ class TokenCounter:
         self._server: bool | None = None  # None: not yet known; False: no /tokenize
         self._limit = asyncio.Semaphore(concurrency)
         self._max_cache = max_cache
+        self._by_identity: dict[int, tuple[Message, tuple[int, bool]]] = {}
+        self._bounds: dict[int, tuple[Message, int | None]] = {}
         self.server_calls = 0
         """How many times the server was asked (tests and benchmarks watch this)."""
 
@@ -182,10 +190,22 @@ class TokenCounter:
         """One message's tokens (cached by :func:`message_key`)."""
         return (await self._message(message))[0]
 
+    def _remember(self, table: dict[int, Any], message: Message, value: Any) -> None:
+        """Cache by identity: the history's dicts are never mutated once appended, so a step
+        finds its old messages without hashing them (hashing is O(history) per step). The
+        entry holds the dict, so its id cannot be reused while the entry lives."""
+        if len(table) >= self._max_cache:
+            table.pop(next(iter(table)))
+        table[id(message)] = (message, value)
+
     async def _message(self, message: Message) -> tuple[int, bool]:
+        known = self._by_identity.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
         key = message_key(message)
         hit = self._cache.get(key)
         if hit is not None:
+            self._remember(self._by_identity, message, hit)
             return hit
         overhead = await self.overhead()
         count = await self._ask([message], None)
@@ -196,7 +216,59 @@ class TokenCounter:
         if len(self._cache) >= self._max_cache:
             self._cache.pop(next(iter(self._cache)))
         self._cache[key] = value
+        self._remember(self._by_identity, message, value)
         return value
+
+    def _message_bound(self, message: Message) -> int | None:
+        """Tokens one message can never exceed, without a tokenizer; None with images.
+
+        Every tokenizer we serve (byte-level BPE, SentencePiece with byte fallback) spends at
+        least one byte of UTF-8 per token, so the text's bytes bound its tokens; the template
+        adds at most :data:`BOUND_MESSAGE_SLACK` around it. An image costs hundreds of tokens
+        that its URL does not show, so a message with one has no cheap bound.
+        """
+        known = self._by_identity.get(id(message))
+        if known is not None and known[0] is message and known[1][1]:
+            return known[1][0]
+        cached = self._bounds.get(id(message))
+        if cached is not None and cached[0] is message:
+            return cached[1]
+        content = message.get("content")
+        bound: int | None = BOUND_MESSAGE_SLACK
+        if isinstance(content, str):
+            bound += len(content.encode("utf-8"))
+        elif content is not None:
+            bound = None
+        if bound is not None:
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") or {}
+                text = str(function.get("name") or "") + str(function.get("arguments") or "")
+                bound += BOUND_CALL_FACTOR * len(text.encode("utf-8")) + BOUND_MESSAGE_SLACK
+        self._remember(self._bounds, message, bound)
+        return bound
+
+    async def upper_bound(
+        self, messages: Sequence[Message], tools: list[Message] | None = None
+    ) -> int | None:
+        """A prompt size the real one cannot exceed, asking the server at most once per run
+        (the fixed overhead and the tool schemas); None when no cheap bound exists.
+
+        Far from the window's limits a bound answers "does it fit?" as well as a count, and it
+        costs no request: counting every new message on every step was two ``/tokenize``
+        round trips a step, as much CPU as the completion itself (``bench/parallel.py``).
+        Messages already counted exactly add their exact count.
+        """
+        total = await self.overhead() + BOUND_MESSAGE_SLACK
+        tools_cost, exact = await self._tools_cost(tools)
+        if not exact:  # templates may pretty-print the schemas: 4x their compact bytes
+            tools_cost = 4 * len(json.dumps(tools, separators=(",", ":")).encode("utf-8"))
+        total += tools_cost
+        for message in messages:
+            bound = self._message_bound(message)
+            if bound is None:
+                return None
+            total += bound
+        return total
 
     async def _tools_cost(self, tools: list[Message] | None) -> tuple[int, bool]:
         if not tools:

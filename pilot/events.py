@@ -35,6 +35,8 @@ class RunStarted(_Event):
     base_head: str | None = None
     base_snapshot: str | None = None
     endpoint: str
+    endpoints: list[str] = []
+    """Every endpoint the run may be routed to (``model.endpoints``); empty = ``endpoint`` only."""
     system: str
     phases: list[str]
     owner: str
@@ -63,6 +65,9 @@ class ModelRequest(_Event):
     messages: int
     max_tokens: int | None = None
     prompt_tokens: int | None = None
+    prompt_bound: bool = False
+    """``prompt_tokens`` is an upper bound, not a count: far from the window's limits the
+    bound proves the request fits and no ``/tokenize`` round trip is made."""
 
 
 class ToolCall(BaseModel):
@@ -97,6 +102,8 @@ class AssistantMessage(_Event):
     duration_s: float | None = None
     attempts: int = 1
     repairs: list[str] = []
+    endpoint: str | None = None
+    """The server that answered (base URL); None in events recorded before it was kept."""
 
 
 class ToolStarted(_Event):

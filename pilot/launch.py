@@ -36,6 +36,10 @@ from pilot.workflow import (
     render_workspace_path,
 )
 from pilot.workflow_load import render_phase_images
+from pilot.workflow_schema import ModelSettings, check_endpoint_url
+
+EndpointOverride = str | Sequence[str] | None
+"""Endpoints given on the command line instead of the workflow's (see :func:`split_endpoints`)."""
 
 DEFAULT_SYSTEM = (
     "You are a careful software engineer working alone, unattended, in a git repository. "
@@ -86,7 +90,7 @@ def build_plan(
     run_id: str,
     *,
     started_at: str = "",
-    endpoint: str | None = None,
+    endpoint: EndpointOverride = None,
     workspace: str | None = None,
 ) -> RunPlan:
     """Render everything the run needs from the workflow, once its id is known."""
@@ -105,7 +109,7 @@ def build_plan(
                 f"model.api_key_env names {model.api_key_env}, which is not set; export it "
                 "with the server's API key"
             )
-    target = endpoint or model.endpoint or _profile_endpoint(model.profile)
+    targets = model_targets(model, endpoint)
     phases = []
     for index, phase in enumerate(wf.phases):
         phases.append(
@@ -131,7 +135,8 @@ def build_plan(
         phases=phases,
         tools=wf.tool_names,
         model=ModelPlan(
-            endpoint=target,
+            endpoint=targets[0],
+            endpoints=targets if len(targets) > 1 else (),
             name=model.name,
             api_key=api_key,
             temperature=model.temperature,
@@ -154,7 +159,7 @@ def build_plan(
         ),
         max_no_progress_steps=wf.limits.max_no_progress_steps,
         redact=list(wf.redact),
-        media=media_plan(model.vision, None if endpoint or model.endpoint else model.profile),
+        media=media_plan(model.vision, None if split_endpoints(endpoint) else model.profile),
     )
 
 
@@ -173,6 +178,43 @@ def media_plan(vision: bool | None, profile: str | None) -> MediaPlan:
     return MediaPlan(vision=vision, server=spec)
 
 
+def split_endpoints(value: EndpointOverride) -> list[str]:
+    """``--endpoint`` values: given several times, comma-separated, or both."""
+    items = [value] if isinstance(value, str) else list(value or ())
+    return [part.strip() for item in items for part in item.split(",") if part.strip()]
+
+
+def model_targets(model: ModelSettings, override: EndpointOverride = None) -> tuple[str, ...]:
+    """The endpoints a run may use: the command line's, else the workflow's ``endpoint`` or
+    ``endpoints``, else the running replicas of its brain ``fleet``, else its brain profile's.
+    Two or more are routed (``pilot.router``).
+    """
+    given = split_endpoints(override)
+    if given:
+        try:
+            urls = [check_endpoint_url(url) for url in given]
+        except ValueError as exc:
+            raise ConfigurationError(f"--endpoint: {exc}") from None
+        return tuple(dict.fromkeys(urls))
+    if model.endpoints:
+        return tuple(model.endpoints)
+    if model.fleet:
+        return _fleet_endpoints(model.fleet)
+    if model.endpoint:
+        return (model.endpoint,)
+    return (_profile_endpoint(model.profile),)
+
+
+def _fleet_endpoints(name: str) -> tuple[str, ...]:
+    from brain.errors import BrainError
+    from brain.fleet import fleet_endpoints
+
+    try:
+        return tuple(fleet_endpoints(name))
+    except BrainError as exc:
+        raise ConfigurationError(f"model.fleet {name!r}: {exc}") from None
+
+
 def _profile_endpoint(profile: str | None) -> str:
     if profile is None:
         raise ConfigurationError("the workflow's model section names no endpoint or profile")
@@ -186,7 +228,7 @@ def _profile_endpoint(profile: str | None) -> str:
 
 
 async def start_run(
-    runner: Runner, loaded: LoadedWorkflow, *, endpoint: str | None = None
+    runner: Runner, loaded: LoadedWorkflow, *, endpoint: EndpointOverride = None
 ) -> RunOutcome:
     started_at = datetime.now().astimezone().isoformat(timespec="seconds")
     return await runner.start(
@@ -217,7 +259,7 @@ def load_stored(record: RunRecord) -> tuple[LoadedWorkflow, str]:
 
 
 async def resume_run(
-    runner: Runner, record: RunRecord, *, endpoint: str | None = None
+    runner: Runner, record: RunRecord, *, endpoint: EndpointOverride = None
 ) -> RunOutcome:
     """Resume with the workflow as it was when the run started, whatever the file is now."""
     loaded, started_at = load_stored(record)

@@ -257,6 +257,10 @@ class RunLoop:
         budget = self.budget()
         messages = self.request_messages(state.messages)
         if budget is not None:
+            count = await self.fits_without_counting(budget, model, messages, tools)
+            if count is not None:
+                max_tokens = budget.max_tokens_wanted
+        if budget is not None and count is None:
             count = await self.token_counter(model).count(messages, tools)
             if budget.needs_compaction(count.total):
                 await self.compact(phase, budget, count, reason="threshold")
@@ -273,6 +277,7 @@ class RunLoop:
                 messages=len(state.messages),
                 max_tokens=max_tokens,
                 prompt_tokens=count.total if count else None,
+                prompt_bound=bool(count and count.bounded),
             )
         )
         # model_construct: these fields are built here with the right types; validating would
@@ -288,6 +293,8 @@ class RunLoop:
         try:
             response = await self.call_model(request)
         except ContextOverflow as exc:
+            if budget is not None and (count is None or count.bounded):
+                count = await self.token_counter(model).count(messages, tools)
             if budget is None or count is None:
                 raise ConfigurationError(
                     f"{exc} The server did not report its max_model_len, so Marathon cannot "
@@ -301,6 +308,23 @@ class RunLoop:
                 raise
             return
         self.record_response(step, phase, response)
+
+    async def fits_without_counting(
+        self, budget: Budget, model: str, messages: list[dict[str, Any]], tools: Any
+    ) -> PromptCount | None:
+        """An upper bound on the prompt, when it alone proves the request fits: below the
+        compaction threshold and with all the output the workflow wants. None when only a
+        real count can tell (near the limits, or with images)."""
+        bound = await self.token_counter(model).upper_bound(messages, tools)
+        if (
+            bound is None
+            or budget.needs_compaction(bound)
+            or budget.room(bound) < budget.max_tokens_wanted
+        ):
+            return None
+        return PromptCount(
+            total=bound, per_message=(), tools=0, overhead=0, exact=False, bounded=True
+        )
 
     def budget(self) -> Budget | None:
         """The context budget from the server's real window (None when it did not say)."""
@@ -472,6 +496,7 @@ class RunLoop:
                 duration_s=response.duration_s,
                 attempts=response.attempts,
                 repairs=repairs,
+                endpoint=response.endpoint,
             )
         )
         if calls:

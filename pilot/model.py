@@ -35,6 +35,7 @@ from pilot.errors import (
     ServerUnavailable,
     StreamInterrupted,
 )
+from pilot.http_pool import ShardedTransport
 from pilot.model_types import (
     ChatRequest,
     ModelClient,
@@ -228,7 +229,8 @@ def server_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
-async def _notify(on_wait: WaitCallback | None, event: WaitEvent) -> None:
+async def notify_wait(on_wait: WaitCallback | None, event: WaitEvent) -> None:
+    """Tell the caller about a wait (its callback may be sync or async)."""
     if on_wait is None:
         return
     result = on_wait(event)
@@ -252,6 +254,9 @@ class OpenAIModelClient:
     request retried. ``server_wait`` is the total time one call may spend waiting for the
     server across retries before :class:`ServerUnavailable` is raised. ``http_client`` (an
     ``httpx.AsyncClient``) carries every request when given, and is left open by :meth:`aclose`.
+    ``give_up``, when given, is asked after each transient failure; True ends the wait at once
+    with :class:`ServerUnavailable` (the router's way to move on from a refused connection when
+    another endpoint can take the request).
     """
 
     def __init__(
@@ -264,8 +269,10 @@ class OpenAIModelClient:
         server_wait: float,
         http_client: httpx.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
+        give_up: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._give_up = give_up
         self._api_key = api_key
         self._request_timeout = request_timeout
         self._idle_timeout = idle_timeout
@@ -276,7 +283,7 @@ class OpenAIModelClient:
         # __del__ by scheduling a task on whatever loop runs then, which breaks when a client
         # outlives the loop that opened its connections.
         self._http = http_client or httpx.AsyncClient(
-            timeout=request_timeout, limits=httpx.Limits(max_connections=1000)
+            timeout=request_timeout, transport=ShardedTransport()
         )
         # vLLM without --api-key accepts any bearer; a placeholder keeps the SDK from reading
         # OPENAI_API_KEY (a real OpenAI key must never be sent to a local server by accident).
@@ -316,7 +323,13 @@ class OpenAIModelClient:
             return max(0.0, min(backoff(state), self._server_wait - waited()))
 
         def stop(state: RetryCallState) -> bool:
-            return waited() >= self._server_wait
+            if waited() >= self._server_wait:
+                return True
+            outcome = state.outcome
+            if self._give_up is None or outcome is None or not outcome.failed:
+                return False
+            error = outcome.exception()
+            return error is not None and self._give_up(error)
 
         retrying = AsyncRetrying(retry=retry_if_exception(is_transient), stop=stop, wait=wait)
         result: T | None = None
@@ -329,7 +342,7 @@ class OpenAIModelClient:
                     except Exception as exc:
                         if is_transient(exc) and first_failure is None:
                             first_failure = time.monotonic()
-                            await _notify(
+                            await notify_wait(
                                 on_wait,
                                 WaitEvent(
                                     kind="unavailable", error=_describe(exc), attempt=attempts
@@ -346,7 +359,7 @@ class OpenAIModelClient:
             )
             raise ServerUnavailable(self.base_url, reason, waited=spent) from last
         if first_failure is not None:
-            await _notify(
+            await notify_wait(
                 on_wait,
                 WaitEvent(kind="back", waited_s=waited(), attempt=attempts, attempts=attempts),
             )
@@ -475,6 +488,7 @@ class OpenAIModelClient:
             usage=acc.usage,
             ttft_s=ttft,
             duration_s=time.monotonic() - started,
+            endpoint=self.base_url,
         )
 
     async def complete(

@@ -68,6 +68,8 @@ class ModelResponse(BaseModel):
     duration_s: float = 0.0
     """Seconds for the successful attempt, from send to the end of the stream."""
     attempts: int = 1
+    endpoint: str | None = None
+    """The base URL of the server that answered (several when ``model.endpoints`` routes)."""
 
 
 class ServedModel(BaseModel):

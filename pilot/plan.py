@@ -43,6 +43,14 @@ class ModelPlan:
     idle_timeout: float = 120.0
     server_wait: float = 1800.0
     context_margin: int = 256
+    endpoints: tuple[str, ...] = ()
+    """Several servers of one model, routed per run (``pilot.router``); ``endpoint`` is then
+    the first of them. Empty: ``endpoint`` is the only one."""
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Every endpoint the run may use, in order."""
+        return self.endpoints or (self.endpoint,)
 
 
 @dataclass(frozen=True)

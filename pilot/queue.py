@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
-from pilot.launch import build_plan, load_for_run
+from pilot.launch import EndpointOverride, build_plan, load_for_run
 from pilot.runner import Runner, RunOutcome
 from pilot.store import EventStore, RunRecord
 from pilot.workflow import LoadedWorkflow
@@ -65,7 +65,7 @@ async def run_many(
     loaded: Sequence[LoadedWorkflow],
     *,
     parallel: int,
-    endpoint: str | None = None,
+    endpoint: EndpointOverride = None,
 ) -> list[RunOutcome]:
     """Start every run, at most ``parallel`` at a time, in this process."""
     from pilot.launch import start_run
@@ -102,7 +102,9 @@ def enqueue(
     )
 
 
-async def drive_claimed(runner: Runner, record: RunRecord, endpoint: str | None) -> RunOutcome:
+async def drive_claimed(
+    runner: Runner, record: RunRecord, endpoint: EndpointOverride
+) -> RunOutcome:
     """Start a queued run, or resume one that was paused or orphaned."""
     from datetime import datetime
 
@@ -131,7 +133,7 @@ async def work(
     runner: Runner,
     *,
     parallel: int,
-    endpoint: str | None = None,
+    endpoint: EndpointOverride = None,
     poll_interval: float = 1.0,
     exit_when_idle: bool = False,
 ) -> list[RunOutcome]:
@@ -168,7 +170,7 @@ async def work(
     return outcomes
 
 
-async def _safe(runner: Runner, record: RunRecord, endpoint: str | None) -> RunOutcome:
+async def _safe(runner: Runner, record: RunRecord, endpoint: EndpointOverride) -> RunOutcome:
     """A run's own failure must not take the worker (and the other runs) down with it."""
     try:
         return await drive_claimed(runner, record, endpoint)

@@ -26,7 +26,7 @@ from sqlalchemy import select
 
 from pilot import events as ev
 from pilot.store import EventRow, EventStore, RunRecord, ServerEventRow, default_db_url
-from pilot.ui import format_duration
+from pilot.ui import format_duration, short_endpoint
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled", "limit")
 
@@ -283,6 +283,10 @@ class RunReport:
     wall_s: float = 0.0
     active_s: float = 0.0
     waiting_s: float = 0.0
+    endpoint_requests: Counter[str] = field(default_factory=Counter)
+    """Answered requests per server (``assistant_message.endpoint``), when recorded."""
+    routed: bool = False
+    """The run was routed over several endpoints (``model.endpoints``)."""
     step_times: list[datetime] = field(default_factory=list)
     phase_marks: list[tuple[datetime, str]] = field(default_factory=list)
     next_commands: list[str] = field(default_factory=list)
@@ -409,6 +413,7 @@ class _Folder:
         match event:
             case ev.RunStarted():
                 self.started = event
+                r.routed = r.routed or bool(event.endpoints)
                 self.head, self.snapshot = event.base_head, event.base_snapshot
                 for index, name in enumerate(event.phases):
                     self.phases.setdefault(index, PhaseReport(index=index, name=name))
@@ -427,6 +432,8 @@ class _Folder:
             case ev.AssistantMessage():
                 r.steps += 1
                 r.step_times.append(event.at)
+                if event.endpoint:
+                    r.endpoint_requests[event.endpoint] += 1
                 if event.usage is not None:
                     r.prompt_tokens += event.usage.prompt_tokens
                     r.completion_tokens += event.usage.completion_tokens
@@ -830,6 +837,15 @@ def change_summary(run: RunReport) -> str:
     return f"{git.files_changed} files +{git.insertions} -{git.deletions}"
 
 
+def endpoint_summary(run: RunReport) -> str:
+    """``requests per endpoint: a:8000 12, b:8001 3`` for a routed run (or one whose requests
+    went to more than one server); empty otherwise."""
+    if not run.endpoint_requests or (not run.routed and len(run.endpoint_requests) < 2):
+        return ""
+    parts = [f"{short_endpoint(url)} {n}" for url, n in run.endpoint_requests.most_common()]
+    return "requests per endpoint: " + ", ".join(parts)
+
+
 def summary_rows(report: Report) -> list[list[str]]:
     rows = []
     for run in report.runs:
@@ -915,6 +931,8 @@ def _run_markdown(run: RunReport) -> list[str]:
         f"- Steps {run.steps}; tokens {run.prompt_tokens} in / {run.completion_tokens} out"
         + (f"; model {run.model}" if run.model else "")
     )
+    if endpoints := endpoint_summary(run):
+        facts.append(f"- {endpoints[0].upper()}{endpoints[1:]}")
     if run.git is not None:
         facts.append(f"- Workspace {run.git.workspace}, branch `{run.git.branch}`")
     if run.params:

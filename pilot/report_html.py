@@ -16,6 +16,7 @@ from pilot.report import (
     Interval,
     Report,
     RunReport,
+    endpoint_summary,
     summary_rows,
 )
 from pilot.ui import format_duration
@@ -107,6 +108,8 @@ def _run_section(run: RunReport) -> str:
         f"{run.steps} steps; tokens {run.prompt_tokens} in / {run.completion_tokens} out"
         + (f"; model {run.model}" if run.model else "")
     )
+    if endpoints := endpoint_summary(run):
+        facts.append(endpoints)
     if run.git is not None:
         facts.append(f"workspace {run.git.workspace}, branch {run.git.branch}")
     out.append("<ul>" + "".join(f"<li>{escape(f)}</li>" for f in facts) + "</ul>")

@@ -100,7 +100,7 @@ class Runner:
     client_factory: Callable[[RunPlan], ModelClient] | None = None
     stop: asyncio.Event | None = None
     kill_after_seq: int | None = field(default_factory=kill_after_seq_from_env)
-    _clients: dict[tuple, ModelClient] = field(default_factory=dict, repr=False)
+    _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def artifacts_dir(self, run_id: str) -> Path:
         url = self.store.url
@@ -108,13 +108,22 @@ class Runner:
             return Path(url.removeprefix("sqlite:///")).parent / "artifacts" / run_id
         return state_dir() / "artifacts" / run_id
 
-    def _client(self, plan: RunPlan) -> ModelClient:
-        """One client (one HTTP connection pool) per endpoint, shared by this process's runs."""
+    def _client(self, plan: RunPlan, run_id: str = "") -> ModelClient:
+        """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
+        with several endpoints, one router for them and a per-run view of it (``pilot.router``:
+        a run's requests stay on one endpoint while it is healthy)."""
         if self.client_factory is not None:
             return self.client_factory(plan)
         from pilot.model import OpenAIModelClient  # imported when needed: openai is slow to load
 
         model = plan.model
+        if len(model.targets) > 1:
+            from pilot.router import Router
+
+            key = Router.key_of(model)
+            if key not in self._clients:
+                self._clients[key] = Router.for_model(model)
+            return self._clients[key].for_run(run_id)
         key = (
             model.endpoint,
             model.api_key,
@@ -189,6 +198,7 @@ class Runner:
                 base_head=head,
                 base_snapshot=base,
                 endpoint=plan.model.endpoint,
+                endpoints=list(plan.model.endpoints),
                 system=plan.system,
                 phases=[p.name for p in plan.phases],
                 owner=self.owner,
@@ -280,7 +290,7 @@ class _Run:
     async def drive(self, repo: GitRepo) -> RunOutcome:
         runner = self.runner
         stop = runner.stop or asyncio.Event()
-        client = runner._client(self.plan)
+        client = runner._client(self.plan, self.run_id)
         executor = RegistryExecutor(
             registry=runner.registry,
             workspace_root=repo.root,
@@ -324,6 +334,9 @@ class _Run:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await renewer
+            release = getattr(client, "release", None)  # a routed run's hold on its endpoint
+            if release is not None:
+                release()
             if not lease_lost.is_set() and not storage_full:
                 self.store.release_lease(self.run_id, runner.owner)
         if storage_full:

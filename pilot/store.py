@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,7 +39,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from pilot.errors import AmbiguousRunId, ConfigurationError, LeaseHeld, RunNotFound
@@ -246,7 +247,27 @@ class EventStore:
         return create_engine(self.url, pool_pre_ping=True)
 
     def _migrate(self) -> None:
-        """Create the schema, then migrate forward from whatever version the file has."""
+        """Create the schema, then migrate forward from whatever version the file has.
+
+        Two processes opening a new database together (a test and the `pilot` it starts, two
+        workers) race between "does the table exist?" and CREATE, or on the version row; the
+        loser's statement fails with "already exists" or a duplicate key. Trying again sees
+        the winner's schema, so that failure is retried, never shown.
+        """
+        for attempt in range(5):
+            try:
+                self._migrate_once()
+                return
+            except (OperationalError, IntegrityError, ProgrammingError) as exc:
+                text_ = str(exc).lower()
+                racing = any(
+                    mark in text_ for mark in ("already exists", "duplicate", "unique constraint")
+                )
+                if not racing or attempt == 4:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def _migrate_once(self) -> None:
         Base.metadata.create_all(self.engine)
         with Session(self.engine) as session, session.begin():
             meta = session.get(SchemaMeta, 1)

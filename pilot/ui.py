@@ -39,6 +39,8 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             tokens = f" [{usage.prompt_tokens}+{usage.completion_tokens} tok]" if usage else ""
             calls = ", ".join(c.name for c in event.tool_calls) or "no tool call"
             text.append(f"step {event.step}: {calls}{tokens}")
+            if event.endpoint:
+                text.append(f" @{short_endpoint(event.endpoint)}", style="dim")
             if event.content:
                 text.append(f"  {_short(event.content, 60)}", style="italic")
             if event.repairs:
@@ -77,6 +79,12 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             if event.reason:
                 text.append(f": {event.reason}")
     return text
+
+
+def short_endpoint(url: str) -> str:
+    """``http://10.0.0.5:8001/v1`` -> ``10.0.0.5:8001``: which server answered, briefly."""
+    rest = url.split("://", 1)[-1].rstrip("/")
+    return rest.removesuffix("/v1")
 
 
 def _short(value: str, limit: int) -> str:

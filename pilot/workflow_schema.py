@@ -44,6 +44,7 @@ __all__ = [
     "ToolSettings",
     "Workflow",
     "WorkspaceSettings",
+    "check_endpoint_url",
     "coerce_param",
     "parse_duration",
 ]
@@ -288,6 +289,16 @@ def coerce_param(spec: ParamSpec, value: Any) -> Any:
 # --------------------------------------------------------------------------- model
 
 
+def check_endpoint_url(value: str) -> str:
+    """An OpenAI base URL (``http(s)://host[:port]/...``), without its trailing slash."""
+    if not re.match(r"^https?://[^\s/]+", value):
+        raise ValueError(f"endpoint {value!r} must be an http(s) URL like {DEFAULT_ENDPOINT!r}")
+    return value.rstrip("/")
+
+
+EndpointURL = Annotated[str, AfterValidator(check_endpoint_url)]
+
+
 class ModelSettings(_Strict):
     """Which server and model answer, how to sample, and how long to wait for it."""
 
@@ -295,11 +306,25 @@ class ModelSettings(_Strict):
         None,
         description=(
             "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1. "
-            "Exactly one of endpoint/profile; neither means " + DEFAULT_ENDPOINT + "."
+            "At most one of endpoint/endpoints/profile; none means " + DEFAULT_ENDPOINT + "."
+        ),
+    )
+    endpoints: list[EndpointURL] | None = Field(
+        None,
+        json_schema_extra={"minItems": 1},
+        description=(
+            "Several OpenAI-compatible base URLs serving the same model, instead of "
+            "endpoint/profile. Each run sticks to one of them (the least loaded when it "
+            "starts) while that server answers, and moves to another when it dies."
         ),
     )
     profile: str | None = Field(
         None, description="A brain profile name (e.g. gemma4-e4b-mtp); the pilot starts it."
+    )
+    fleet: str | None = Field(
+        None,
+        description="A running brain fleet (`brain up PROFILE --replicas N`): its replicas' "
+        "endpoints, routed like `endpoints`.",
     )
     name: str = Field("auto", description="Served model name, or auto = first from /v1/models.")
     api_key_env: str | None = Field(
@@ -328,9 +353,17 @@ class ModelSettings(_Strict):
     @field_validator("endpoint")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^\s/]+", value):
-            raise ValueError(f"endpoint {value!r} must be an http(s) URL like {DEFAULT_ENDPOINT!r}")
-        return value.rstrip("/") if value else value
+        return check_endpoint_url(value) if value is not None else value
+
+    @field_validator("endpoints")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError(
+                "list at least one server, like [http://127.0.0.1:8000/v1, "
+                "http://127.0.0.1:8001/v1]; or leave `endpoints` out"
+            )
+        return value
 
     @field_validator("api_key_env")
     @classmethod
@@ -344,6 +377,31 @@ class ModelSettings(_Strict):
 
     @model_validator(mode="after")
     def _one_target(self) -> ModelSettings:
+        # The targets are exclusive: endpoint, endpoints, fleet or profile (a fleet becomes
+        # endpoints in pilot.launch.model_targets, when the run starts).
+        if self.fleet is not None:
+            other = next(
+                (
+                    key
+                    for key in ("endpoint", "endpoints", "profile")
+                    if getattr(self, key) is not None
+                ),
+                None,
+            )
+            if other is not None:
+                raise ValueError(
+                    f"give either `fleet` (a running brain fleet) or `{other}`, not both"
+                )
+            return self
+        if self.endpoints is not None:
+            other = next(
+                (key for key in ("endpoint", "profile") if getattr(self, key) is not None), None
+            )
+            if other is not None:
+                raise ValueError(
+                    f"give either `endpoints` (several servers of one model) or `{other}`, not both"
+                )
+            return self
         if self.endpoint is not None and self.profile is not None:
             raise ValueError(
                 "give either `endpoint` (a running server) or `profile` (a brain profile "
@@ -660,6 +718,16 @@ class Workflow(_Strict):
         # A phase naming a real tool that the workflow's list misspells: the list's own
         # error says it all; do not echo it once per phase.
         misspelled = known is not None and any(name not in known for name in seen_tools)
+        seen_endpoints: dict[str, int] = {}
+        for i, url in enumerate(self.model.endpoints or []):
+            if url in seen_endpoints:
+                out.append(
+                    (
+                        ("model", "endpoints", i),
+                        f"{url} is already endpoints[{seen_endpoints[url]}]; list each server once",
+                    )
+                )
+            seen_endpoints.setdefault(url, i)
         seen_phases: dict[str, int] = {}
         for i, phase in enumerate(self.phases):
             if phase.name in seen_phases:

@@ -54,7 +54,7 @@ def write_workflow(
     path: Path,
     *,
     key: str,
-    endpoint: str,
+    endpoint: str | list[str],
     phases: list[dict[str, Any]],
     tools: list[Any] | None = None,
     limits: dict[str, Any] | None = None,
@@ -64,7 +64,7 @@ def write_workflow(
         "name": "test-flow",
         "params": {"repo": {"type": "path", "required": True}},
         "model": {
-            "endpoint": endpoint,
+            ("endpoints" if isinstance(endpoint, list) else "endpoint"): endpoint,
             "name": "auto",
             "server_wait": 20,
             "idle_timeout": 5,

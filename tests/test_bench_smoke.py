@@ -119,3 +119,21 @@ def test_parallel_runs_side_by_side_against_the_sim(tmp_path: Path) -> None:
         assert r["total_steps"] == r["runs"] * 3  # 2 tool steps + finish
         for key in ("wall_s", "cpu_s", "cpu_ms_per_step", "peak_rss_mib", "wall_vs_one"):
             assert _positive(r[key]), (key, r)
+
+
+def test_scale_routes_a_batch_over_one_and_two_sim_servers(tmp_path: Path) -> None:
+    out = _bench(
+        "bench.scale",
+        *("--runs", "2", "--servers", "1", "2", "--steps", "1"),
+        *("--ttft", "0.005", "--itl", "0.001"),
+        out=tmp_path / "out.json",
+    )
+    results = out["results"]  # type: ignore[call-overload]
+    assert [r["servers"] for r in results] == [1, 2]
+    for r in results:
+        assert r["succeeded"] == r["runs"] == 2
+        assert r["requests"] == 4 and sum(r["requests_per_server"]) == 4  # 1 step + finish
+        assert len(r["requests_per_server"]) == r["servers"]
+        for key in ("wall_s", "runs_per_min", "ideal_s", "speedup"):
+            assert _positive(r[key]), (key, r)
+    assert results[1]["requests_per_server"] == [2, 2]  # one run on each server

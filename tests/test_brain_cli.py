@@ -192,8 +192,9 @@ def test_doctor_passes_for_the_sim_and_names_what_to_fix_otherwise(tmp_path):
 def test_profiles_lists_each_profile_on_one_line():
     r = brain("profiles")
     assert r.exit_code == 0
-    lines = [ln for ln in r.output.splitlines() if ln.startswith("  gemma4-e4b-mtp")]
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("  gemma4-e4b-mtp ")]
     assert len(lines) == 1 and "docker" in lines[0]
+    assert any(ln.startswith("  gemma4-e4b-mtp-tp2 ") for ln in r.output.splitlines())
 
 
 def test_up_watch_in_the_foreground_is_stopped_by_down_from_another_command(home):

@@ -41,7 +41,14 @@ def refused(*overrides: str) -> SpecError:
 
 def test_builtin_profiles_are_listed_and_all_load():
     names = list_profiles()
-    assert names == ["deepseek-v4-flash-dspark", GEMMA, "qwen2.5-1.5b-smoke", "sim"]
+    assert names == [
+        "deepseek-v4-flash-dspark",
+        GEMMA,
+        "gemma4-e4b-mtp-tp2",
+        "qwen2.5-1.5b-smoke",
+        "qwen3-32b-2node-ray",
+        "sim",
+    ]
     for n in names:
         assert load_profile(n).name == n
 

@@ -68,6 +68,11 @@ def _cases() -> dict[str, dict]:
     for name in list_profiles():
         spec = load_profile(name)
         cases[name] = {"kind": "serve", "argv": vllm_serve_argv(spec)}
+        if spec.distributed is not None:
+            # the head's argv as the process backend runs it (the docker one is above)
+            argv = vllm_serve_argv(spec, in_container=False)
+            cases[f"{name}/process"] = {"kind": "serve", "argv": argv}
+            continue  # a multi-node server has no weight-cache daemon (refused by the spec)
         pre = apply_overrides(spec, ["preload.enabled=true", "preload.socket_dir=/tmp/wc"])
         if spec.backend != "sim":
             cases[f"{name}+preload"] = {"kind": "serve", "argv": vllm_serve_argv(pre)}
@@ -96,6 +101,13 @@ def _cases() -> dict[str, dict]:
             )
         ),
     }
+    # A fleet replica is its profile with another name, port and GPUs: the TP-2 one on "2,3".
+    from brain.fleet import parse_gpus, plan_replicas
+
+    replica = plan_replicas(
+        load_profile("gemma4-e4b-mtp-tp2"), gpus=parse_gpus("0,1,2,3"), base_port=9000
+    )[1]
+    cases["fleet-replica-r1"] = {"kind": "serve", "argv": vllm_serve_argv(replica.spec)}
     return cases
 
 

@@ -158,6 +158,73 @@ async def test_counting_one_more_message_costs_one_tokenize_call() -> None:
         assert counter.uses_server is True
 
 
+async def sim_tokenizer(model: str, messages: Any, tools: Any) -> int:
+    """The sim's own tokenizer, the same function behind its /tokenize (no HTTP needed)."""
+    return count_chat(messages, tools)
+
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=300)
+
+
+@given(
+    texts=st.lists(_text, min_size=1, max_size=8),
+    arguments=st.lists(st.dictionaries(st.text(max_size=8), _text, max_size=3), max_size=3),
+)
+@settings(max_examples=60, deadline=None)
+def test_upper_bound_is_never_below_the_real_count(
+    texts: list[str], arguments: list[dict[str, str]]
+) -> None:
+    import asyncio
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": t} for t in texts]
+    for i, args in enumerate(arguments):
+        call = {"id": f"c{i}", "type": "function"}
+        call["function"] = {"name": "write_file", "arguments": json.dumps(args)}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": texts[0]})
+
+    async def check() -> None:
+        counter = TokenCounter(sim_tokenizer, MODEL)
+        bound = await counter.upper_bound(messages, TOOLS)
+        assert bound is not None
+        assert bound >= count_chat(messages, TOOLS)
+
+    asyncio.run(check())
+
+
+@pytest.mark.anyio
+async def test_far_from_the_limit_a_new_step_costs_no_tokenize_call() -> None:
+    async with sim_client() as client:
+        calls = CountingCalls(client.count_tokens)
+        counter = TokenCounter(calls, MODEL)
+        messages = conversation(10)
+        first = await counter.upper_bound(messages[:-2], TOOLS)
+        assert calls.calls == 2  # the fixed overhead and the tool schemas, once
+        second = await counter.upper_bound(messages, TOOLS)
+        assert calls.calls == 2
+        assert first is not None and second is not None and second > first
+        assert second >= await client.count_tokens(MODEL, messages, TOOLS)
+
+
+@pytest.mark.anyio
+async def test_messages_counted_exactly_add_their_exact_count_to_the_bound() -> None:
+    counter = TokenCounter(sim_tokenizer, MODEL)
+    messages = conversation(6)
+    loose = await counter.upper_bound(messages, TOOLS)
+    exact = await counter.count(messages, TOOLS)
+    tight = await counter.upper_bound(messages, TOOLS)
+    assert loose is not None and tight is not None
+    assert exact.total <= tight < loose
+
+
+@pytest.mark.anyio
+async def test_a_message_with_an_image_has_no_cheap_bound() -> None:
+    counter = TokenCounter(sim_tokenizer, MODEL)
+    image = {"type": "image_url", "image_url": {"url": "file:///media/shot.png"}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "look"}, image]}]
+    assert await counter.upper_bound(messages, TOOLS) is None
+
+
 @pytest.mark.anyio
 async def test_per_message_sum_is_within_a_token_per_message_of_the_whole_request() -> None:
     async with sim_client() as client:

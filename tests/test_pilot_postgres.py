@@ -62,6 +62,21 @@ def queued(store: EventStore, n: int) -> list[str]:
     ]
 
 
+def start_workers(db_url: str, env: dict[str, str], n: int) -> list[subprocess.Popen[str]]:
+    """``n`` real `pilot worker` processes (2 runs at once each) that exit once the queue is
+    empty; their stderr is kept for the failure message."""
+    return [
+        subprocess.Popen(
+            pilot_cmd("worker", "-j", "2", "--exit-when-idle", "--db", db_url, "--json"),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+
+
 def test_store_round_trip_on_postgres(pg_url: str) -> None:
     store = EventStore(pg_url)
     run_id = store.create_run(
@@ -115,16 +130,7 @@ def test_two_worker_processes_share_one_postgres_queue(tmp_path: Path, pg_url: s
                 check=True,
                 capture_output=True,
             )
-        workers = [
-            subprocess.Popen(
-                pilot_cmd("worker", "-j", "2", "--exit-when-idle", "--db", pg_url, "--json"),
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(2)
-        ]
+        workers = start_workers(pg_url, env, 2)
         for worker in workers:
             assert worker.wait(timeout=180) == 0, worker.stderr.read()
     store = EventStore(pg_url)

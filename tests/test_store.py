@@ -171,3 +171,22 @@ def test_a_workspace_is_never_shared_by_two_live_runs(tmp_path: Path) -> None:
         store.check_workspace_free(second, str(tmp_path / "ws" / "."))
     store.append(first, 1, ev.RunFinished(status="succeeded"), totals={})
     store.check_workspace_free(second, str(tmp_path / "ws"))
+
+
+def test_processes_opening_one_new_database_together_all_get_the_schema(tmp_path: Path) -> None:
+    """A test and the `pilot` it starts, or two workers, may create the schema at once: the
+    loser of that race must retry, not fail with "table already exists"."""
+    import subprocess
+    import sys
+
+    for trial in range(3):
+        db = tmp_path / f"race{trial}.db"
+        code = f"from pilot.store import EventStore; EventStore('sqlite:///{db}')"
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        outputs = [p.communicate()[1] for p in procs]
+        errors = [err for p, err in zip(procs, outputs, strict=True) if p.returncode != 0]
+        assert errors == [], errors[0][-500:]
+        assert EventStore(f"sqlite:///{db}").list_runs() == []

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from brain.command import process_command
+from brain.command import process_command, process_environment
 from brain.diagnose import Diagnosis
 from brain.errors import LaunchError
 from brain.launchers.base import ServerHandle, ServerStatus, poll_wait
@@ -44,6 +44,19 @@ def process_state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return None
+
+
+def pid_alive(pid: int | None) -> bool:
+    """A live process (a zombie waiting for its parent to reap it counts as gone)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return process_state(pid) not in ("Z", "X")
 
 
 def group_members(pgid: int) -> list[int]:
@@ -99,7 +112,8 @@ class ProcessLauncher:
         return [*self.executable(), *process_command(spec)[1:]]
 
     def environment(self, spec: ServerSpec) -> dict[str, str]:
-        return {**os.environ, **spec.env}
+        """The caller's environment plus the spec's GPUs (CUDA_VISIBLE_DEVICES) and env."""
+        return {**os.environ, **process_environment(spec)}
 
     def log_name(self, spec: ServerSpec) -> str:
         return spec.name
