@@ -28,9 +28,9 @@ uses it (and again after it was dead), and endpoints that disagree are a
 :class:`ConfigurationError` naming each one's models. Every answer carries the endpoint that
 gave it (``ModelResponse.endpoint``), which the run records in its ``assistant_message``.
 
-Nothing here is durable: the assignment of runs to endpoints lives in the process. A run
-resumed by another process is assigned afresh; one resumed in the same process goes back to
-its endpoint if that one is healthy.
+The assignment of runs to endpoints lives in the process, but each answer's endpoint is an
+event: a run resumed by another process goes back to the endpoint that last answered it
+(``RunState.endpoint``) while that one is healthy.
 """
 
 from __future__ import annotations
@@ -192,8 +192,18 @@ class Router:
     def urls(self) -> list[str]:
         return [ep.url for ep in self.endpoints]
 
-    def for_run(self, run_id: str) -> RoutedModelClient:
-        """The run's own ``ModelClient``: its requests stay on one endpoint while it is up."""
+    def for_run(self, run_id: str, previous: str | None = None) -> RoutedModelClient:
+        """The run's own ``ModelClient``: its requests stay on one endpoint while it is up.
+
+        ``previous`` is the endpoint that last answered the run (from its events): a run
+        resumed by a new process goes back there while it is healthy, where vLLM's prefix
+        cache may still hold its prompt, instead of being placed afresh.
+        """
+        if previous is not None and run_id not in self._sticky:
+            wanted = previous.rstrip("/")
+            known = next((ep for ep in self.endpoints if ep.url.rstrip("/") == wanted), None)
+            if known is not None:
+                self._sticky[run_id] = known
         return RoutedModelClient(self, run_id)
 
     def endpoint_of(self, run_id: str) -> str | None:

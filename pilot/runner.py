@@ -108,7 +108,7 @@ class Runner:
             return Path(url.removeprefix("sqlite:///")).parent / "artifacts" / run_id
         return state_dir() / "artifacts" / run_id
 
-    def _client(self, plan: RunPlan, run_id: str = "") -> ModelClient:
+    def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
         with several endpoints, one router for them and a per-run view of it (``pilot.router``:
         a run's requests stay on one endpoint while it is healthy)."""
@@ -123,7 +123,7 @@ class Runner:
             key = Router.key_of(model)
             if key not in self._clients:
                 self._clients[key] = Router.for_model(model)
-            return self._clients[key].for_run(run_id)
+            return self._clients[key].for_run(run_id, previous)
         key = (
             model.endpoint,
             model.api_key,
@@ -290,7 +290,7 @@ class _Run:
     async def drive(self, repo: GitRepo) -> RunOutcome:
         runner = self.runner
         stop = runner.stop or asyncio.Event()
-        client = runner._client(self.plan, self.run_id)
+        client = runner._client(self.plan, self.run_id, self.state.endpoint)
         executor = RegistryExecutor(
             registry=runner.registry,
             workspace_root=repo.root,

@@ -82,6 +82,8 @@ class RunState:
     started: RunStarted | None = None
     model: str | None = None
     max_model_len: int | None = None
+    endpoint: str | None = None
+    """The server that gave the last answer (several servers: where the run's prefix is cached)."""
     messages: list[dict[str, Any]] = field(default_factory=list)
     phase: PhaseProgress | None = None
     phases_done: list[PhaseFinished] = field(default_factory=list)
@@ -163,6 +165,8 @@ class RunState:
                 pass
             case AssistantMessage():
                 self.steps += 1
+                if ev.endpoint is not None:
+                    self.endpoint = ev.endpoint
                 if self.phase is not None:
                     self.phase.steps += 1
                 if ev.usage is not None:

@@ -350,6 +350,28 @@ def test_a_new_run_avoids_the_server_busy_with_other_clients_requests(tmp_path: 
     assert picked == [idle.openai_base_url] * 2, load
 
 
+def test_a_run_resumed_by_a_new_process_goes_back_to_the_server_that_last_answered_it(
+    tmp_path: Path,
+) -> None:
+    script = steps_script(tmp_path / "s.yaml", 1)
+
+    async def main(urls: list[str]) -> list[str | None]:
+        router = Router(urls, model="fleet-model", refresh_interval=0.1)
+        try:
+            back = router.for_run("old-run", previous=urls[1] + "/")  # as recorded, any slash
+            fresh = router.for_run("new-run", previous="http://127.0.0.1:9/v1")  # not ours
+            answers = [await back.complete(request_for()), await fresh.complete(request_for())]
+            return [a.endpoint for a in answers]
+        finally:
+            await router.aclose()
+
+    with running_sim(sim_config(script)) as a, running_sim(sim_config(script)) as b:
+        urls = [a.openai_base_url, b.openai_base_url]
+        served = asyncio.run(main(urls))
+    # Without `previous` both would be placed on the idle first server (ties go by index).
+    assert served == [urls[1], urls[0]]
+
+
 def test_a_server_answering_500_is_left_after_quick_retries_and_its_health_watched(
     tmp_path: Path,
 ) -> None:
