@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -88,13 +88,6 @@ def _endpoints(values: list[str]) -> list[str] | None:
     return split_endpoints(values) or None
 
 
-def _first(endpoints: str | list[str] | None) -> str | None:
-    """The endpoint the live view watches (the first, when runs are routed over several)."""
-    if isinstance(endpoints, list):
-        return endpoints[0] if endpoints else None
-    return endpoints
-
-
 def _store(db: str | None, durability: str = "normal"):
     from pilot.store import EventStore
 
@@ -162,7 +155,7 @@ def run(
                 json_lines,
                 lambda runner: run_many(runner, many, parallel=parallel, endpoint=target),
                 store,
-                endpoint=_first(target) or build_plan(many[0], "view").model.endpoint,
+                endpoints=_endpoints(target or []) or build_plan(many[0], "view").model.targets,
             )
     raise typer.Exit(code)
 
@@ -258,7 +251,11 @@ def _install_signals(stop: asyncio.Event) -> None:
 
 
 def _drive_many(
-    console: Console, json_lines: bool, start: Any, store: Any, endpoint: str | None = None
+    console: Console,
+    json_lines: bool,
+    start: Any,
+    store: Any,
+    endpoints: Sequence[str] = (),
 ) -> int:
     """Drive several runs in this process; the exit code is the worst outcome's."""
     from pilot.runner import Runner
@@ -271,7 +268,7 @@ def _drive_many(
     if json_lines:
         runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
     else:
-        view = MultiRunView(console, endpoint=endpoint)
+        view = MultiRunView(console, endpoints=endpoints)
         runner.observers.append(view)
 
     async def main() -> Any:
@@ -534,7 +531,7 @@ def worker(
                 exit_when_idle=exit_when_idle,
             ),
             store,
-            endpoint=_first(targets),
+            endpoints=targets or (),
         )
     raise typer.Exit(code)
 

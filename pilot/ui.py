@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -171,12 +172,13 @@ class ServerWatch:
     """The server's running/waiting requests and KV cache use, read from its /metrics in a
     background thread (a view must never slow the runs down)."""
 
-    def __init__(self, endpoint: str, interval: float = 2.0) -> None:
+    def __init__(self, endpoint: str, interval: float = 2.0, label: str = "server") -> None:
         import threading
 
         self.url = endpoint.rstrip("/").removesuffix("/v1") + "/metrics"
         self.interval = interval
-        self.text = "server: -"
+        self.label = label
+        self.text = f"{label}: -"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -197,21 +199,24 @@ class ServerWatch:
                 snap = MetricsSnapshot.from_text(httpx.get(self.url, timeout=2).text)
                 kv = f"{snap.kv_cache_usage:.0%}" if snap.kv_cache_usage is not None else "-"
                 self.text = (
-                    f"server: {snap.requests_running or 0:.0f} running, "
+                    f"{self.label}: {snap.requests_running or 0:.0f} running, "
                     f"{snap.requests_waiting or 0:.0f} waiting, KV cache {kv}"
                 )
             except Exception as exc:  # the view reports, it never fails the runs
-                self.text = f"server: unreachable ({type(exc).__name__})"
+                self.text = f"{self.label}: unreachable ({type(exc).__name__})"
             self._stop.wait(self.interval)
 
 
 class MultiRunView:
-    """One line per active run, for `pilot run --matrix` and `pilot worker`, and the server's
-    load when its endpoint is known."""
+    """One line per active run, for `pilot run --matrix` and `pilot worker`, and each server's
+    load when the endpoints are known (one line per server when runs are routed)."""
 
-    def __init__(self, console: Console, *, recent: int = 6, endpoint: str | None = None) -> None:
+    def __init__(self, console: Console, *, recent: int = 6, endpoints: Sequence[str] = ()) -> None:
         self.console = console
-        self.server = ServerWatch(endpoint).start() if endpoint else None
+        self.servers = [
+            ServerWatch(url, label="server" if len(endpoints) == 1 else short_endpoint(url)).start()
+            for url in endpoints
+        ]
         self.runs: dict[str, dict[str, Any]] = {}
         self.recent: list[Text] = []
         self.keep = recent
@@ -223,8 +228,8 @@ class MultiRunView:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.server is not None:
-            self.server.stop()
+        for server in self.servers:
+            server.stop()
         self.live.update(self._render())
         self.live.__exit__(*exc)  # type: ignore[arg-type]
 
@@ -265,6 +270,6 @@ class MultiRunView:
         active = sum(1 for r in self.runs.values() if r["status"] == "running")
         elapsed = time.monotonic() - self.started
         header = Text(f"{len(self.runs)} runs, {active} active, {elapsed:.0f}s", style="bold")
-        if self.server is not None:
-            header.append(f"   {self.server.text}", style="cyan")
+        for server in self.servers:
+            header.append(f"   {server.text}", style="cyan")
         return Group(header, table, *self.recent)

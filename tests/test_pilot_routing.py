@@ -558,3 +558,26 @@ def test_a_workflow_naming_a_brain_fleet_routes_over_its_running_replicas(
     # Two runs at once: each sticks to one replica, and they take one each.
     assert all(len(s) == 1 for s in served)
     assert set().union(*served) == set(urls)
+
+
+def test_the_live_view_of_routed_runs_shows_each_servers_load(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from pilot.ui import MultiRunView, short_endpoint
+
+    script = steps_script(tmp_path / "s.yaml", 1)
+    with running_sim(sim_config(script)) as a, running_sim(sim_config(script)) as b:
+        urls = [a.openai_base_url, b.openai_base_url]
+        out = io.StringIO()
+        view = MultiRunView(Console(file=out, width=200), endpoints=urls)
+        deadline = time.monotonic() + 10
+        while any(w.text.endswith(": -") for w in view.servers):  # the first /metrics read
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with view:
+            pass
+    shown = out.getvalue()
+    for url in urls:
+        assert f"{short_endpoint(url)}: 0 running, 0 waiting, KV cache" in shown, shown
