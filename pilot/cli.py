@@ -283,6 +283,9 @@ def _drive_many(
     if not json_lines:
         for outcome in outcomes:
             print_outcome(console, store, outcome)
+    from pilot.notify import notify_queue_end
+
+    notify_queue_end(outcomes)
     codes = [o.exit_code for o in outcomes] or [0]
     return max(codes)
 

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from pilot.errors import ConfigurationError
 from pilot.images import MediaPlan
-from pilot.plan import Limits, ModelPlan, PhasePlan, RunPlan
+from pilot.plan import Limits, ModelPlan, NotifyPlan, PhasePlan, RunPlan
 from pilot.runner import Runner, RunOutcome
 from pilot.store import RunRecord, state_dir
 from pilot.workflow import (
@@ -159,6 +159,11 @@ def build_plan(
         ),
         max_no_progress_steps=wf.limits.max_no_progress_steps,
         redact=list(wf.redact),
+        notify=(
+            NotifyPlan(wf.notify.command, tuple(wf.notify.on), wf.notify.timeout)
+            if wf.notify is not None
+            else None
+        ),
         media=media_plan(model.vision, None if split_endpoints(endpoint) else model.profile),
     )
 

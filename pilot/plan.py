@@ -54,6 +54,15 @@ class ModelPlan:
 
 
 @dataclass(frozen=True)
+class NotifyPlan:
+    """The command run when a run ends (``pilot.notify``), and for which endings."""
+
+    command: str
+    on: tuple[str, ...] = ("succeeded", "failed", "limit", "cancelled", "paused")
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
 class RunPlan:
     workflow_name: str
     system: str
@@ -72,6 +81,8 @@ class RunPlan:
     """The workflow's own redaction regexes, on top of pilot.redact's defaults."""
     media: MediaPlan = field(default_factory=MediaPlan)
     """How images reach the server (see ``pilot.images``)."""
+    notify: NotifyPlan | None = None
+    """The workflow's end-of-run command; None: the user's ``$MARATHON_NOTIFY``, if any."""
 
     def phase_header(self, index: int) -> str:
         return f"Phase {index + 1}/{len(self.phases)}: {self.phases[index].name}"

@@ -23,6 +23,7 @@ from pilot.executor import GitWorkspace, RegistryExecutor
 from pilot.failpoints import die_now, kill_after_seq_from_env
 from pilot.loop import RunLoop
 from pilot.model_types import ModelClient
+from pilot.notify import notify_run_end
 from pilot.plan import RunPlan
 from pilot.progress import ProgressLimits
 from pilot.redact import redact_event
@@ -187,7 +188,9 @@ class Runner:
             base = take_snapshot(repo, run_id, "run start")
         except MarathonError as exc:
             run.emit_started_stub(error=str(exc))
-            return run.outcome()
+            outcome = run.outcome()
+            await notify_run_end(outcome, run.plan)
+            return outcome
         self.store.set_workspace(run_id, str(repo.root))
         run.emit(
             ev.RunStarted(
@@ -204,7 +207,9 @@ class Runner:
                 owner=self.owner,
             )
         )
-        return await run.drive(repo)
+        outcome = await run.drive(repo)
+        await notify_run_end(outcome, run.plan)
+        return outcome
 
     async def resume(self, run_id: str, build_plan: PlanBuilder) -> RunOutcome:
         """Continue a paused or interrupted run from its events."""
@@ -237,7 +242,9 @@ class Runner:
             if not is_storage_full(exc):
                 raise
             return storage_full_outcome(run_id, run.state)
-        return await run.drive(repo)
+        outcome = await run.drive(repo)
+        await notify_run_end(outcome, run.plan)
+        return outcome
 
 
 class _Run:

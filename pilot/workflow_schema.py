@@ -587,6 +587,29 @@ class Phase(_Strict):
 # --------------------------------------------------------------------------- workflow
 
 
+END_STATUSES = ("succeeded", "failed", "limit", "cancelled", "paused")
+
+
+class NotifySettings(_Strict):
+    """A command run when a run ends, e.g. a webhook: ``curl -fsS -d @- https://ntfy.sh/x``."""
+
+    command: str = Field(
+        description="Shell command (sh -c) run in the workspace when a run ends; it gets the "
+        "run as JSON on stdin and MARATHON_RUN_ID, MARATHON_RUN_STATUS, MARATHON_RUN_REASON, "
+        "MARATHON_WORKFLOW in its environment. Its failure never changes the run."
+    )
+    on: list[Literal["succeeded", "failed", "limit", "cancelled", "paused"]] = Field(
+        default_factory=lambda: list(END_STATUSES),
+        description="Which endings notify (default: all of them).",
+    )
+    timeout: Duration = Field(30, description="Seconds the command may run.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"command": value} if isinstance(value, str) else value
+
+
 class Workflow(_Strict):
     """A workflow file: typed params, model, workspace, tools, limits and ordered phases."""
 
@@ -623,6 +646,11 @@ class Workflow(_Strict):
         None, description="System prompt (Jinja: params, workflow, run); null = built-in."
     )
     limits: RunLimits = Field(default_factory=RunLimits)
+    notify: NotifySettings | None = Field(
+        None,
+        description="A command run when a run ends (a string is the command); without it, "
+        "$MARATHON_NOTIFY if set.",
+    )
     phases: list[Phase] = Field(description="Ordered phases; at least one.")
 
     @field_validator("name")
