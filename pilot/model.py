@@ -413,7 +413,7 @@ class OpenAIModelClient:
             body.update(request.extra_body)
         return body
 
-    async def _open_stream(self, request: ChatRequest) -> openai.AsyncStream[Any]:
+    async def _open_stream(self, request: ChatRequest) -> openai.AsyncStream[object]:
         """POST /chat/completions through the official client, chunks left as plain dicts.
 
         ``chat.completions.create`` walks every message through the SDK's typed transform and
@@ -429,7 +429,7 @@ class OpenAIModelClient:
             body=self._request_body(request),
             cast_to=object,
             stream=True,
-            stream_cls=openai.AsyncStream[Any],
+            stream_cls=openai.AsyncStream[object],  # object: chunks pass through untouched
         )
 
     async def _attempt(self, request: ChatRequest) -> ModelResponse:
@@ -455,21 +455,26 @@ class OpenAIModelClient:
             ) from None
         acc = StreamAccumulator()
         ttft: float | None = None
+        # One watchdog for the whole stream, pushed back at most every idle/8 seconds: a
+        # timeout per chunk cost a timer-heap push and pop per streamed token. The stream is
+        # cut between idle and idle * 9/8 after its last chunk, never sooner.
+        loop = asyncio.get_running_loop()
+        slack = idle / 8
         try:
-            iterator = stream.__aiter__()
-            while True:
-                try:
-                    async with asyncio.timeout(idle):
-                        chunk = await anext(iterator)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    raise StreamInterrupted(
-                        f"no data for idle_timeout={idle:g}s; stream cut",
-                        received_chars=acc.received_chars,
-                    ) from None
-                if acc.add(chunk) and ttft is None:
-                    ttft = time.monotonic() - started
+            async with asyncio.timeout(idle + slack) as watchdog:
+                pushed = loop.time()
+                async for chunk in stream:
+                    now = loop.time()
+                    if now - pushed > slack:
+                        watchdog.reschedule(now + idle + slack)
+                        pushed = now
+                    if acc.add(chunk) and ttft is None:
+                        ttft = time.monotonic() - started
+        except TimeoutError:
+            raise StreamInterrupted(
+                f"no data for idle_timeout={idle:g}s; stream cut",
+                received_chars=acc.received_chars,
+            ) from None
         finally:
             try:
                 await stream.close()
