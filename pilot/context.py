@@ -59,6 +59,10 @@ BOUND_MESSAGE_SLACK = 32
 """Tokens a chat template may add around one message (role markers, separators), bounded high."""
 BOUND_CALL_FACTOR = 2
 """A tool call's JSON may be re-serialized by the template with spaces: at most twice its bytes."""
+IDENTITY_CACHE = 4096
+"""Messages remembered by identity (each entry keeps its dict alive): more than a context
+window holds, few enough that compacted-away tool output is not kept for the whole run. A
+message evicted while still in the history is found again by its content key."""
 SUMMARY_MAX_TOKENS = 1024
 """Output budget of the summary request; the summary itself must stay small to be worth it."""
 SUMMARY_HEADER = "[Summary of earlier work]"
@@ -194,8 +198,8 @@ class TokenCounter:
         """Cache by identity: the history's dicts are never mutated once appended, so a step
         finds its old messages without hashing them (hashing is O(history) per step). The
         entry holds the dict, so its id cannot be reused while the entry lives."""
-        if len(table) >= self._max_cache:
-            table.pop(next(iter(table)))
+        if len(table) >= IDENTITY_CACHE:
+            table.pop(next(iter(table)))  # the oldest: most likely compacted away by now
         table[id(message)] = (message, value)
 
     async def _message(self, message: Message) -> tuple[int, bool]:

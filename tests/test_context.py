@@ -596,3 +596,20 @@ def test_one_giant_line_is_cut_by_characters() -> None:
     assert "characters in the middle not shown" in cut
     assert "not kept" in cut
     assert len(cut.encode()) / 3 <= 300
+
+
+@pytest.mark.anyio
+async def test_the_identity_cache_is_bounded_and_an_evicted_message_still_counts_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pilot.context as context
+
+    monkeypatch.setattr(context, "IDENTITY_CACHE", 8)
+    calls = CountingCalls(sim_tokenizer)
+    counter = TokenCounter(calls, MODEL)
+    messages = conversation(10)  # 22 messages
+    first = await counter.count(messages, TOOLS)
+    asked = calls.calls
+    assert len(counter._by_identity) <= 8 and len(counter._bounds) <= 8
+    again = await counter.count(messages, TOOLS)
+    assert again.total == first.total and calls.calls == asked  # by content key, no new calls
