@@ -270,6 +270,8 @@ class MultiRunView:
         active = sum(1 for r in self.runs.values() if r["status"] == "running")
         elapsed = time.monotonic() - self.started
         header = Text(f"{len(self.runs)} runs, {active} active, {elapsed:.0f}s", style="bold")
-        for server in self.servers:
-            header.append(f"   {server.text}", style="cyan")
-        return Group(header, table, *self.recent)
+        if len(self.servers) == 1:
+            header.append(f"   {self.servers[0].text}", style="cyan")
+            return Group(header, table, *self.recent)
+        servers = [Text(f"  {server.text}", style="cyan") for server in self.servers]
+        return Group(header, *servers, table, *self.recent)  # one line per routed server

@@ -571,7 +571,7 @@ def test_the_live_view_of_routed_runs_shows_each_servers_load(tmp_path: Path) ->
     with running_sim(sim_config(script)) as a, running_sim(sim_config(script)) as b:
         urls = [a.openai_base_url, b.openai_base_url]
         out = io.StringIO()
-        view = MultiRunView(Console(file=out, width=200), endpoints=urls)
+        view = MultiRunView(Console(file=out, width=80), endpoints=urls)
         deadline = time.monotonic() + 10
         while any(w.text.endswith(": -") for w in view.servers):  # the first /metrics read
             assert time.monotonic() < deadline
