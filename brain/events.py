@@ -30,6 +30,8 @@ from sqlalchemy import (
     select,
 )
 
+from brain.dbrace import retry_schema_race
+
 _metadata = MetaData()
 server_events = Table(
     "server_events",
@@ -77,7 +79,7 @@ class ServerEventWriter:
                 parents=True, exist_ok=True
             )
         self.engine = _engine(self.url)
-        _metadata.create_all(self.engine, checkfirst=True)
+        retry_schema_race(lambda: _metadata.create_all(self.engine, checkfirst=True))
 
     def record(self, server: str, type_: str, payload: dict[str, Any]) -> None:
         with self.engine.begin() as conn:

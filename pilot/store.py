@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import socket
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,9 +38,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from brain.dbrace import retry_schema_race
 from pilot.errors import AmbiguousRunId, ConfigurationError, LeaseHeld, RunNotFound
 from pilot.events import Event, RunFinished, event_from_json, event_to_json
 
@@ -254,18 +254,7 @@ class EventStore:
         loser's statement fails with "already exists" or a duplicate key. Trying again sees
         the winner's schema, so that failure is retried, never shown.
         """
-        for attempt in range(5):
-            try:
-                self._migrate_once()
-                return
-            except (OperationalError, IntegrityError, ProgrammingError) as exc:
-                text_ = str(exc).lower()
-                racing = any(
-                    mark in text_ for mark in ("already exists", "duplicate", "unique constraint")
-                )
-                if not racing or attempt == 4:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
+        retry_schema_race(self._migrate_once)
 
     def _migrate_once(self) -> None:
         Base.metadata.create_all(self.engine)

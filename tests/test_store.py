@@ -173,15 +173,24 @@ def test_a_workspace_is_never_shared_by_two_live_runs(tmp_path: Path) -> None:
     store.check_workspace_free(second, str(tmp_path / "ws"))
 
 
-def test_processes_opening_one_new_database_together_all_get_the_schema(tmp_path: Path) -> None:
-    """A test and the `pilot` it starts, or two workers, may create the schema at once: the
-    loser of that race must retry, not fail with "table already exists"."""
+@pytest.mark.parametrize(
+    "opener",
+    [
+        "from pilot.store import EventStore as Open",
+        "from brain.events import ServerEventWriter as Open",  # a fleet's supervisors
+    ],
+)
+def test_processes_opening_one_new_database_together_all_get_the_schema(
+    tmp_path: Path, opener: str
+) -> None:
+    """A test and the `pilot` it starts, two workers, or a fleet's supervisors may create the
+    schema at once: the loser of that race must retry, not fail with "already exists"."""
     import subprocess
     import sys
 
     for trial in range(3):
         db = tmp_path / f"race{trial}.db"
-        code = f"from pilot.store import EventStore; EventStore('sqlite:///{db}')"
+        code = f"{opener}; Open('sqlite:///{db}')"
         procs = [
             subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
             for _ in range(4)
@@ -189,4 +198,3 @@ def test_processes_opening_one_new_database_together_all_get_the_schema(tmp_path
         outputs = [p.communicate()[1] for p in procs]
         errors = [err for p, err in zip(procs, outputs, strict=True) if p.returncode != 0]
         assert errors == [], errors[0][-500:]
-        assert EventStore(f"sqlite:///{db}").list_runs() == []
