@@ -132,6 +132,15 @@ def die(out: str, figures: dict[str, Any]) -> None:
 # -- Marathon ---------------------------------------------------------------------------------
 
 
+def child_setup(mode: str, n: int) -> tuple[Workload, int, Clock, dict[str, float]]:
+    """What both frameworks' children start with: the pre-generated steps they will run
+    (1..N+1 for ``run``, N+1 for ``resume``), a clock for the model calls, and marks."""
+    workload = Workload()
+    first_step = 1 if mode == "run" else n + 1
+    workload.prepare(first_step, n + 1)
+    return workload, first_step, Clock(n + 2), {}
+
+
 def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> None:
     """One Marathon process: ``run`` (steps 1..N, killed at call N+1) or ``resume``."""
     started = time.perf_counter()
@@ -146,11 +155,7 @@ def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> N
     from pilot.store import EventStore
 
     imported = time.perf_counter()
-    workload = Workload()
-    first_step = 1 if mode == "run" else n + 1
-    workload.prepare(first_step, n + 1)
-    clock = Clock(n + 2)
-    marks: dict[str, float] = {}
+    workload, first_step, clock, marks = child_setup(mode, n)
 
     class WorkloadModel:
         """The workload's model behind ``ModelClient``: step i's answer, or the final one.
@@ -334,11 +339,7 @@ def langgraph_child(mode: str, db: Path, n: int, synchronous: str, variant: str,
     from langgraph.prebuilt import ToolNode, tools_condition
 
     imported = time.perf_counter()
-    workload = Workload()
-    first_step = 1 if mode == "run" else n + 1
-    workload.prepare(first_step, n + 1)
-    clock = Clock(n + 2)
-    marks: dict[str, float] = {}
+    workload, first_step, clock, marks = child_setup(mode, n)
     counter = {"next": first_step}
 
     class WorkloadChat(BaseChatModel):

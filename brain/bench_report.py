@@ -49,15 +49,22 @@ def _x_name(report: BenchReport) -> str:
     return "request rate" if report.config.request_rates else "concurrency"
 
 
+def _rate_cells(p: PointResult) -> list[str]:
+    """The first columns of every per-point table: the point, how many ended, the rates."""
+    return [
+        p.label,
+        f"{p.completed}/{p.num_requests}",
+        _num(p.request_throughput, 2),
+        _num(p.output_throughput),
+        _num(p.total_throughput),
+    ]
+
+
 def sweep_rows(ep: EndpointReport) -> Iterator[list[str]]:
     for p in ep.points:
         rate, length = _spec_cell(p)
         yield [
-            p.label,
-            f"{p.completed}/{p.num_requests}",
-            _num(p.request_throughput, 2),
-            _num(p.output_throughput),
-            _num(p.total_throughput),
+            *_rate_cells(p),
             _dist(p.ttft_ms),
             _dist(p.tpot_ms),
             _dist(p.itl_ms),
@@ -174,11 +181,7 @@ def throughput_rows(ep: EndpointReport) -> Iterator[list[str]]:
     for p in ep.points:
         rate, length = _spec_cell(p)
         yield [
-            p.label,
-            f"{p.completed}/{p.num_requests}",
-            _num(p.request_throughput, 2),
-            _num(p.output_throughput),
-            _num(p.total_throughput),
+            *_rate_cells(p),
             _num(p.tokens_per_chunk, 2),
             rate,
             length,

@@ -40,6 +40,13 @@ DB_OPTION = typer.Option(
     help="SQLAlchemy URL of the store (default: SQLite in "
     "the state directory, $MARATHON_HOME or ~/.local/state/marathon).",
 )
+ENDPOINT_OPTION = typer.Option(
+    [],
+    "--endpoint",
+    metavar="URL",
+    help="Use this OpenAI-compatible URL instead of the workflow's; repeat it (or give "
+    "a comma-separated list) to route runs over several servers of one model.",
+)
 
 
 def _version(value: bool) -> None:
@@ -107,13 +114,7 @@ def run(
     ),
     parallel: int = typer.Option(1, "--parallel", "-j", help="Runs driven at once."),
     db: str | None = DB_OPTION,
-    endpoint: list[str] = typer.Option(
-        [],
-        "--endpoint",
-        metavar="URL",
-        help="Use this OpenAI-compatible URL instead of the workflow's; repeat it (or give "
-        "a comma-separated list) to route runs over several servers of one model.",
-    ),
+    endpoint: list[str] = ENDPOINT_OPTION,
     dry_run: bool = typer.Option(
         False,
         "--dry-run",
@@ -205,12 +206,7 @@ def _detach(console: Console, argv: list[str]) -> int:
 def resume(
     run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
     db: str | None = DB_OPTION,
-    endpoint: list[str] = typer.Option(
-        [],
-        "--endpoint",
-        metavar="URL",
-        help="Override the endpoint (repeat it for several servers).",
-    ),
+    endpoint: list[str] = ENDPOINT_OPTION,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Serve the simulated model in-process again (for dry runs)."
     ),
@@ -504,12 +500,7 @@ def queue_ls(db: str | None = DB_OPTION) -> None:
 def worker(
     parallel: int = typer.Option(1, "--parallel", "-j", help="Runs driven at once."),
     db: str | None = DB_OPTION,
-    endpoint: list[str] = typer.Option(
-        [],
-        "--endpoint",
-        metavar="URL",
-        help="Override every endpoint (repeat it for several servers).",
-    ),
+    endpoint: list[str] = ENDPOINT_OPTION,
     exit_when_idle: bool = typer.Option(
         False, "--exit-when-idle", help="Stop when the queue is empty instead of waiting."
     ),

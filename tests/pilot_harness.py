@@ -110,3 +110,20 @@ def transcript(state: RunState) -> list[dict[str, Any]]:
 
 pilot_cmd = chaos_common.pilot_cmd
 tree_hash = chaos_common.tree_hash
+
+
+def queued(store: EventStore, n: int) -> list[str]:
+    """``n`` bare queued runs (no workflow behind them), for claim and lease tests."""
+    return [
+        store.create_run(
+            workflow_name="wf",
+            workflow_path="wf.yaml",
+            workflow_text="t",
+            params={},
+            workspace="",
+            owner=None,
+            status="queued",
+            origin="queue",
+        )
+        for _ in range(n)
+    ]

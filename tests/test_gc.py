@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pilot_harness import make_repo
 from sqlalchemy import insert, update
 
 from pilot import events as ev
@@ -36,13 +37,7 @@ def store(tmp_path: Path) -> EventStore:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> GitRepo:
-    root = tmp_path / "ws"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    (root / "a.txt").write_text("one\n")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "init")
-    return GitRepo(root)
+    return GitRepo(make_repo(tmp_path / "ws", {"a.txt": "one\n"}))
 
 
 def make_run(

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from pilot_harness import call, make_repo, pilot_cmd, write_script, write_workflow
+from pilot_harness import call, make_repo, pilot_cmd, queued, write_script, write_workflow
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
@@ -44,22 +44,6 @@ def pg_url():
     yield base.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(plain, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
-def queued(store: EventStore, n: int) -> list[str]:
-    return [
-        store.create_run(
-            workflow_name="wf",
-            workflow_path="wf.yaml",
-            workflow_text="t",
-            params={},
-            workspace="",
-            owner=None,
-            status="queued",
-            origin="queue",
-        )
-        for _ in range(n)
-    ]
 
 
 def start_workers(db_url: str, env: dict[str, str], n: int) -> list[subprocess.Popen[str]]:

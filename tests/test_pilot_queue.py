@@ -48,6 +48,22 @@ def flow(tmp_path: Path, endpoint: str) -> Path:
     )
 
 
+def worker_with_two_runs_going(tmp_path: Path, url: str, *extra: str) -> subprocess.Popen:
+    """A real `pilot worker` (2 runs at once), returned once both runs have taken a step."""
+    worker = subprocess.Popen(
+        pilot_cmd("worker", "--parallel", "2", "--db", url, *extra),
+        env=env_for(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    store = EventStore(url)
+    deadline = time.monotonic() + 60
+    while sum(r.steps > 0 for r in store.list_runs()) < 2:
+        assert time.monotonic() < deadline, "the worker did not start two runs"
+        time.sleep(0.1)
+    return worker
+
+
 def test_matrix_runs_in_parallel_each_in_its_own_workspace(tmp_path: Path, sim) -> None:
     repos = [make_repo(tmp_path / f"repo{i}") for i in range(3)]
     matrix = tmp_path / "matrix.yaml"
@@ -93,17 +109,8 @@ def test_worker_killed_mid_queue_and_another_worker_finishes(tmp_path: Path, sim
     listed = pilot(tmp_path, "queue", "ls", "--db", url)
     assert listed.stdout.count(" queued ") == 3
 
-    first = subprocess.Popen(
-        pilot_cmd("worker", "--parallel", "2", "--db", url, "--json"),
-        env=env_for(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    first = worker_with_two_runs_going(tmp_path, url, "--json")
     store = EventStore(url)
-    deadline = time.monotonic() + 60
-    while sum(r.steps > 0 for r in store.list_runs()) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
     first.send_signal(signal.SIGKILL)
     first.wait()
 
@@ -122,17 +129,8 @@ def test_sigterm_pauses_a_workers_runs_and_another_worker_resumes_them(tmp_path:
     repos = [make_repo(tmp_path / f"repo{i}") for i in range(2)]
     for repo in repos:
         pilot(tmp_path, "queue", "add", str(workflow), "--param", f"repo={repo}", "--db", url)
-    worker = subprocess.Popen(
-        pilot_cmd("worker", "--parallel", "2", "--db", url),
-        env=env_for(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    worker = worker_with_two_runs_going(tmp_path, url)
     store = EventStore(url)
-    deadline = time.monotonic() + 60
-    while sum(r.steps > 0 for r in store.list_runs()) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0
     assert sorted(r.status for r in store.list_runs()) == ["paused", "paused"]

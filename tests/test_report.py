@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pilot_harness import make_repo
 from sqlalchemy import insert
 
 from pilot import events as ev
@@ -108,13 +109,7 @@ def store(tmp_path: Path) -> EventStore:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> GitRepo:
-    root = tmp_path / "ws"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    (root / "a.py").write_text("def f():\n    return 1\n")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "init")
-    return GitRepo(root)
+    return GitRepo(make_repo(tmp_path / "ws", {"a.py": "def f():\n    return 1\n"}))
 
 
 def write_failed_run(store: EventStore, repo: GitRepo) -> RunWriter:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pilot_harness import queued
 
 from pilot import events as ev
 from pilot.errors import AmbiguousRunId, LeaseHeld, RunNotFound
@@ -135,21 +136,9 @@ def test_a_version_1_store_is_migrated_forward_and_its_runs_kept(tmp_path: Path)
 
 def test_queue_claims_are_exclusive_and_take_orphans(tmp_path: Path) -> None:
     store = make_store(tmp_path)
-    queued = [
-        store.create_run(
-            workflow_name="wf",
-            workflow_path="wf.yaml",
-            workflow_text="t",
-            params={},
-            workspace="",
-            owner=None,
-            status="queued",
-            origin="queue",
-        )
-        for _ in range(3)
-    ]
+    waiting = queued(store, 3)
     claims = [store.claim_next(f"w{i}:1:x") for i in range(4)]
-    assert sorted(c.id for c in claims if c) == sorted(queued)
+    assert sorted(c.id for c in claims if c) == sorted(waiting)
     assert claims[3] is None
     orphan = claims[0].id
     with store.engine.begin() as conn:
