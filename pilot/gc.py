@@ -233,7 +233,7 @@ def _old_server_events(
 
 def _vacuum(store: EventStore) -> None:
     if store.is_sqlite:
-        store.engine.dispose()  # no pooled connection may hold a read snapshot
+        store.close()  # no pooled or held connection may hold a read snapshot
         with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.execute(text("VACUUM"))
             conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))

@@ -44,6 +44,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from brain.dbrace import retry_schema_race
 from pilot.errors import AmbiguousRunId, ConfigurationError, LeaseHeld, RunNotFound
 from pilot.events import Event, RunFinished, event_from_json, event_to_json
+from pilot.sqlite_append import SqliteAppender
 
 SCHEMA_VERSION = 2
 SQLITE_PAGE_SIZE = 16384
@@ -220,6 +221,11 @@ class EventStore:
         self.durability = durability
         self.engine = self._make_engine()
         self._migrate()
+        self._sqlite_appender = (
+            SqliteAppender(self.engine, _INSERT_EVENT, _UPDATE_RUN, "run_id_")
+            if self.is_sqlite
+            else None
+        )
 
     @property
     def is_sqlite(self) -> bool:
@@ -269,6 +275,9 @@ class EventStore:
                 meta.version = version
 
     def close(self) -> None:
+        """Release every connection (the store stays usable: they are reopened on demand)."""
+        if self._sqlite_appender is not None:
+            self._sqlite_appender.close()
         self.engine.dispose()
 
     # -- runs ---------------------------------------------------------------------------------
@@ -471,14 +480,15 @@ class EventStore:
         values: dict[str, Any] = {"last_seq": seq, "updated_at": ev.at, **totals}
         if isinstance(ev, RunFinished):
             values.update(status=ev.status, status_reason=ev.reason)
+        row = {"run_id": run_id, "seq": seq, "type": ev.type, "at": ev.at, "payload": payload}
+        if self._sqlite_appender is not None:
+            self._sqlite_appender.append(row, run_id, values)
+            return
         # Two fixed statements with bound parameters (the UPDATE's SET clause comes from the
         # parameter names): built once, so SQLAlchemy only looks up its compiled form instead
         # of building, coercing and cache-keying a new statement for every event.
         with self.engine.begin() as conn:
-            conn.execute(
-                _INSERT_EVENT,
-                {"run_id": run_id, "seq": seq, "type": ev.type, "at": ev.at, "payload": payload},
-            )
+            conn.execute(_INSERT_EVENT, row)
             conn.execute(_UPDATE_RUN, {"run_id_": run_id, **values})
 
     def load_events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
