@@ -693,7 +693,7 @@ def profile(n: int, synchronous: str, tool: str) -> None:
                     prof.runcall(body)
                 except Stop:
                     pass
-                pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+                pstats.Stats(prof).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "cumulative")).print_stats(45)
         finally:
             os.kill = real_kill  # type: ignore[assignment]
         print(json.loads(out.read_text()))

@@ -74,7 +74,11 @@ LENGTH_CUT = (
 
 
 class EventSink(Protocol):
-    def __call__(self, event: ev.Event) -> None: ...
+    def __call__(self, event: ev.Event, *, commit: bool = True) -> None:
+        """Record ``event``; it is durable on return. ``commit=False`` lets it wait for the
+        next event's transaction: the caller promises that the next event comes before
+        anything is run or awaited (the state has it at once)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -480,6 +484,8 @@ class RunLoop:
                 repairs.extend(found.repairs or ["tool call written as text in content"])
                 content = found.remaining_content or None
         usage = response.usage
+        # With calls, it is committed together with the first call's tool_started (or its
+        # refusal), the next event whatever happens: one transaction less per step.
         self.emit(
             ev.AssistantMessage(
                 step=step,
@@ -497,7 +503,8 @@ class RunLoop:
                 attempts=response.attempts,
                 repairs=repairs,
                 endpoint=response.endpoint,
-            )
+            ),
+            commit=not calls,
         )
         if calls:
             return

@@ -26,7 +26,7 @@ from pilot.model_types import ModelClient
 from pilot.notify import notify_run_end
 from pilot.plan import RunPlan
 from pilot.progress import ProgressLimits
-from pilot.redact import redact_event
+from pilot.redact import redact_for_storage
 from pilot.snapshot import GitRepo, ensure_repository, start_work_branch, take_snapshot
 from pilot.state import RunState, fold
 from pilot.store import EventStore, is_storage_full, lease_owner_id, state_dir
@@ -257,12 +257,25 @@ class _Run:
         self.plan = plan
         self.state = state
         self.cancel_requested = False
+        self.unsaved: list[tuple[int, ev.Event, str]] = []
+        """Events held back by ``emit(commit=False)``: in the state, not yet in the store."""
+        self.totals: dict[str, Any] = {}
+        """The run's totals after the unsaved events (the ``runs`` row's new values)."""
 
-    def emit(self, event: ev.Event) -> None:
+    def emit(self, event: ev.Event, *, commit: bool = True) -> None:
+        """Record ``event``: fold it into the state, store it, then show it.
+
+        ``commit=False`` holds it back to be committed in one transaction with the next event
+        (the loop's promise: that event comes before anything is run or awaited). The state
+        has it at once, the store and the observers with the transaction, so nothing is shown
+        that is not durable, and nothing is acted upon before it is durable.
+        """
         seq = self.state.last_seq + 1
         # Secrets never reach the store or the views; the live loop keeps the real text.
-        stored = redact_event(event, self.plan.redact if self.plan is not None else ())
-        totals: dict[str, Any] = {}
+        stored, payload = redact_for_storage(
+            event, self.plan.redact if self.plan is not None else (), ev.event_to_json
+        )
+        totals = self.totals
         status = _status_of(event)
         if status is not None:
             totals["status"] = status
@@ -276,12 +289,35 @@ class _Run:
                 )
         if isinstance(event, ev.PhaseStarted):
             totals["phase"] = event.name
-        self.store.append(self.run_id, seq, stored, totals=totals)
-        if seq == self.runner.kill_after_seq:
-            die_now()
+        self.unsaved.append((seq, stored, payload))
+        if not commit:
+            self.state.apply(event)
+            return
+        committed = self.flush()
         self.state.apply(event)
-        for observer in self.runner.observers:
-            observer(self.run_id, seq, stored, self.state)
+        self.show(committed)
+
+    def commit_held(self) -> None:
+        """Commit and show the events held back (the loop stopped before its next event)."""
+        self.show(self.flush())
+
+    def show(self, committed: list[tuple[int, ev.Event, str]]) -> None:
+        for seq, stored, _payload in committed:
+            for observer in self.runner.observers:
+                observer(self.run_id, seq, stored, self.state)
+
+    def flush(self) -> list[tuple[int, ev.Event, str]]:
+        """Commit the events held back, in one transaction; returns them."""
+        if not self.unsaved:
+            return []
+        batch, self.unsaved = self.unsaved, []
+        totals, self.totals = self.totals, {}
+        self.store.append_many(self.run_id, batch, totals=totals)
+        if self.runner.kill_after_seq is not None and any(
+            seq == self.runner.kill_after_seq for seq, _e, _p in batch
+        ):
+            die_now()
+        return batch
 
     def emit_started_stub(self, *, error: str) -> None:
         self.emit(ev.RunFinished(status="failed", reason=error))
@@ -338,6 +374,9 @@ class _Run:
             # the lease of this dead process). The last committed event is where it resumes.
             storage_full = True
         finally:
+            if self.unsaved and not storage_full:
+                with contextlib.suppress(OperationalError):  # lost: the model is asked again
+                    self.commit_held()
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await renewer

@@ -43,9 +43,9 @@ class _Statement:
 
 
 class SqliteAppender:
-    """``append`` = INSERT into ``events`` + UPDATE ``runs`` in one transaction, on a held
-    connection. Thread-safe (a lock around each transaction); ``close`` returns the
-    connection to the engine's pool."""
+    """``append`` = INSERT into ``events`` (one or more rows) + UPDATE ``runs`` in one
+    transaction, on a held connection. Thread-safe (a lock around each transaction);
+    ``close`` returns the connection to the engine's pool."""
 
     def __init__(
         self, engine: Engine, insert_event: Insert, update_run: Update, run_key: str
@@ -70,25 +70,33 @@ class SqliteAppender:
         return _Statement(compiled.string, names, processors)
 
     def append(
-        self, event_values: Mapping[str, Any], run_id: str, run_values: Mapping[str, Any]
+        self,
+        event_rows: Sequence[Mapping[str, Any]],
+        run_id: str,
+        run_values: Mapping[str, Any],
     ) -> None:
+        """INSERT every row of ``event_rows``, then UPDATE the run, then COMMIT."""
         keys = tuple(sorted(run_values))
         with self._lock:
             if self._insert is None:
-                self._insert = self._compile(self._insert_event, tuple(event_values))
+                self._insert = self._compile(self._insert_event, tuple(event_rows[0]))
+            insert = self._insert
             update = self._updates.get(keys)
             if update is None:
                 update = self._updates[keys] = self._compile(self._update_run, keys)
-            insert_parameters = self._insert.parameters(event_values)
             update_parameters = update.parameters({self._run_key: run_id, **run_values})
             if self._connection is None:
                 self._connection = self._engine.raw_connection()
             connection = self._connection.dbapi_connection
             assert connection is not None
-            statement, parameters = self._insert.sql, insert_parameters
+            statement: str = insert.sql
+            parameters: Any = [insert.parameters(row) for row in event_rows]
             try:
                 with connection:  # commits, or rolls back when a statement fails
-                    connection.execute(statement, parameters)
+                    if len(parameters) == 1:
+                        connection.execute(statement, parameters[0])
+                    else:
+                        connection.executemany(statement, parameters)
                     statement, parameters = update.sql, update_parameters
                     connection.execute(statement, parameters)
             except self._engine.dialect.loaded_dbapi.Error as exc:

@@ -470,25 +470,55 @@ class EventStore:
 
     # -- events -------------------------------------------------------------------------------
 
-    def append(self, run_id: str, seq: int, ev: Event, *, totals: dict[str, Any]) -> None:
+    def append(
+        self,
+        run_id: str,
+        seq: int,
+        ev: Event,
+        *,
+        totals: dict[str, Any],
+        payload: str | None = None,
+    ) -> None:
         """Append one event and update the run's totals, in one transaction.
 
         ``seq`` is chosen by the lease holder (last seq + 1); a duplicate means someone else
         wrote to this run, which the primary key turns into an error instead of a fork.
+        ``payload`` is ``ev``'s JSON when the caller has it already.
         """
-        payload = event_to_json(ev)
-        values: dict[str, Any] = {"last_seq": seq, "updated_at": ev.at, **totals}
-        if isinstance(ev, RunFinished):
-            values.update(status=ev.status, status_reason=ev.reason)
-        row = {"run_id": run_id, "seq": seq, "type": ev.type, "at": ev.at, "payload": payload}
+        self.append_many(run_id, [(seq, ev, payload)], totals=totals)
+
+    def append_many(
+        self,
+        run_id: str,
+        events: Sequence[tuple[int, Event, str | None]],
+        *,
+        totals: dict[str, Any],
+    ) -> None:
+        """Append consecutive events (``(seq, event, its JSON or None)``) and update the run's
+        totals (``totals`` as after the last one), all in one transaction."""
+        rows = [
+            {
+                "run_id": run_id,
+                "seq": seq,
+                "type": ev.type,
+                "at": ev.at,
+                "payload": event_to_json(ev) if payload is None else payload,
+            }
+            for seq, ev, payload in events
+        ]
+        last_seq, last, _ = events[-1]
+        values: dict[str, Any] = {"last_seq": last_seq, "updated_at": last.at, **totals}
+        for _seq, ev, _payload in events:
+            if isinstance(ev, RunFinished):
+                values.update(status=ev.status, status_reason=ev.reason)
         if self._sqlite_appender is not None:
-            self._sqlite_appender.append(row, run_id, values)
+            self._sqlite_appender.append(rows, run_id, values)
             return
         # Two fixed statements with bound parameters (the UPDATE's SET clause comes from the
         # parameter names): built once, so SQLAlchemy only looks up its compiled form instead
         # of building, coercing and cache-keying a new statement for every event.
         with self.engine.begin() as conn:
-            conn.execute(_INSERT_EVENT, row)
+            conn.execute(_INSERT_EVENT, rows)
             conn.execute(_UPDATE_RUN, {"run_id_": run_id, **values})
 
     def load_events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:

@@ -6,13 +6,21 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pilot_harness import call, make_repo, run_in_process, write_script, write_workflow
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.errors import WorkflowError
-from pilot.redact import Redactor, compile_pattern, redact_event, redact_text
+from pilot.redact import (
+    Redactor,
+    compile_pattern,
+    redact_event,
+    redact_for_storage,
+    redact_text,
+)
 from pilot.store import EventStore
 from pilot.workflow import parse_workflow_text
 
@@ -126,6 +134,51 @@ def test_every_string_field_of_an_event_is_redacted_recursively() -> None:
 def test_an_event_without_secrets_is_returned_as_is() -> None:
     finished = ev.ToolFinished(call_id="c", name="read_file", output="plain text")
     assert redact_event(finished) is finished
+    stored, payload = redact_for_storage(finished, (), ev.event_to_json)
+    assert stored is finished and payload == ev.event_to_json(finished)
+
+
+# Pieces that make secrets, near-secrets and the JSON escapes between them.
+_FRAGMENTS = [
+    "token", "TOKEN", "api_key", "Api-Key", "password", "pwd", "secret", "=", ":", " ", "\n",
+    "\t", '"', "'", "\\", "\x0b", "\x1f", "hunter2hunter", "ghp_", "sk-", "proj-", "xoxb-",
+    "AKIA", "Bearer ", "-----BEGIN RSA PRIVATE KEY-----", "a1B2c3D4e5F6g7H8i9J0", "x", "_", "-",
+    "\u00e9", "ordinary words ",
+]  # fmt: skip
+
+
+_SPACES = st.text(alphabet=" \t\n\r\x0b\x0c\x1c\x1f", max_size=3)
+_ASSIGNMENTS = st.builds(
+    lambda *parts: "".join(parts),
+    st.sampled_from(["", "MY_", "db."]),
+    st.sampled_from(["token", "TOKEN", "api_key", "Api-Key", "password", "pwd", "secret"]),
+    st.sampled_from(["", '"', "'"]),
+    _SPACES,
+    st.sampled_from(["=", ":"]),
+    _SPACES,
+    st.sampled_from(["", '"', "'", '\\"']),
+    st.sampled_from(["hunter2hunter", "two words", "ab", "x" * 30]),
+    st.sampled_from(["", '"', "'", " rest", "\n"]),
+)
+_TEXTS = st.lists(st.one_of(st.sampled_from(_FRAGMENTS), _ASSIGNMENTS), max_size=8).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(output=_TEXTS, content=_TEXTS)
+def test_the_json_screen_never_lets_a_secret_through(output: str, content: str) -> None:
+    """The stored event is screened on its JSON before any field walk: wherever the walk would
+    redact something, the screen must say it may (and the stored result is the walk's)."""
+    arguments = json.dumps({"content": content})
+    event = ev.AssistantMessage(
+        step=1,
+        content=output,
+        tool_calls=[ev.ToolCall(id="c", name="write_file", arguments=arguments)],
+    )
+    walked = redact_event(event)
+    stored, payload = redact_for_storage(event, (), ev.event_to_json)
+    if walked is not event:
+        assert Redactor().may_match(ev.event_to_json(event))
+    assert stored == walked and payload == ev.event_to_json(walked)
 
 
 def test_the_redact_field_is_validated_with_file_and_line() -> None:
