@@ -147,11 +147,12 @@ def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> N
     import asyncio
 
     from pilot import events as ev
+    from pilot.checkpoint import load_run_state
     from pilot.loop import CheckOutcome, RunLoop
     from pilot.model_types import ChatRequest, ModelResponse, ServedModel, ToolCallOut, Usage
     from pilot.plan import ModelPlan, PhasePlan, RunPlan
     from pilot.runner import Runner, _Run, progress_limits
-    from pilot.state import RunState, fold
+    from pilot.state import RunState
     from pilot.store import EventStore
 
     imported = time.perf_counter()
@@ -296,7 +297,9 @@ def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> N
         else:
             note = store.acquire_lease(RUN_ID, runner.owner)
             loading = time.perf_counter()
-            state = fold(store.load_events(RUN_ID), progress_limits=progress_limits(plan))
+            state, _checkpoint = load_run_state(
+                store, RUN_ID, runner.artifacts_dir(RUN_ID), progress_limits(plan)
+            )
             loaded = time.perf_counter()
             figures["load_state_ms"] = (loaded - loading) * 1000
             figures["open_to_state_loaded_ms"] = (loaded - opened) * 1000
@@ -693,7 +696,9 @@ def profile(n: int, synchronous: str, tool: str) -> None:
                     prof.runcall(body)
                 except Stop:
                     pass
-                pstats.Stats(prof).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "cumulative")).print_stats(45)
+                pstats.Stats(prof).sort_stats(
+                    os.environ.get("BENCH_PROFILE_SORT", "cumulative")
+                ).print_stats(45)
         finally:
             os.kill = real_kill  # type: ignore[assignment]
         print(json.loads(out.read_text()))

@@ -251,6 +251,9 @@ class RunResumed(_Event):
     type: Literal["run_resumed"] = "run_resumed"
     owner: str
     note: str = ""
+    from_checkpoint: int | None = None
+    """The event the resumed state was checkpointed at (only later events were folded);
+    None when every event was folded."""
 
 
 class RunFinished(_Event):

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
+import httpx2
 import openai
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception
 from tenacity.wait import wait_exponential_jitter
@@ -35,7 +36,6 @@ from pilot.errors import (
     ServerUnavailable,
     StreamInterrupted,
 )
-from pilot.http_pool import ShardedTransport
 from pilot.model_types import (
     ChatRequest,
     ModelClient,
@@ -71,6 +71,10 @@ __all__ = [
 T = TypeVar("T")
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# The SDK's transport is httpx2 (aiohttp underneath); /tokenize may go through either client.
+TRANSPORT_ERRORS = httpx.TransportError | httpx2.TransportError
+TIMEOUT_ERRORS = httpx.TimeoutException | httpx2.TimeoutException
+CONNECT_ERRORS = httpx.ConnectError | httpx2.ConnectError | ConnectionRefusedError
 """HTTP statuses worth waiting out: the server is busy, restarting or its engine died."""
 
 API_KEY_HINT = (
@@ -112,7 +116,7 @@ def is_transient(exc: BaseException) -> bool:
     """
     if isinstance(
         exc,
-        StreamInterrupted | _TransientStatus | openai.APIConnectionError | httpx.TransportError,
+        StreamInterrupted | _TransientStatus | openai.APIConnectionError | TRANSPORT_ERRORS,
     ):
         return True
     if isinstance(exc, openai.APIStatusError):
@@ -208,15 +212,46 @@ def map_vllm_error(
     return BadRequest(message, status=status, body=body)
 
 
+def _root_cause(exc: BaseException) -> BaseException:
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        cause = exc.__cause__ or exc.__context__
+        if cause is None:
+            break
+        exc = cause
+    return exc
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a transport failure was a timeout, by its root cause: the aiohttp transport
+    maps every connection error (refused, reset, closed by the server) to a connect timeout."""
+    root = _root_cause(exc)
+    return isinstance(root, TimeoutError) or "Timeout" in type(root).__name__
+
+
+def is_refused(exc: BaseException | None) -> bool:
+    """Whether a failure is "nobody listens there" (connection refused, host unreachable),
+    wherever it sits in the chain of causes (the aiohttp transport reports a refused connection
+    as a connect *timeout* whose cause is the refusal)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, CONNECT_ERRORS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _describe(exc: BaseException) -> str:
     """One line about a transient failure, for events and the final ServerUnavailable."""
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {_error_message(exc.body, exc.message)}"
-    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+    if isinstance(exc, openai.APITimeoutError | TIMEOUT_ERRORS) and _timed_out(exc):
         return "request timed out"
-    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
-        cause = exc.__cause__ or exc
-        detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+    if isinstance(exc, openai.APIConnectionError | TRANSPORT_ERRORS):
+        cause = _root_cause(exc)
+        detail = f" ({type(cause).__name__}: {' '.join(str(cause).split())})"
         return f"connection failed{detail}"
     if isinstance(exc, openai.APIError):
         return f"error inside the stream: {_error_message(exc.body, exc.message)}"
@@ -253,7 +288,8 @@ class OpenAIModelClient:
     request, so it must cover the prefill of a long prompt) and the stream is cut and the
     request retried. ``server_wait`` is the total time one call may spend waiting for the
     server across retries before :class:`ServerUnavailable` is raised. ``http_client`` (an
-    ``httpx.AsyncClient``) carries every request when given, and is left open by :meth:`aclose`.
+    ``httpx.AsyncClient`` or ``httpx2.AsyncClient``) carries every request when given, and is
+    left open by :meth:`aclose`.
     ``give_up``, when given, is asked after each transient failure; True ends the wait at once
     with :class:`ServerUnavailable` (the router's way to move on from a refused connection when
     another endpoint can take the request).
@@ -267,7 +303,7 @@ class OpenAIModelClient:
         request_timeout: float,
         idle_timeout: float,
         server_wait: float,
-        http_client: httpx.AsyncClient | None = None,
+        http_client: httpx.AsyncClient | httpx2.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
         give_up: Callable[[BaseException], bool] | None = None,
     ) -> None:
@@ -282,9 +318,7 @@ class OpenAIModelClient:
         # Our own pool, closed by aclose(): the SDK's default wrapper closes itself from
         # __del__ by scheduling a task on whatever loop runs then, which breaks when a client
         # outlives the loop that opened its connections.
-        self._http = http_client or httpx.AsyncClient(
-            timeout=request_timeout, transport=ShardedTransport()
-        )
+        self._http = http_client or openai.DefaultAioHttpClient(timeout=request_timeout)
         # vLLM without --api-key accepts any bearer; a placeholder keeps the SDK from reading
         # OPENAI_API_KEY (a real OpenAI key must never be sent to a local server by accident).
         self._client = openai.AsyncOpenAI(
@@ -532,7 +566,7 @@ class OpenAIModelClient:
             raise await self._typed(exc, None) from exc
         return models
 
-    def _http_client(self) -> httpx.AsyncClient:
+    def _http_client(self) -> httpx.AsyncClient | httpx2.AsyncClient:
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self._request_timeout)
         return self._http

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 import httpx
 
 from pilot.errors import ConfigurationError, ServerUnavailable
-from pilot.model import OpenAIModelClient, notify_wait, server_root
+from pilot.model import OpenAIModelClient, is_refused, notify_wait, server_root
 from pilot.model_types import (
     ChatRequest,
     ModelResponse,
@@ -78,17 +78,6 @@ QUICK_RETRY = RetryPolicy(initial_backoff=0.25, max_backoff=2.0, jitter=0.25)
 """Backoff of the per-endpoint clients: short, since another endpoint may take the request."""
 STICKY_MEMORY = 10_000
 """Runs whose endpoint is remembered after they stop (a resume in this process returns)."""
-
-
-def is_refused(exc: BaseException | None) -> bool:
-    """Whether a failure is "nobody listens there" (connection refused, host unreachable)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, httpx.ConnectError | ConnectionRefusedError):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 @dataclass(eq=False)

@@ -18,9 +18,15 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 
 from pilot import events as ev
+from pilot.checkpoint import (
+    CHECKPOINT_EVERY,
+    delete_checkpoint,
+    load_run_state,
+    write_checkpoint,
+)
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
-from pilot.failpoints import die_now, kill_after_seq_from_env
+from pilot.failpoints import checkpoint_every_from_env, die_now, kill_after_seq_from_env
 from pilot.loop import RunLoop
 from pilot.model_types import ModelClient
 from pilot.notify import notify_run_end
@@ -101,6 +107,10 @@ class Runner:
     client_factory: Callable[[RunPlan], ModelClient] | None = None
     stop: asyncio.Event | None = None
     kill_after_seq: int | None = field(default_factory=kill_after_seq_from_env)
+    checkpoint_every: int = field(
+        default_factory=lambda: checkpoint_every_from_env(CHECKPOINT_EVERY)
+    )
+    """Events between two state checkpoints (``pilot.checkpoint``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def artifacts_dir(self, run_id: str) -> Path:
@@ -224,7 +234,9 @@ class Runner:
         except MarathonError:
             self.store.release_lease(run_id, self.owner)
             raise
-        state = fold(self.store.load_events(run_id), progress_limits=progress_limits(plan))
+        state, checkpoint_seq = load_run_state(
+            self.store, run_id, self.artifacts_dir(run_id), progress_limits(plan)
+        )
         run = _Run(self, run_id, plan, state)
         if state.finished is not None:
             self.store.release_lease(run_id, self.owner)
@@ -237,7 +249,7 @@ class Runner:
             )
         repo = GitRepo(Path(state.started.workspace))
         try:
-            run.emit(ev.RunResumed(owner=self.owner, note=note))
+            run.emit(ev.RunResumed(owner=self.owner, note=note, from_checkpoint=checkpoint_seq))
         except OperationalError as exc:
             if not is_storage_full(exc):
                 raise
@@ -257,6 +269,7 @@ class _Run:
         self.plan = plan
         self.state = state
         self.cancel_requested = False
+        self.checkpointed_seq = state.last_seq
         self.unsaved: list[tuple[int, ev.Event, str]] = []
         """Events held back by ``emit(commit=False)``: in the state, not yet in the store."""
         self.totals: dict[str, Any] = {}
@@ -296,6 +309,22 @@ class _Run:
         committed = self.flush()
         self.state.apply(event)
         self.show(committed)
+        if isinstance(event, ev.RunFinished):
+            delete_checkpoint(self.runner.artifacts_dir(self.run_id))
+        elif self.state.last_seq - self.checkpointed_seq >= self.runner.checkpoint_every or (
+            isinstance(event, ev.RunPaused) and self.state.last_seq > self.checkpointed_seq
+        ):
+            self.checkpoint(payload)
+
+    def checkpoint(self, last_payload: str) -> None:
+        """Save the state (every event in it is committed; the last one's JSON is given) so
+        that a resume folds only what follows (``pilot.checkpoint``). A cache: a failure to
+        write it costs a longer resume, nothing else."""
+        self.checkpointed_seq = self.state.last_seq
+        with contextlib.suppress(OSError):
+            write_checkpoint(
+                self.runner.artifacts_dir(self.run_id), self.run_id, self.state, last_payload
+            )
 
     def commit_held(self) -> None:
         """Commit and show the events held back (the loop stopped before its next event)."""

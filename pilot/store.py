@@ -525,14 +525,18 @@ class EventStore:
         return [ev for _seq, ev in self.iter_events(run_id, after_seq=after_seq)]
 
     def iter_events(self, run_id: str, *, after_seq: int = 0) -> Iterator[tuple[int, Event]]:
+        for seq, payload in self.iter_event_payloads(run_id, after_seq=after_seq):
+            yield seq, event_from_json(payload)
+
+    def iter_event_payloads(self, run_id: str, *, after_seq: int = 0) -> Iterator[tuple[int, str]]:
+        """The run's events after ``after_seq`` as stored: ``(seq, JSON)``, in order."""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(EventRow.seq, EventRow.payload)
                 .where(EventRow.run_id == run_id, EventRow.seq > after_seq)
                 .order_by(EventRow.seq)
             )
-            for seq, payload in rows:
-                yield seq, event_from_json(payload)
+            yield from ((seq, payload) for seq, payload in rows)
 
     # -- leases -------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from pilot_harness import (
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
+from pilot import events as ev
 from pilot.store import EventStore
 
 KEY = "crash-matrix"
@@ -133,7 +134,13 @@ def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
     assert clean.steps == sim.steps
 
     repo_k, workflow_k, db_k = setup(tmp_path, "killed", sim.openai_base_url)
-    first = pilot(["run", str(workflow_k), "--param", f"repo={repo_k}"], db_k, "kill_after_seq=1")
+    # A checkpoint after every event: each resume starts from the one its killed process wrote
+    # last (a kill falls between an event and its checkpoint) and folds the events after it.
+    first = pilot(
+        ["run", str(workflow_k), "--param", f"repo={repo_k}"],
+        db_k,
+        "kill_after_seq=1,checkpoint_every=1",
+    )
     assert first.returncode == -signal.SIGKILL
     run_id = only_run_id(db_k)
     store = EventStore(f"sqlite:///{db_k}")
@@ -142,7 +149,9 @@ def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
     seen = progress(store, run_id)
     for _ in range(400):
         last = store.get_run(run_id).last_seq
-        proc = pilot(["resume", run_id], db_k, f"kill_after_seq={last + 2 + extra}")
+        proc = pilot(
+            ["resume", run_id], db_k, f"kill_after_seq={last + 2 + extra},checkpoint_every=1"
+        )
         if proc.returncode != -signal.SIGKILL:
             assert proc.returncode == 0, proc.stderr
             break
@@ -173,6 +182,9 @@ def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
         "phase_finished",
     } <= set(killed_after)
     assert "assistant_message" not in killed_after
+    resumes = [e for e in store.load_events(run_id) if isinstance(e, ev.RunResumed)]
+    from_checkpoint = [e.from_checkpoint for e in resumes if e.from_checkpoint is not None]
+    assert len(from_checkpoint) >= len(resumes) // 2, "most resumes start from a checkpoint"
     assert len(killed_after) >= 3 * sim.steps
     counts = {kind: killed_after.count(kind) for kind in sorted(set(killed_after))}
     print(

@@ -1,0 +1,165 @@
+"""State checkpoints: a resume starts from the last one and folds only the events after it, and
+ignores any it cannot trust. (The kill-at-every-boundary test in test_pilot_crash.py resumes
+from a checkpoint at every boundary and checks the transcript against an uninterrupted run.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pilot import checkpoint
+from pilot import events as ev
+from pilot.checkpoint import checkpoint_path, load_run_state
+from pilot.runner import Runner, _Run
+from pilot.state import RunState, fold
+from pilot.store import EventStore
+
+
+def start(db: Path, run_id: str, *, every: int = 4) -> tuple[EventStore, Runner, _Run]:
+    store = EventStore(f"sqlite:///{db}")
+    runner = Runner(store=store, registry=None, checkpoint_every=every)  # type: ignore[arg-type]
+    store.create_run(
+        workflow_name="w",
+        workflow_path="w.yaml",
+        workflow_text="",
+        params={},
+        workspace=str(db.parent / f"ws-{run_id}"),
+        owner=runner.owner,
+        run_id=run_id,
+    )
+    run = _Run(runner, run_id, None, RunState())  # type: ignore[arg-type]
+    run.emit(
+        ev.RunStarted(
+            workflow="w",
+            workspace=str(db.parent / f"ws-{run_id}"),
+            branch="b",
+            endpoint="http://model/v1",
+            system="You are careful.",
+            phases=["work"],
+            owner=runner.owner,
+        )
+    )
+    run.emit(ev.PhaseStarted(index=0, name="work", prompt="Do the work."))
+    return store, runner, run
+
+
+def steps(run: _Run, first: int, count: int, tag: str = "") -> None:
+    """Steps as the loop writes them: request, answer with a call (held back), tool."""
+    for step in range(first, first + count):
+        call = ev.ToolCall(
+            id=f"call_{step}", name="read_file", arguments=json.dumps({"path": f"f{step}.py"})
+        )
+        run.emit(ev.ModelRequest(step=step, messages=len(run.state.messages)))
+        run.emit(
+            ev.AssistantMessage(step=step, content=f"step {step}{tag}", tool_calls=[call]),
+            commit=False,
+        )
+        run.emit(ev.ToolStarted(call_id=call.id, name=call.name, mutates=False))
+        run.emit(ev.ToolFinished(call_id=call.id, name=call.name, output=f"contents {step}{tag}"))
+
+
+def essence(state: RunState) -> dict[str, Any]:
+    """What the loop acts on: equal essences mean the resume goes on exactly the same way."""
+    phase = state.phase
+    return {
+        "messages": state.messages,
+        "last_seq": state.last_seq,
+        "steps": state.steps,
+        "pending": state.pending_calls,
+        "started_call": state.started_call,
+        "phase": None if phase is None else (phase.index, phase.steps, phase.message_index),
+        "tracker": None if phase is None else vars(phase.tracker),
+        "active": (state.active_seconds, state._segment_start, state._last_at),
+    }
+
+
+def test_a_resume_starts_from_the_last_checkpoint_and_equals_a_full_fold(tmp_path: Path) -> None:
+    store, runner, run = start(tmp_path / "m.db", "r1")
+    steps(run, 1, 10)  # 2 + 40 events: checkpoints every 4 (or more, with held-back events)
+    path = checkpoint_path(runner.artifacts_dir("r1"))
+    assert path.exists()
+    loaded, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    assert seq is not None and 42 - 4 <= seq < 42
+    assert essence(loaded) == essence(fold(store.load_events("r1")))
+    # The resumed run goes on from it like the uninterrupted one.
+    again = _Run(runner, "r1", None, loaded)  # type: ignore[arg-type]
+    steps(again, 11, 3)
+    assert essence(again.state) == essence(fold(store.load_events("r1")))
+
+
+def test_a_paused_run_is_checkpointed_at_its_last_event_and_a_finished_one_deletes_it(
+    tmp_path: Path,
+) -> None:
+    store, runner, run = start(tmp_path / "m.db", "r1", every=1000)
+    steps(run, 1, 3)
+    assert not checkpoint_path(runner.artifacts_dir("r1")).exists()  # not due yet
+    run.emit(ev.RunPaused(reason="stop requested"))
+    loaded, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    assert seq == run.state.last_seq == 15
+    assert essence(loaded) == essence(fold(store.load_events("r1")))
+    run.emit(ev.RunFinished(status="succeeded", reason="done"))
+    assert not checkpoint_path(runner.artifacts_dir("r1")).exists()
+
+
+Spoiled = tuple[EventStore, Path]
+"""The store and artifacts directory the resume then loads from."""
+
+
+def _corrupt(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    checkpoint_path(runner.artifacts_dir("r1")).write_bytes(b"not a pickle")
+    return store, runner.artifacts_dir("r1")
+
+
+def _cut_short(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    path = checkpoint_path(runner.artifacts_dir("r1"))
+    path.write_bytes(path.read_bytes()[:100])
+    return store, runner.artifacts_dir("r1")
+
+
+def _other_code(store: EventStore, runner: Runner, monkeypatch: pytest.MonkeyPatch) -> Spoiled:
+    monkeypatch.setattr(checkpoint, "code_digest", lambda: "written by another version")
+    return store, runner.artifacts_dir("r1")
+
+
+def _other_run(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    # r2's checkpoint copied over r1's: it names r2, so r1 must not use it.
+    shutil.copy(
+        checkpoint_path(runner.artifacts_dir("r2")), checkpoint_path(runner.artifacts_dir("r1"))
+    )
+    return store, runner.artifacts_dir("r1")
+
+
+def _other_history(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    # Another database has a run r1 with other events: r1's checkpoint moved over to it must
+    # not be used there (the event it ends at differs).
+    elsewhere = Path(str(store.url).removeprefix("sqlite:///")).parent / "elsewhere"
+    elsewhere.mkdir()
+    store2, runner2, run2 = start(elsewhere / "other.db", "r1")
+    steps(run2, 1, 12, tag=" elsewhere")
+    shutil.copy(
+        checkpoint_path(runner.artifacts_dir("r1")), checkpoint_path(runner2.artifacts_dir("r1"))
+    )
+    return store2, runner2.artifacts_dir("r1")
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [_corrupt, _cut_short, _other_code, _other_run, _other_history],
+    ids=lambda f: f.__name__,
+)
+def test_a_checkpoint_that_cannot_be_trusted_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spoil: Any
+) -> None:
+    store, runner, run = start(tmp_path / "m.db", "r1")
+    steps(run, 1, 10)
+    _store, _runner, run2 = start(tmp_path / "m.db", "r2")
+    steps(run2, 1, 5, tag=" of r2")
+    assert load_run_state(store, "r1", runner.artifacts_dir("r1"))[1] is not None
+    target, directory = spoil(store=store, runner=runner, monkeypatch=monkeypatch)
+    loaded, seq = load_run_state(target, "r1", directory)
+    assert seq is None, "folded from every event"
+    assert essence(loaded) == essence(fold(target.load_events("r1")))
