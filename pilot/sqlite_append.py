@@ -15,7 +15,7 @@ PostgreSQL keeps the engine path: there the round trip dominates, not the Python
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -31,15 +31,17 @@ class _Statement:
     def __init__(self, sql: str, names: Sequence[str], processors: Sequence[Any]) -> None:
         self.sql = sql
         self.names = tuple(names)
-        self.processors: tuple[Callable[[Any], Any] | None, ...] = tuple(processors)
-
-    def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(
-            value if process is None or value is None else process(value)
-            for process, value in zip(
-                self.processors, (values[name] for name in self.names), strict=True
-            )
+        self.processed = tuple(
+            (position, process) for position, process in enumerate(processors) if process
         )
+        """Only the parameters that have a processor (here: the datetimes) are touched."""
+
+    def parameters(self, values: Mapping[str, Any]) -> list[Any]:
+        parameters = [values[name] for name in self.names]
+        for position, process in self.processed:
+            if parameters[position] is not None:
+                parameters[position] = process(parameters[position])
+        return parameters
 
 
 class SqliteAppender:
