@@ -82,7 +82,9 @@ character is a ``memchr``, twenty times faster than looking for a word, and pros
 
 _KEYWORD_STEMS = ("token", "key", "pass", "pwd", "secret")
 """Every secret keyword of the assignment rules contains one of these."""
-_ASSIGNED_AFTER_STEM = re.compile(r"(?:word|wd)?[\"']?\s*[=:]")  # pass(word|wd)
+# After the stem: pass(word|wd), a quote, spaces, the separator; in JSON text the quote and the
+# spaces may come escaped (\" \n \t \r \f), so the gate also works on an event's JSON.
+_ASSIGNED_AFTER_STEM = re.compile(r"(?:word|wd)?(?:\\?[\"'])?(?:\s|\\[ntrf])*[=:]")
 
 
 def could_assign_secret(lowered: str) -> bool:
@@ -104,8 +106,6 @@ def could_assign_secret(lowered: str) -> bool:
 
 GATES: dict[str, Callable[[str], bool]] = {"assignment": could_assign_secret}
 """A test of the lower-cased text a rule must pass to be tried, after its hints."""
-
-JSON_ESCAPES = (("\\n", " "), ("\\t", " "), ("\\r", " "), ("\\f", " "), ('\\"', '"'))
 
 E = TypeVar("E", bound=BaseModel)
 
@@ -165,11 +165,8 @@ class Redactor:
         redacting would change nothing, and an event with no secret (nearly all of them) is
         screened in one pass over its JSON instead of a walk over its fields."""
         lowered = text.lower()
-        if "\\" in lowered:  # JSON escapes: see the separators and quotes they stand for
-            if "\\u00" in lowered:
-                return True  # a control character escaped: leave it to the field walk
-            for escaped, plain in JSON_ESCAPES:
-                lowered = lowered.replace(escaped, plain)
+        if "\\u00" in lowered:
+            return True  # a control character escaped in JSON: leave it to the field walk
         gates_failed: set[Callable[[str], bool]] = set()
         for rule in self.rules:
             if not rule.worth_trying(lowered) or rule.gate in gates_failed:

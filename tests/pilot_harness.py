@@ -10,6 +10,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -89,13 +90,21 @@ def run_in_process(
     store = EventStore(f"sqlite:///{db}")
     loaded = load_for_run(workflow, [f"repo={repo}"])
     runner = Runner(store)
-    return asyncio.run(start_run(runner, loaded, endpoint=endpoint))
+    return asyncio.run(_closing(runner, start_run(runner, loaded, endpoint=endpoint)))
 
 
 def resume_in_process(run_id: str, db: Path) -> RunOutcome:
     store = EventStore(f"sqlite:///{db}")
     runner = Runner(store)
-    return asyncio.run(resume_run(runner, store.find_run(run_id)))
+    return asyncio.run(_closing(runner, resume_run(runner, store.find_run(run_id))))
+
+
+async def _closing(runner: Runner, outcome: Awaitable[RunOutcome]) -> RunOutcome:
+    """``outcome``, then the runner's model clients closed (as the CLI does)."""
+    try:
+        return await outcome
+    finally:
+        await runner.aclose()
 
 
 def final_state(db: Path, run_id: str) -> RunState:
