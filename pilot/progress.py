@@ -129,6 +129,13 @@ class _Sig:
     arguments: str
     result: str  # digest
 
+    def key(self) -> bytes:
+        """What ``_seen`` keeps: 12 bytes whatever the arguments' size (a phase of a thousand
+        ``write_file`` calls would otherwise keep every content written, and pickle it into
+        every state checkpoint)."""
+        text = f"{self.name}\0{self.arguments}\0{self.result}"
+        return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=12).digest()
+
     def label(self, raw_arguments: str) -> str:
         shown = raw_arguments if len(raw_arguments) <= 120 else raw_arguments[:117] + "..."
         return f"{self.name}({shown})"
@@ -154,7 +161,7 @@ class ProgressTracker:
     _last_progress_step: int = 0
     _nudged_at: dict[str, int] = field(default_factory=dict)
     _recent: deque[tuple[_Sig, str]] = field(default_factory=lambda: deque(maxlen=64))
-    _seen: set[_Sig | str] = field(default_factory=set)
+    _seen: set[bytes | str] = field(default_factory=set)
 
     @classmethod
     def from_history(
@@ -215,8 +222,9 @@ class ProgressTracker:
         changed = call.mutated and call.snapshot is not None and call.snapshot != self.snapshot
         if call.snapshot is not None:
             self.snapshot = call.snapshot
-        new_info = sig not in self._seen and not call.result.lstrip().startswith(ERROR_PREFIX)
-        self._seen.add(sig)
+        key = sig.key()
+        new_info = key not in self._seen and not call.result.lstrip().startswith(ERROR_PREFIX)
+        self._seen.add(key)
         if changed or new_info:
             self._progress()
         self._recent.append((sig, call.arguments))

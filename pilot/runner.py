@@ -20,9 +20,9 @@ from sqlalchemy.exc import OperationalError
 from pilot import events as ev
 from pilot.checkpoint import (
     CHECKPOINT_EVERY,
+    CheckpointWriter,
     delete_checkpoint,
     load_run_state,
-    write_checkpoint,
 )
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
@@ -270,6 +270,7 @@ class _Run:
         self.state = state
         self.cancel_requested = False
         self.checkpointed_seq = state.last_seq
+        self.checkpoints: CheckpointWriter | None = None
         self.unsaved: list[tuple[int, ev.Event, str]] = []
         """Events held back by ``emit(commit=False)``: in the state, not yet in the store."""
         self.totals: dict[str, Any] = {}
@@ -321,10 +322,10 @@ class _Run:
         that a resume folds only what follows (``pilot.checkpoint``). A cache: a failure to
         write it costs a longer resume, nothing else."""
         self.checkpointed_seq = self.state.last_seq
+        if self.checkpoints is None:
+            self.checkpoints = CheckpointWriter(self.runner.artifacts_dir(self.run_id), self.run_id)
         with contextlib.suppress(OSError):
-            write_checkpoint(
-                self.runner.artifacts_dir(self.run_id), self.run_id, self.state, last_payload
-            )
+            self.checkpoints.write(self.state, last_payload)
 
     def commit_held(self) -> None:
         """Commit and show the events held back (the loop stopped before its next event)."""

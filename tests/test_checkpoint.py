@@ -91,6 +91,39 @@ def test_a_resume_starts_from_the_last_checkpoint_and_equals_a_full_fold(tmp_pat
     assert essence(again.state) == essence(fold(store.load_events("r1")))
 
 
+def test_a_compaction_starts_a_new_message_log_and_the_checkpoint_still_folds_equal(
+    tmp_path: Path,
+) -> None:
+    store, runner, run = start(tmp_path / "m.db", "r1")
+    steps(run, 1, 6)
+    log = checkpoint.messages_path(runner.artifacts_dir("r1"))
+    before = log.read_bytes()
+    old_header = checkpoint_path(runner.artifacts_dir("r1")).read_bytes()
+    run.emit(
+        ev.Compaction(
+            pinned=[0, 1],
+            replaced_to=10,
+            replaced_count=8,
+            summary="Steps 1 to 4 read f1.py to f4.py.",
+            tokens_before=9000,
+            tokens_after=3000,
+            reason="threshold",
+        )
+    )
+    steps(run, 7, 4)
+    assert not log.read_bytes().startswith(before[:12]), "a log of a new generation"
+    loaded, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    assert seq is not None
+    assert essence(loaded) == essence(fold(store.load_events("r1")))
+    assert any("f1.py to f4.py" in str(m["content"]) for m in loaded.messages)
+    # A header from before the compaction never reads the new log (a process killed between
+    # writing the two): it would pair old counts with new messages.
+    checkpoint_path(runner.artifacts_dir("r1")).write_bytes(old_header)
+    stale, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    assert seq is None
+    assert essence(stale) == essence(fold(store.load_events("r1")))
+
+
 def test_a_paused_run_is_checkpointed_at_its_last_event_and_a_finished_one_deletes_it(
     tmp_path: Path,
 ) -> None:
@@ -117,6 +150,21 @@ def _corrupt(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
 def _cut_short(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
     path = checkpoint_path(runner.artifacts_dir("r1"))
     path.write_bytes(path.read_bytes()[:100])
+    return store, runner.artifacts_dir("r1")
+
+
+def _log_cut_short(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    path = checkpoint.messages_path(runner.artifacts_dir("r1"))
+    path.write_bytes(path.read_bytes()[:-50])
+    return store, runner.artifacts_dir("r1")
+
+
+def _other_log(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    # r2's message log (another generation) in place of r1's.
+    shutil.copy(
+        checkpoint.messages_path(runner.artifacts_dir("r2")),
+        checkpoint.messages_path(runner.artifacts_dir("r1")),
+    )
     return store, runner.artifacts_dir("r1")
 
 
@@ -148,7 +196,7 @@ def _other_history(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
 
 @pytest.mark.parametrize(
     "spoil",
-    [_corrupt, _cut_short, _other_code, _other_run, _other_history],
+    [_corrupt, _cut_short, _log_cut_short, _other_log, _other_code, _other_run, _other_history],
     ids=lambda f: f.__name__,
 )
 def test_a_checkpoint_that_cannot_be_trusted_is_ignored(
