@@ -2,7 +2,10 @@
 
 The runner owns the one place where events are written (``_Run.emit``): append to the store
 (committed), fold into the state, then tell the observers (live view, JSON lines). Nothing is
-shown or acted upon that is not already durable.
+shown or acted upon that is not already durable: an event the loop holds back (an assistant
+message whose call runs next) is committed with the next one, before the call runs. Every
+``checkpoint_every`` events the state is checkpointed (``pilot.checkpoint``), so a resume
+folds only what came after.
 """
 
 from __future__ import annotations
