@@ -74,6 +74,8 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             text.append(f"paused: {event.reason}", style="yellow bold")
         case ev.RunResumed():
             text.append(f"resumed by {event.owner} {event.note}", style="cyan")
+            if event.from_checkpoint is not None:
+                text.append(f" (state from its checkpoint at event {event.from_checkpoint})")
         case ev.RunFinished():
             style = "bold green" if event.status == "succeeded" else "bold red"
             text.append(f"run {event.status}", style=style)

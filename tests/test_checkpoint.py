@@ -17,6 +17,7 @@ from pilot.checkpoint import checkpoint_path, load_run_state
 from pilot.runner import Runner, _Run
 from pilot.state import RunState, fold
 from pilot.store import EventStore
+from pilot.ui import event_line
 
 
 def start(db: Path, run_id: str, *, every: int = 4) -> tuple[EventStore, Runner, _Run]:
@@ -211,3 +212,11 @@ def test_a_checkpoint_that_cannot_be_trusted_is_ignored(
     loaded, seq = load_run_state(target, "r1", directory)
     assert seq is None, "folded from every event"
     assert essence(loaded) == essence(fold(target.load_events("r1")))
+
+
+def test_the_timeline_says_where_a_resume_started() -> None:
+    assert (
+        "checkpoint at event 42"
+        in event_line(ev.RunResumed(owner="host:1:ab", from_checkpoint=42)).plain
+    )
+    assert "checkpoint" not in event_line(ev.RunResumed(owner="host:1:ab")).plain
