@@ -18,18 +18,13 @@ from pilot.model_types import ToolCallOut, Usage
 __all__ = ["StreamAccumulator"]
 
 
-def _get(obj: Any, name: str) -> Any:
-    """Attribute or key ``name`` of an SDK object or a plain dict, including pydantic extras."""
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    value = getattr(obj, name, None)
-    if value is None:
-        extra = getattr(obj, "model_extra", None)
-        if isinstance(extra, dict):
-            value = extra.get(name)
-    return value
+def _as_dict(chunk: Any) -> dict[str, Any]:
+    """A chunk as plain JSON: the client reads dicts; an SDK object (tests, other clients) is
+    dumped once, extras (``reasoning``) included."""
+    if isinstance(chunk, dict):
+        return chunk
+    dump = getattr(chunk, "model_dump", None)
+    return dump() if dump is not None else dict(vars(chunk))
 
 
 @dataclass
@@ -59,43 +54,44 @@ class StreamAccumulator:
 
     def add(self, chunk: Any) -> bool:
         """Take one chunk; returns True if it carried generated output."""
+        chunk = _as_dict(chunk)
         self.chunks += 1
-        usage = _get(chunk, "usage")
-        if usage is not None:
-            prompt = _get(usage, "prompt_tokens")
-            completion = _get(usage, "completion_tokens")
+        usage = chunk.get("usage")
+        if usage:
+            prompt = usage.get("prompt_tokens")
+            completion = usage.get("completion_tokens")
             if prompt is not None or completion is not None:
                 self.usage = Usage(
                     prompt_tokens=int(prompt or 0), completion_tokens=int(completion or 0)
                 )
         produced = False
-        for choice in _get(chunk, "choices") or []:
-            if (_get(choice, "index") or 0) != 0:
+        for choice in chunk.get("choices") or ():
+            if choice.get("index") or 0:
                 continue  # n > 1 is never requested; ignore stray choices
-            delta = _get(choice, "delta")
-            text = _get(delta, "content")
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
             if text:
                 self.content.append(text)
                 self.received_chars += len(text)
                 produced = True
-            thought = _get(delta, "reasoning") or _get(delta, "reasoning_content")
+            thought = delta.get("reasoning") or delta.get("reasoning_content")
             if thought:
                 self.reasoning.append(thought)
                 self.received_chars += len(thought)
                 produced = True
-            for tool_delta in _get(delta, "tool_calls") or []:
+            for tool_delta in delta.get("tool_calls") or ():
                 self._add_tool_delta(tool_delta)
                 produced = True
-            reason = _get(choice, "finish_reason")
+            reason = choice.get("finish_reason")
             if reason:
                 self.finish_reason = str(reason)
         if produced:
             self.first_delta = True
         return produced
 
-    def _add_tool_delta(self, tool_delta: Any) -> None:
-        index = _get(tool_delta, "index")
-        call_id = _get(tool_delta, "id")
+    def _add_tool_delta(self, tool_delta: dict[str, Any]) -> None:
+        index = tool_delta.get("index")
+        call_id = tool_delta.get("id")
         if index is None:
             # No index: a new id starts a new call, anything else continues the latest one.
             known = self._calls.get(self._last_index) if self._last_index is not None else None
@@ -108,11 +104,11 @@ class StreamAccumulator:
         self._last_index = index
         if call_id and not call.id:
             call.id = str(call_id)
-        function = _get(tool_delta, "function")
-        name = _get(function, "name")
+        function = tool_delta.get("function") or {}
+        name = function.get("name")
         if name and not call.name:
             call.name = str(name)
-        fragment = _get(function, "arguments")
+        fragment = function.get("arguments")
         if fragment:
             call.arguments.append(str(fragment))
             self.received_chars += len(fragment)

@@ -301,3 +301,26 @@ def test_openai_client_satisfies_the_protocol():
     )
     assert isinstance(client, ModelClient)
     asyncio.run(client.aclose())
+
+
+def test_sdk_chunk_objects_are_read_like_dicts_extras_included():
+    from openai.types.chat import ChatCompletionChunk
+
+    def sdk(delta: dict, finish: str | None = None) -> ChatCompletionChunk:
+        return ChatCompletionChunk.model_validate(
+            {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+
+    acc = StreamAccumulator()
+    acc.add(sdk({"reasoning": "think "}))  # vLLM's field: an extra to the SDK's model
+    acc.add(sdk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}))
+    acc.add(sdk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, "tool_calls"))
+    assert acc.reasoning_text == "think "
+    assert acc.tool_calls() == [ToolCallOut(id="c", name="f", arguments="{}")]
+    assert acc.finish_reason == "tool_calls"
