@@ -92,6 +92,13 @@ class CheckpointWriter:
     def write(self, run_state: RunState, last_payload: str) -> None:
         """Save ``run_state`` (every event up to ``run_state.last_seq`` committed, the last
         one's JSON being ``last_payload``)."""
+        try:
+            self._write(run_state, last_payload)
+        except BaseException:
+            self._logged_list = None  # the log may end in a partial record: start a new one
+            raise
+
+    def _write(self, run_state: RunState, last_payload: str) -> None:
         messages = run_state.messages
         self.directory.mkdir(parents=True, exist_ok=True)
         log = messages_path(self.directory)

@@ -220,3 +220,29 @@ def test_the_timeline_says_where_a_resume_started() -> None:
         in event_line(ev.RunResumed(owner="host:1:ab", from_checkpoint=42)).plain
     )
     assert "checkpoint" not in event_line(ev.RunResumed(owner="host:1:ab")).plain
+
+
+def test_a_failed_write_starts_a_new_log_at_the_next_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that fills mid-append leaves a partial record: the next checkpoint must not
+    append after it (the checkpoint write fails quietly, the run goes on)."""
+    store, runner, run = start(tmp_path / "m.db", "r1")
+    steps(run, 1, 3)
+    real_open = Path.open
+
+    def full_disk(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if mode == "ab":
+            handle = real_open(self, mode, *args, **kwargs)
+            handle.write(b"\x00\x01partial")
+            handle.close()
+            raise OSError(28, "No space left on device")
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", full_disk)
+    steps(run, 4, 2)  # its checkpoint fails after a partial append
+    monkeypatch.setattr(Path, "open", real_open)
+    steps(run, 6, 2)
+    loaded, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    assert seq is not None and seq > 22
+    assert essence(loaded) == essence(fold(store.load_events("r1")))
