@@ -95,7 +95,9 @@ def start_sim(ttft: float, itl: float, max_num_seqs: int) -> tuple[subprocess.Po
 # -- the pilot process ------------------------------------------------------------------------
 
 
-def pilot_child(runs: int, steps: int, base_url: str, db: str, out: str) -> None:
+def pilot_child(
+    runs: int, steps: int, base_url: str, db: str, out: str, stream_interval: int | None = None
+) -> None:
     from pilot import events as ev
     from pilot.loop import CheckOutcome, RunLoop
     from pilot.model import OpenAIModelClient
@@ -158,7 +160,12 @@ def pilot_child(runs: int, steps: int, base_url: str, db: str, out: str) -> None
                     PhasePlan(name="work", prompt=f"Task {k}: steps={steps} go", tools=[*TOOLS])
                 ],
                 tools=list(TOOLS),
-                model=ModelPlan(endpoint=base_url, name="auto", max_tokens=256),
+                model=ModelPlan(
+                    endpoint=base_url,
+                    name="auto",
+                    max_tokens=256,
+                    stream_interval=stream_interval,
+                ),
                 workspace=folder,
                 branch=f"run-{k}",
             )
@@ -223,7 +230,12 @@ def process_cpu_s(pid: int) -> float:
 
 
 def run_bench(
-    runs_list: list[int], steps: int, ttft: float, itl: float, json_out: Path | None
+    runs_list: list[int],
+    steps: int,
+    ttft: float,
+    itl: float,
+    json_out: Path | None,
+    stream_interval: int | None = None,
 ) -> list[dict]:
     sim, base_url = start_sim(ttft, itl, max(max(runs_list), 16) * 2)
     results = []
@@ -232,7 +244,7 @@ def run_bench(
             for runs in runs_list:
                 db, out = Path(tmp) / f"k{runs}.db", Path(tmp) / f"k{runs}.json"
                 argv = [sys.executable, "-m", "bench.parallel", "_pilot", str(runs), str(steps),
-                        base_url, str(db), str(out)]  # fmt: skip
+                        base_url, str(db), str(out), str(stream_interval or "-")]  # fmt: skip
                 sim_cpu = process_cpu_s(sim.pid)
                 proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
                 if proc.returncode != 0:
@@ -256,7 +268,8 @@ def run_bench(
         r["wall_vs_one"] = r["wall_s"] / one
     print(
         f"\nsim: ttft {ttft * 1000:.0f} ms, itl {itl * 1000:.0f} ms/token, "
-        f"max_num_seqs {max(max(runs_list), 16) * 2}; {steps} steps + finish per run\n"
+        f"max_num_seqs {max(max(runs_list), 16) * 2}; {steps} steps + finish per run; "
+        f"stream_interval {stream_interval or 'the server default (1)'}\n"
     )
     print(
         markdown_table(
@@ -298,17 +311,24 @@ def main(argv: list[str] | None = None) -> None:
         sim_child(argv[1], float(argv[2]), float(argv[3]), int(argv[4]))
         return
     if argv and argv[0] == "_pilot":
-        pilot_child(int(argv[1]), int(argv[2]), argv[3], argv[4], argv[5])
+        interval = int(argv[6]) if len(argv) > 6 and argv[6] != "-" else None
+        pilot_child(int(argv[1]), int(argv[2]), argv[3], argv[4], argv[5], interval)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[1, 8, 32, 128, 256])
     parser.add_argument("--steps", type=int, default=10, help="tool steps per run (+ finish)")
     parser.add_argument("--ttft", type=float, default=0.1, help="sim time to first token, s")
     parser.add_argument("--itl", type=float, default=0.03, help="sim seconds per token")
+    parser.add_argument(
+        "--stream-interval",
+        type=int,
+        default=None,
+        help="the runs' model.stream_interval (tokens per streamed chunk; default: the server's)",
+    )
     parser.add_argument("--json", type=Path, help="also write every figure here")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    run_bench(args.runs, args.steps, args.ttft, args.itl, args.json)
+    run_bench(args.runs, args.steps, args.ttft, args.itl, args.json, args.stream_interval)
 
 
 if __name__ == "__main__":

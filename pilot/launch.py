@@ -145,6 +145,7 @@ def build_plan(
             idle_timeout=model.idle_timeout,
             server_wait=model.server_wait,
             context_margin=model.context_margin,
+            stream_interval=model.stream_interval,
         ),
         workspace=workspace_path,
         branch=branch,

@@ -293,6 +293,7 @@ class RunLoop:
             tool_choice="auto" if phase.tools else None,
             temperature=self.plan.model.temperature,
             max_tokens=max_tokens,
+            extra_body=self.plan.model.extra_body,
         )
         try:
             response = await self.call_model(request)
@@ -397,6 +398,7 @@ class RunLoop:
                     ),
                     temperature=self.plan.model.temperature,
                     max_tokens=SUMMARY_MAX_TOKENS,
+                    extra_body=self.plan.model.extra_body,
                 )
             )
             summary = accept_summary(answer.content)

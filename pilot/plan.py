@@ -7,7 +7,7 @@ can grow without touching the loop, and tests and benchmarks can build plans dir
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pilot.images import MediaPlan
 
@@ -43,9 +43,16 @@ class ModelPlan:
     idle_timeout: float = 120.0
     server_wait: float = 1800.0
     context_margin: int = 256
+    stream_interval: int | None = None
+    """Tokens per streamed chunk asked of vLLM (None: the server's setting)."""
     endpoints: tuple[str, ...] = ()
     """Several servers of one model, routed per run (``pilot.router``); ``endpoint`` is then
     the first of them. Empty: ``endpoint`` is the only one."""
+
+    @property
+    def extra_body(self) -> dict[str, Any]:
+        """Request fields beyond the OpenAI API's own (vLLM's)."""
+        return {"stream_interval": self.stream_interval} if self.stream_interval else {}
 
     @property
     def targets(self) -> tuple[str, ...]:

@@ -344,6 +344,14 @@ class ModelSettings(_Strict):
     context_margin: int = Field(
         256, ge=0, description="Tokens kept free below the served max_model_len, for safety."
     )
+    stream_interval: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens vLLM batches into each streamed chunk (its request field "
+        "stream_interval, vLLM >= 0.33; the first and last chunks still come at once). 8-16 "
+        "cuts the per-token HTTP work of server and pilot when many runs share a server; "
+        "null = the server's --stream-interval (1 by default).",
+    )
     vision: bool | None = Field(
         None,
         description="Whether the model takes images (view_image, phase images); null = ask "

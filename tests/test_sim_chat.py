@@ -204,3 +204,43 @@ def test_async_client_concurrent_streams(sim):
             return await asyncio.gather(*(one(client) for _ in range(5)))
 
     assert asyncio.run(main()) == ["tool_calls"] * 5
+
+
+def _content_chunks(client: openai.OpenAI, **extra) -> tuple[list[str], int]:
+    """The content pieces of the script's second turn (no calls), and the usage's count."""
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[
+            *MESSAGES,
+            {"role": "assistant", "content": "x"},
+            {"role": "tool", "content": "y", "tool_call_id": "c"},
+        ],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=extra,
+    )
+    chunks = list(stream)
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
+    return pieces, chunks[-1].usage.completion_tokens
+
+
+def test_stream_interval_batches_tokens_per_chunk_first_and_last_at_once(client):
+    # vLLM's per-request stream_interval (clamped up to the server's --stream-interval):
+    # the first step's token goes alone, then `interval` tokens a chunk, the rest with the end.
+    one, tokens = _content_chunks(client)
+    four, same_tokens = _content_chunks(client, stream_interval=4)
+    assert "".join(four) == "".join(one) and same_tokens == tokens
+    assert len(one) == tokens
+    assert len(four) == 1 + -(-(tokens - 1) // 4)
+
+
+def test_server_stream_interval_is_a_floor_for_requests():
+    with running_sim(
+        SimConfig(model="m", max_model_len=4096, stream_interval=3),
+        policy=ScriptPolicy.from_dict(SCRIPT),
+    ) as s:
+        client = openai.OpenAI(base_url=s.openai_base_url, api_key="unused", max_retries=0)
+        pieces, tokens = _content_chunks(client, stream_interval=1)
+    assert len(pieces) == 1 + -(-(tokens - 1) // 3)

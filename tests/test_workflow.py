@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pilot.errors import MarathonError, WorkflowError, WorkflowErrors
+from pilot.launch import build_plan
 from pilot.workflow import (
     DEFAULT_ENDPOINT,
     RunContext,
@@ -575,3 +576,17 @@ def test_checking_without_params_skips_only_the_required_params() -> None:
     assert [e.field for e in error_of(text, params={}, require_params=False).errors] == [
         "phases[0].promt"
     ]
+
+
+def test_model_stream_interval_reaches_every_request_body() -> None:
+    text = MINIMAL.replace(
+        "tools: [read_file, run, finish]",
+        "tools: [read_file, run, finish]\nmodel:\n  stream_interval: 8",
+    )
+    plan = build_plan(load(text), "r1", endpoint="http://127.0.0.1:9/v1")
+    assert plan.model.stream_interval == 8
+    assert plan.model.extra_body == {"stream_interval": 8}
+    assert build_plan(load(MINIMAL), "r1", endpoint="http://127.0.0.1:9/v1").model.extra_body == {}
+    assert "stream_interval" in " ".join(
+        messages(text.replace("stream_interval: 8", "stream_interval: 0"))
+    )

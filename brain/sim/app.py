@@ -307,7 +307,18 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
     )
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
-        stream = _stream(state, number, ticket, clock, emission, meta, rules, include_usage, client)
+        stream = _stream(
+            state,
+            number,
+            ticket,
+            clock,
+            emission,
+            meta,
+            rules,
+            include_usage,
+            client,
+            stream_interval=body.stream_interval,
+        )
         return StreamingResponse(stream, media_type="text/event-stream")
     return await _complete(state, number, ticket, clock, emission, meta, rules, client, turn)
 
@@ -470,8 +481,10 @@ async def _stream(
     rules: list[FaultRule],
     include_usage: bool,
     client: tuple[str, int] | None,
+    stream_interval: int | None = None,
 ) -> AsyncIterator[str]:
     engine = state.engine
+    interval = max(state.config.stream_interval, stream_interval or 1)
     cut = _rule(rules, "stream_cut")
     stall = _rule(rules, "stall")
     stalled = False
@@ -494,18 +507,30 @@ async def _stream(
     try:
         await ticket.admitted()
         first = True
+        # vLLM's stream interval: the first step's tokens go at once, then tokens are held
+        # until `interval` of them are waiting (or the answer ends), one chunk per delta.
+        held: list[OutputToken] = []
         async for batch in _generate(state, number, clock, emission, meta.prompt_tokens):
             if first:
-                first = False
                 yield _chunk(meta, {"role": "assistant", "content": ""})
                 sent += 1
                 if await faults_after_chunk():
                     return
-            for delta in _deltas(batch, emission):
+            held.extend(batch)
+            if not first and len(held) < interval:
+                continue
+            first = False
+            out, held = held, []
+            for delta in _deltas(out, emission):
                 yield _chunk(meta, delta)
                 sent += 1
                 if await faults_after_chunk():
                     return
+        for delta in _deltas(held, emission):  # the last tokens, with the end
+            yield _chunk(meta, delta)
+            sent += 1
+            if await faults_after_chunk():
+                return
         if first:  # nothing generated at all: still open the message
             yield _chunk(meta, {"role": "assistant", "content": ""})
             sent += 1

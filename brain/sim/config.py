@@ -109,6 +109,12 @@ class SimConfig(BaseModel):
         None, description="Directory file:// images must lie under (vLLM's flag of that name)."
     )
     log_requests: bool = False
+    stream_interval: int = Field(
+        1,
+        ge=1,
+        description="vLLM's --stream-interval: tokens batched into each streamed chunk (the "
+        "first and the last are sent at once); a request's own stream_interval may raise it.",
+    )
 
     @property
     def served_names(self) -> list[str]:

@@ -55,6 +55,8 @@ class SimChatRequest(BaseModel):
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
     n: int | None = 1
+    stream_interval: int | None = Field(None, ge=1)
+    """Tokens per streamed chunk for this request (vLLM >= 0.33; clamped up to the server's)."""
 
     @property
     def output_limit(self) -> int | None:
