@@ -107,6 +107,8 @@ def _engine_args(spec: ServerSpec, *, for_preload: bool) -> list[str]:
         a += ["--max-num-batched-tokens", str(spec.max_num_batched_tokens)]
     if spec.max_num_queued_reqs is not None and not for_preload:
         a += ["--max-num-queued-reqs", str(spec.max_num_queued_reqs)]
+    if spec.stream_interval is not None and not for_preload:
+        a += ["--stream-interval", str(spec.stream_interval)]
     if spec.dtype:
         a += ["--dtype", spec.dtype]
     if spec.quantization:

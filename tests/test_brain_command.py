@@ -16,6 +16,7 @@ from brain.command import (
     vllm_preload_argv,
     vllm_serve_argv,
 )
+from brain.errors import SpecErrors
 from brain.profiles import apply_overrides, load_profile
 from brain.spec import spec_hash
 
@@ -212,6 +213,15 @@ def test_boolean_tristate_flags():
     )
     argv = vllm_serve_argv(s)
     assert "--no-enable-prefix-caching" in argv and "--enable-chunked-prefill" in argv
+
+
+def test_stream_interval_is_a_serve_flag_and_a_spec_field_only():
+    spec = apply_overrides(load_profile("qwen2.5-1.5b-smoke"), ["stream_interval=8"])
+    argv = vllm_serve_argv(spec)
+    assert argv[argv.index("--stream-interval") + 1] == "8"
+    assert "--stream-interval" not in vllm_preload_argv(spec)  # a serving setting, not a load one
+    with pytest.raises(SpecErrors, match="set stream_interval instead"):
+        apply_overrides(load_profile("qwen2.5-1.5b-smoke"), ["extra_args=[--stream-interval, '4']"])
 
 
 def test_dry_run_text_shows_the_line_warnings_and_launch_problems():

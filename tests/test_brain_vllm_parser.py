@@ -87,6 +87,7 @@ def _cases() -> dict[str, dict]:
                     "api_key=k",
                     "max_num_batched_tokens=8192",
                     "max_num_queued_reqs=16",
+                    "stream_interval=8",
                     "kv_cache_dtype=fp8",
                     "enable_chunked_prefill=false",
                     "enable_prefix_caching=false",

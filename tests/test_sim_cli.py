@@ -163,9 +163,12 @@ def test_vllm_argv_mapping():
             '{"model": "google/gemma-4-E4B-it-assistant", "num_speculative_tokens": 4}',
             "--gpu-memory-utilization",
             "0.9",
+            "--stream-interval",
+            "8",
         ],
         {"BRAIN_SIM_FAULTS": "http_503@2;stall@3,seconds=0.1", "BRAIN_SIM_LOAD_DELAY": "1.5"},
     )
+    assert config.stream_interval == 8
     assert config.served_names == ["gemma"] and config.model == "google/gemma-4-E4B-it"
     assert config.max_model_len == 32000 and config.api_keys == ["k1"] and config.max_num_seqs == 4
     assert config.speculative.num_tokens == 4 and config.speculative.draft_model.endswith(

@@ -4,8 +4,8 @@ The brain's Docker tests build a fake ``vllm/vllm-openai`` image whose entrypoin
 module, so the brain's real ``vllm serve`` command line must start the sim. Flags that map are
 honoured (``--served-model-name``, ``--max-model-len``, ``--host``, ``--port``, ``--api-key``,
 ``--max-num-seqs``, ``--max-num-queued-reqs``, ``--speculative-config``, ``--seed``,
-``--allowed-local-media-path``); every other flag is accepted and ignored with one log line,
-as the sim has no GPU to apply it to.
+``--allowed-local-media-path``, ``--stream-interval``); every other flag is accepted and
+ignored with one log line, as the sim has no GPU to apply it to.
 
 Sim-only settings come from the environment, since vLLM's argv has no room for them:
 ``BRAIN_SIM_CONFIG`` (YAML of SimConfig fields, the base), ``BRAIN_SIM_POLICY``,
@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--speculative-config", default=None)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--allowed-local-media-path", default=None)
+    parser.add_argument("--stream-interval", type=int, default=None)
     return parser
 
 
@@ -79,6 +80,7 @@ def config_from_vllm_argv(
         "max_queue": known.max_num_queued_reqs,
         "seed": known.seed,
         "allowed_local_media_path": known.allowed_local_media_path,
+        "stream_interval": known.stream_interval,
         "policy": env.get("BRAIN_SIM_POLICY"),
         "fatal_log": env.get("BRAIN_SIM_FATAL_LOG"),
     }
