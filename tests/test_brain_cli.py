@@ -21,11 +21,7 @@ from brain.state import Registry
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("MARATHON_DB", raising=False)
-    return tmp_path / "home"
+pytestmark = pytest.mark.usefixtures("marathon_home")
 
 
 def brain(*args: str):
@@ -58,7 +54,7 @@ def test_a_bad_override_is_a_spec_error_without_traceback():
     assert "Traceback" not in r.output and "max_num_seqs" in r.output
 
 
-def test_up_ps_status_logs_down_with_the_sim(home):
+def test_up_ps_status_logs_down_with_the_sim(marathon_home):
     name, port = "clisim", free_port()
     r = brain("up", *sim_args(name, port))
     assert r.exit_code == 0, r.output
@@ -101,7 +97,7 @@ def test_up_ps_status_logs_down_with_the_sim(home):
         r = brain("down", name)
     assert r.exit_code == 0 and f"stopped {name}" in r.output
     assert "no servers" in brain("ps").output
-    events = ServerEventWriter(f"sqlite:///{home / 'marathon.db'}").read(name)
+    events = ServerEventWriter(f"sqlite:///{marathon_home / 'marathon.db'}").read(name)
     assert [e.type for e in events] == ["starting", "ready", "stopped"]
 
 
@@ -197,9 +193,9 @@ def test_profiles_lists_each_profile_on_one_line():
     assert any(ln.startswith("  gemma4-e4b-mtp-tp2 ") for ln in r.output.splitlines())
 
 
-def test_up_watch_in_the_foreground_is_stopped_by_down_from_another_command(home):
+def test_up_watch_in_the_foreground_is_stopped_by_down_from_another_command(marathon_home):
     name, port = "watched", free_port()
-    env = {**os.environ, "MARATHON_HOME": str(home)}
+    env = {**os.environ, "MARATHON_HOME": str(marathon_home)}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -234,5 +230,7 @@ def test_up_watch_in_the_foreground_is_stopped_by_down_from_another_command(home
     finally:
         if proc.poll() is None:
             proc.kill()
-    events = [e.type for e in ServerEventWriter(f"sqlite:///{home / 'marathon.db'}").read(name)]
+    events = [
+        e.type for e in ServerEventWriter(f"sqlite:///{marathon_home / 'marathon.db'}").read(name)
+    ]
     assert events[:2] == ["starting", "ready"] and "stopped" in events

@@ -19,7 +19,7 @@ from brain.launchers.ports import free_port
 from brain.spec import ServerSpec
 from brain.supervisor import RestartPolicy, Supervisor, launch
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("marathon_home")]
 
 FAKE_IMAGE, FAKE_TAG = "vllm/vllm-openai", "marathon-ci-fake"
 CI_LABEL = {"marathon.ci": "1"}
@@ -41,11 +41,6 @@ def client():
     except Exception:
         pytest.skip(f"{FAKE_IMAGE}:{FAKE_TAG} is not built; run .ci/services start")
     return c
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))
 
 
 class TrackingLauncher(DockerLauncher):

@@ -38,11 +38,7 @@ runner = CliRunner()
 TP2 = "gemma4-e4b-mtp-tp2"
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("MARATHON_DB", raising=False)
-    return tmp_path / "home"
+pytestmark = pytest.mark.usefixtures("marathon_home")
 
 
 def brain(*args: str):
@@ -284,7 +280,7 @@ def test_a_busy_port_in_the_range_refuses_the_whole_fleet_naming_the_replica():
     assert Registry().servers() == []
 
 
-def test_each_replica_has_its_own_supervisor_one_restarts_while_the_others_serve(home):
+def test_each_replica_has_its_own_supervisor_one_restarts_while_the_others_serve(marathon_home):
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -293,7 +289,7 @@ def test_each_replica_has_its_own_supervisor_one_restarts_while_the_others_serve
             *("up", "sim", "--replicas", "3", "--port", "0", "--set", "name=wf"),
             *("--watch", "--poll-interval", "0.3"),
         ],
-        env={**os.environ, "MARATHON_HOME": str(home)},
+        env={**os.environ, "MARATHON_HOME": str(marathon_home)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -335,7 +331,7 @@ def test_each_replica_has_its_own_supervisor_one_restarts_while_the_others_serve
         if proc.poll() is None:
             proc.kill()
     assert Registry().servers() == []
-    events = ServerEventWriter(f"sqlite:///{home / 'marathon.db'}")
+    events = ServerEventWriter(f"sqlite:///{marathon_home / 'marathon.db'}")
     types = [e.type for e in events.read("wf-r1")]
     assert types[:2] == ["starting", "ready"]
     assert "died" in types and "restarting" in types and types[-1] == "stopped"

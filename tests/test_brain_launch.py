@@ -20,12 +20,9 @@ from brain.readiness import wait_until_ready
 from brain.spec import ServerSpec
 from brain.state import Registry, ServerRecord
 
+pytestmark = pytest.mark.usefixtures("marathon_home")
+
 SIM_EXE = f"{sys.executable} -m brain.sim.vllm_entry"
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))
 
 
 def sim_spec(backend: str = "sim", **env: str) -> ServerSpec:

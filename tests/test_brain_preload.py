@@ -24,10 +24,7 @@ from brain.preload import (
 from brain.spec import ServerSpec
 from brain.state import Registry
 
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))
+pytestmark = pytest.mark.usefixtures("marathon_home")
 
 
 def preload_spec(tmp_path, **update) -> ServerSpec:

@@ -26,10 +26,7 @@ KV_FATAL = (
     "the engine."
 )
 
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))
+pytestmark = pytest.mark.usefixtures("marathon_home")
 
 
 def sim_spec(**env: str) -> ServerSpec:

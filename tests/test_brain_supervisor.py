@@ -23,12 +23,9 @@ FATAL = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
     "GPU 0 has a total capacity of 23.55 GiB"
 )
+
+pytestmark = pytest.mark.usefixtures("marathon_home")
 FAST = RestartPolicy(max_restarts=3, window_s=600, backoff_initial_s=0.05, backoff_max_s=0.2)
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))
 
 
 @pytest.fixture
