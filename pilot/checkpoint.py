@@ -39,7 +39,7 @@ from typing import Any
 from pilot import events as ev
 from pilot import progress, state
 from pilot.progress import ProgressLimits
-from pilot.state import RunState
+from pilot.state import RunState, fold
 from pilot.store import EventStore
 
 CHECKPOINT_EVERY = 256
@@ -187,7 +187,4 @@ def load_run_state(
                     saved.apply(ev.event_from_json(payload))
                 return saved, seq
             rows.close()
-    run_state = RunState(progress_limits=limits)
-    for event in store.load_events(run_id):
-        run_state.apply(event)
-    return run_state, None
+    return fold(store.load_events(run_id), progress_limits=limits), None

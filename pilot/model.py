@@ -18,7 +18,7 @@ import inspect
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -212,21 +212,19 @@ def map_vllm_error(
     return BadRequest(message, status=status, body=body)
 
 
-def _root_cause(exc: BaseException) -> BaseException:
+def _causes(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from, down to the root (each once)."""
     seen: set[int] = set()
-    while id(exc) not in seen:
+    while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        cause = exc.__cause__ or exc.__context__
-        if cause is None:
-            break
-        exc = cause
-    return exc
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def _timed_out(exc: BaseException) -> bool:
     """Whether a transport failure was a timeout, by its root cause: the aiohttp transport
     maps every connection error (refused, reset, closed by the server) to a connect timeout."""
-    root = _root_cause(exc)
+    *_, root = _causes(exc)
     return isinstance(root, TimeoutError) or "Timeout" in type(root).__name__
 
 
@@ -234,13 +232,7 @@ def is_refused(exc: BaseException | None) -> bool:
     """Whether a failure is "nobody listens there" (connection refused, host unreachable),
     wherever it sits in the chain of causes (the aiohttp transport reports a refused connection
     as a connect *timeout* whose cause is the refusal)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, CONNECT_ERRORS):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return any(isinstance(cause, CONNECT_ERRORS) for cause in _causes(exc))
 
 
 def _describe(exc: BaseException) -> str:
@@ -250,7 +242,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, openai.APITimeoutError | TIMEOUT_ERRORS) and _timed_out(exc):
         return "request timed out"
     if isinstance(exc, openai.APIConnectionError | TRANSPORT_ERRORS):
-        cause = _root_cause(exc)
+        *_, cause = _causes(exc)
         detail = f" ({type(cause).__name__}: {' '.join(str(cause).split())})"
         return f"connection failed{detail}"
     if isinstance(exc, openai.APIError):
