@@ -141,6 +141,19 @@ class Rule:
         return self.pattern.sub(replace, text)
 
 
+def _should_try(rule: Rule, lowered: str, gates: dict[Callable[[str], bool], bool]) -> bool:
+    """Whether ``rule``'s regex is worth running on a text (``lowered``: lower-cased): its
+    hints, then its gate, whose result ``gates`` keeps for the rules that share it."""
+    if not rule.worth_trying(lowered):
+        return False
+    gate = rule.gate
+    if gate is None:
+        return True
+    if (passed := gates.get(gate)) is None:
+        passed = gates[gate] = gate(lowered)
+    return passed
+
+
 class Redactor:
     """The default rules plus a workflow's own patterns (named ``redact[i]``)."""
 
@@ -167,30 +180,19 @@ class Redactor:
         lowered = text.lower()
         if "\\u00" in lowered:
             return True  # a control character escaped in JSON: leave it to the field walk
-        gates_failed: set[Callable[[str], bool]] = set()
-        for rule in self.rules:
-            if not rule.worth_trying(lowered) or rule.gate in gates_failed:
-                continue
-            if rule.gate is None or rule.gate(lowered):
-                return True
-            gates_failed.add(rule.gate)
-        return False
+        gates: dict[Callable[[str], bool], bool] = {}
+        return any(_should_try(rule, lowered, gates) for rule in self.rules)
 
     def text(self, value: str) -> str:
         lowered = value.lower()
-        gate_passed: dict[Callable[[str], bool], bool] = {}  # rules sharing a gate run it once
+        gates: dict[Callable[[str], bool], bool] = {}
         for rule in self.rules:
-            if not rule.worth_trying(lowered):
+            if not _should_try(rule, lowered, gates):
                 continue
-            if (gate := rule.gate) is not None:
-                if (passed := gate_passed.get(gate)) is None:
-                    passed = gate_passed[gate] = gate(lowered)
-                if not passed:
-                    continue
             redacted = rule.apply(value)
             if redacted != value:
                 value, lowered = redacted, redacted.lower()
-                gate_passed.clear()
+                gates.clear()
         return value
 
     def value(self, value: Any) -> Any:
