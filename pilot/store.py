@@ -470,22 +470,13 @@ class EventStore:
 
     # -- events -------------------------------------------------------------------------------
 
-    def append(
-        self,
-        run_id: str,
-        seq: int,
-        ev: Event,
-        *,
-        totals: dict[str, Any],
-        payload: str | None = None,
-    ) -> None:
+    def append(self, run_id: str, seq: int, ev: Event, *, totals: dict[str, Any]) -> None:
         """Append one event and update the run's totals, in one transaction.
 
         ``seq`` is chosen by the lease holder (last seq + 1); a duplicate means someone else
         wrote to this run, which the primary key turns into an error instead of a fork.
-        ``payload`` is ``ev``'s JSON when the caller has it already.
         """
-        self.append_many(run_id, [(seq, ev, payload)], totals=totals)
+        self.append_many(run_id, [(seq, ev, None)], totals=totals)
 
     def append_many(
         self,
