@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -97,6 +98,23 @@ def test_commit_skips_hooks_the_agent_may_have_planted(ctx: ToolContext, tmp_pat
     assert not res.is_error, res.output
     assert call(ctx, "git_status").output
     assert not marker.exists()
+
+
+def test_diff_sees_a_same_size_edit_that_only_git_s_racy_check_can_catch(
+    ctx: ToolContext,
+) -> None:
+    """A same-size edit in the second the index was written has the stat the index recorded:
+    git looks at the content only because the index is not older than the file. The diff's
+    throwaway index must keep the real index's time, or the edit vanishes from the diff."""
+    root = ctx.workspace.root
+    call(ctx, "git_commit", message="base")
+    git(root, "config", "core.trustctime", "false")  # the ctime would give the edit away
+    a = root / "a.txt"
+    before = a.stat()
+    a.write_text("one\nTWO\n")
+    os.utime(a, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.utime(root / ".git" / "index", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert "-two\n+TWO" in call(ctx, "git_diff").output
 
 
 def test_status_shows_branch_and_short_changes(ctx: ToolContext) -> None:

@@ -9,6 +9,7 @@ Must not import ``pilot`` or ``brain``.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -169,7 +170,10 @@ class GitDiff:
         real_index = git_dir / "index"
         try:
             if real_index.exists():
-                tmp_index.write_bytes(real_index.read_bytes())
+                # copy2 keeps the index's mtime: git re-reads a file whose stat matches its
+                # entry only when the index is not older than it ("racily clean"); a fresh
+                # copy would hide a same-size edit made in the second of the last commit.
+                shutil.copy2(real_index, tmp_index)
             env = {"GIT_INDEX_FILE": str(tmp_index)}
             added = _git(ctx, "add", "--intent-to-add", "--", pathspec, extra_env=env)
             if added.returncode != 0:
