@@ -127,6 +127,9 @@ def pilot_child(
         def mutates(self, name: str) -> bool:
             return False
 
+        def blocks(self, name: str) -> bool:
+            return False  # no I/O: run on the loop, as the real finish tool is
+
         def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished:
             output = "ok" if name == "finish" else f"contents of {arguments.get('path')}: 42"
             return ev.ToolFinished(call_id=call_id, name=name, output=output)

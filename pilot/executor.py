@@ -10,7 +10,7 @@ from pilot import events as ev
 from pilot.images import refs_from_artifacts
 from pilot.loop import CheckOutcome
 from pilot.snapshot import GitRepo, restore_snapshot, take_snapshot
-from tools.base import ToolContext, ToolResult
+from tools.base import ToolContext, ToolResult, tool_blocks
 from tools.registry import ToolRegistry
 from tools.workspace import Workspace
 
@@ -53,6 +53,9 @@ class RegistryExecutor:
 
     def mutates(self, name: str) -> bool:
         return bool(self.registry.get(name).mutates)
+
+    def blocks(self, name: str) -> bool:
+        return tool_blocks(self.registry.get(name))
 
     def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished:
         result: ToolResult = self.registry.invoke(name, arguments, self.context(call_id))

@@ -76,8 +76,8 @@ LENGTH_CUT = (
 class EventSink(Protocol):
     def __call__(self, event: ev.Event, *, commit: bool = True) -> None:
         """Record ``event``; it is durable on return. ``commit=False`` lets it wait for the
-        next event's transaction: the caller promises that the next event comes before
-        anything is run or awaited (the state has it at once)."""
+        next event's transaction, or for the moment the loop first yields (awaits a request,
+        a thread), whichever comes first; the state has it at once."""
         ...
 
 
@@ -94,6 +94,11 @@ class ToolExecutor(Protocol):
     def schemas(self, names: list[str]) -> list[dict[str, Any]]: ...
     def known(self, name: str) -> bool: ...
     def mutates(self, name: str) -> bool: ...
+    def blocks(self, name: str) -> bool:
+        """Whether a call may block (I/O): it then runs in a worker thread, otherwise on the
+        event loop, where it costs less than the hop to a thread."""
+        ...
+
     def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished: ...
     def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome: ...
     def keep_full_output(self, call_id: str, text: str) -> str | None:
@@ -132,6 +137,7 @@ class RunLoop:
         self.stop = stop or asyncio.Event()
         self.clock = clock
         self.counter: TokenCounter | None = None
+        self._stop_waiter: asyncio.Future[Any] | None = None
         self.media = Materializer()
 
     # -- the driver -----------------------------------------------------------------------
@@ -151,6 +157,10 @@ class RunLoop:
             self.emit(ev.RunPaused(reason=f"model server unavailable: {exc}"))
         except (ModelNotFound, ConfigurationError) as exc:
             self.emit(ev.RunFinished(status="failed", reason=str(exc)))
+        finally:
+            if self._stop_waiter is not None:
+                self._stop_waiter.cancel()
+                self._stop_waiter = None
         return self.state
 
     def recover(self) -> None:
@@ -437,20 +447,43 @@ class RunLoop:
             else:
                 self.emit(ev.ServerBack(waited_s=wait.waited_s or 0.0, attempts=wait.attempts))
 
-        task = asyncio.ensure_future(self.client.complete(request, on_wait=on_wait))
-        stopper = asyncio.ensure_future(self.stop.wait())
-        try:
-            done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-        if task not in done:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        # The request runs in this task; a stop cancels it where it waits. (A task per
+        # request raced against a waiter on the stop event cost two tasks and three turns of
+        # the event loop a step.)
+        if self.stop.is_set():
             raise StopRequested
-        return task.result()
+        task = asyncio.current_task()
+        assert task is not None
+        interrupted = waiting = False
+
+        def interrupt(_waiter: object) -> None:
+            nonlocal interrupted
+            if waiting:  # not a callback scheduled just before this request ended
+                interrupted = True
+                task.cancel()
+
+        waiter = self.stop_waiter()
+        waiter.add_done_callback(interrupt)
+        waiting = True
+        try:
+            response = await self.client.complete(request, on_wait=on_wait)
+        except asyncio.CancelledError:
+            if interrupted and task.uncancel() == 0:
+                raise StopRequested from None
+            raise
+        finally:
+            waiting = False
+            waiter.remove_done_callback(interrupt)
+        if interrupted:  # the client swallowed the cancellation
+            task.uncancel()
+            raise StopRequested
+        return response
+
+    def stop_waiter(self) -> asyncio.Future[Any]:
+        """One waiter on the stop event for the loop's life (``run`` cancels it)."""
+        if self._stop_waiter is None:
+            self._stop_waiter = asyncio.ensure_future(self.stop.wait())
+        return self._stop_waiter
 
     def record_response(self, step: int, phase: PhasePlan, response: ModelResponse) -> None:
         repairs: list[str] = []
@@ -560,7 +593,10 @@ class RunLoop:
         mutates = self.tools.mutates(call.name)
         self.emit(ev.ToolStarted(call_id=call.id, name=call.name, mutates=mutates))
         started = time.monotonic()
-        finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
+        if self.tools.blocks(call.name):
+            finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
+        else:
+            finished = self.tools.invoke(call.name, arguments, call.id)
         finished = self.fit_result(finished, call.id)
         finished = self.place_images(finished)
         snapshot = head = None
@@ -568,6 +604,11 @@ class RunLoop:
             snapshot, head = await asyncio.to_thread(
                 self.workspace.snapshot, f"after {call.name} ({call.id})"
             )
+        # A read-only call's result is committed with the next event (the next step's
+        # model_request, most often) or before the loop waits on anything: one transaction
+        # less per step. A mutating call's is committed at once: the window in which its
+        # effect is done but not recorded (undone and re-run on resume) stays as short as it
+        # can be.
         self.emit(
             finished.model_copy(
                 update={
@@ -576,7 +617,8 @@ class RunLoop:
                     "duration_s": time.monotonic() - started,
                     "at": self.clock(),
                 }
-            )
+            ),
+            commit=mutates,
         )
 
     def fit_result(self, finished: ev.ToolFinished, call_id: str) -> ev.ToolFinished:

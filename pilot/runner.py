@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from pilot import events as ev
 from pilot.checkpoint import (
@@ -278,6 +278,7 @@ class _Run:
         """Events held back by ``emit(commit=False)``: in the state, not yet in the store."""
         self.totals: dict[str, Any] = {}
         """The run's totals after the unsaved events (the ``runs`` row's new values)."""
+        self.flush_scheduled = False
 
     def emit(self, event: ev.Event, *, commit: bool = True) -> None:
         """Record ``event``: fold it into the state, store it, then show it.
@@ -309,6 +310,7 @@ class _Run:
         self.unsaved.append((seq, stored, payload))
         if not commit:
             self.state.apply(event)
+            self._commit_at_next_yield()
             return
         committed = self.flush()
         self.state.apply(event)
@@ -329,6 +331,32 @@ class _Run:
             self.checkpoints = CheckpointWriter(self.runner.artifacts_dir(self.run_id), self.run_id)
         with contextlib.suppress(OSError):
             self.checkpoints.write(self.state, last_payload)
+
+    def _commit_at_next_yield(self) -> None:
+        """Make sure held events are committed before the loop waits on anything: a callback
+        runs when the task first yields to the event loop (a model request sent, a thread
+        started), in case no event came first to carry them."""
+        if self.flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to yield to: nothing can wait, commit now
+            self.commit_held()
+            return
+        self.flush_scheduled = True
+        loop.call_soon(self._commit_held_at_yield)
+
+    def _commit_held_at_yield(self) -> None:
+        self.flush_scheduled = False
+        if not self.unsaved:
+            return
+        held, totals = self.unsaved, self.totals
+        try:
+            self.commit_held()
+        except SQLAlchemyError:
+            # A full disk, a lock held too long: they stay held, and the next event's commit
+            # meets the error again in the run's task, where it is handled.
+            self.unsaved, self.totals = held + self.unsaved, totals | self.totals
 
     def commit_held(self) -> None:
         """Commit and show the events held back (the loop stopped before its next event)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,11 @@ from pilot_harness import (
     write_workflow,
 )
 
-from brain.sim.config import FaultRule, SimConfig
+from brain.sim.config import FaultRule, SimConfig, Timing
 from brain.sim.server import running_sim
 from pilot import events as ev
+from pilot.launch import load_for_run, start_run
+from pilot.runner import Runner, RunOutcome
 from pilot.store import EventStore
 
 
@@ -340,3 +344,74 @@ def test_server_that_never_answers_pauses_the_run_instead_of_failing(
     assert "unavailable" in outcome.reason
     types = [e.type for e in events_of(tmp_path / "m.db", outcome.run_id)]
     assert types[-2:] == ["server_unavailable", "run_paused"]
+
+
+async def _run_until_a_model_request(
+    tmp_path: Path, repo: Path, sim_url: str, stop: asyncio.Event
+) -> tuple[asyncio.Task, Runner, str]:
+    """A run started in this loop, returned once its first model request is stored (the
+    sim takes minutes to answer it)."""
+    workflow = write_workflow(
+        tmp_path / "wf.yaml",
+        key="e2e-slow-answer",
+        endpoint=sim_url,
+        phases=[{"name": "only", "prompt": "Do it.", "tools": ["read_file", "finish"]}],
+        model={"idle_timeout": 600},
+    )
+    store = EventStore(f"sqlite:///{tmp_path / 'm.db'}")
+    runner = Runner(store, stop=stop)
+    task = asyncio.ensure_future(start_run(runner, load_for_run(workflow, [f"repo={repo}"])))
+    for _ in range(300):
+        await asyncio.sleep(0.05)
+        runs = store.list_runs()
+        if runs and any(e.type == "model_request" for e in store.load_events(runs[0].id)):
+            return task, runner, runs[0].id
+    raise AssertionError("no model_request stored within 15 s")
+
+
+def test_a_stop_during_a_long_answer_pauses_the_run_at_once(tmp_path: Path, repo: Path) -> None:
+    script = write_script(
+        tmp_path / "s.yaml", "e2e-slow-answer", [{"tool_calls": [call("finish", summary="ok")]}]
+    )
+
+    async def scenario() -> tuple[RunOutcome, list[ev.Event], float]:
+        stop = asyncio.Event()
+        with running_sim(sim_for(script, timing=Timing(ttft=300.0))) as sim:
+            task, runner, run_id = await _run_until_a_model_request(
+                tmp_path, repo, sim.openai_base_url, stop
+            )
+            asked = time.monotonic()
+            stop.set()
+            outcome = await asyncio.wait_for(task, 30)
+            waited = time.monotonic() - asked
+            await runner.aclose()
+            return outcome, runner.store.load_events(run_id), waited
+
+    outcome, events, waited = asyncio.run(scenario())
+    assert outcome.status == "paused", outcome.reason
+    assert waited < 10  # not the 300 s the answer would take
+    assert [e.type for e in events[-2:]] == ["model_request", "run_paused"]
+    assert "stop requested" in events[-1].reason
+
+
+def test_a_run_cancelled_from_outside_during_an_answer_is_not_taken_for_a_pause(
+    tmp_path: Path, repo: Path
+) -> None:
+    script = write_script(
+        tmp_path / "s.yaml", "e2e-slow-answer", [{"tool_calls": [call("finish", summary="ok")]}]
+    )
+
+    async def scenario() -> tuple[list[ev.Event], str]:
+        with running_sim(sim_for(script, timing=Timing(ttft=300.0))) as sim:
+            task, runner, run_id = await _run_until_a_model_request(
+                tmp_path, repo, sim.openai_base_url, asyncio.Event()
+            )
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 30)
+            await runner.aclose()
+            return runner.store.load_events(run_id), runner.store.get_run(run_id).status
+
+    events, status = asyncio.run(scenario())
+    assert events[-1].type == "model_request"  # no pause, no failure recorded
+    assert status == "running"

@@ -25,6 +25,7 @@ class Finish:
     )
     args_model = FinishArgs
     mutates = False
+    blocks = False  # checks its argument and answers: no I/O
 
     def run(self, args: FinishArgs, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         if not args.summary.strip():
