@@ -15,7 +15,6 @@ stored and shown is redacted. A pattern may name the part to hide with a ``secre
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -97,10 +96,7 @@ def could_assign_secret(lowered: str) -> bool:
     rules' regexes step through every character of the text (about 6 ns each)."""
     if "=" not in lowered and ":" not in lowered:
         return False
-    for assigned in _ASSIGNED_BY_STEM:
-        if assigned.search(lowered):
-            return True
-    return False
+    return any(assigned.search(lowered) for assigned in _ASSIGNED_BY_STEM)
 
 
 def _hint_pattern(hints: Sequence[str]) -> re.Pattern[str] | None:
@@ -108,7 +104,10 @@ def _hint_pattern(hints: Sequence[str]) -> re.Pattern[str] | None:
     as one search: a single scan for the start instead of one scan per hint."""
     if len(hints) < 2:
         return None
-    start = os.path.commonprefix(list(hints))
+    start = hints[0]
+    for hint in hints[1:]:
+        while not hint.startswith(start):
+            start = start[:-1]
     if len(start) < 2:
         return None
     rests = "|".join(re.escape(hint[len(start) :]) for hint in hints)
@@ -142,10 +141,7 @@ class Rule:
         at_once: re.Pattern[str] | None = self._hints_at_once  # type: ignore[attr-defined]
         if at_once is not None:
             return at_once.search(lowered) is not None
-        for hint in self.hints:
-            if hint in lowered:
-                return True
-        return False
+        return any(hint in lowered for hint in self.hints)
 
     def apply(self, text: str) -> str:
         placeholder = f"[REDACTED:{self.name}]"
