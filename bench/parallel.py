@@ -99,6 +99,7 @@ def pilot_child(
     runs: int, steps: int, base_url: str, db: str, out: str, stream_interval: int | None = None
 ) -> None:
     from pilot import events as ev
+    from pilot.context import ServerCounts
     from pilot.loop import CheckOutcome, RunLoop
     from pilot.model import OpenAIModelClient
     from pilot.plan import ModelPlan, PhasePlan, RunPlan
@@ -153,6 +154,7 @@ def pilot_child(
             base_url, api_key=None, request_timeout=600, idle_timeout=120, server_wait=60
         )
         tools = StubTools()
+        counts = ServerCounts()
         folder = str(Path(db).parent)
 
         def plan_for(k: int) -> RunPlan:
@@ -196,7 +198,16 @@ def pilot_child(
                 )
             )
             await run._resolve_model(client)
-            loop = RunLoop(plan, run.state, run.emit, client, tools, tools, stop=asyncio.Event())
+            loop = RunLoop(
+                plan,
+                run.state,
+                run.emit,
+                client,
+                tools,
+                tools,
+                stop=asyncio.Event(),
+                server_counts=counts,  # shared by the runs, as the Runner does
+            )
             state = await loop.run()
             store.release_lease(run_id, runner.owner)
             return (state.finished.status if state.finished else "unfinished"), state.steps

@@ -130,6 +130,31 @@ class PromptCount:
     """``total`` is only an upper bound (:meth:`TokenCounter.upper_bound`): per_message is empty."""
 
 
+class ServerCounts:
+    """What a server's tokenizer says that is the same for every run of a process against it:
+    the cost of an empty request and of each tool set, per model. Each is asked once, and
+    runs that need it meanwhile wait for that one answer (128 runs starting together made 256
+    identical ``/tokenize`` requests). A failed ask is forgotten, so the next one asks again.
+    """
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[str, str], asyncio.Future[tuple[int | None, bool | None]]] = {}
+
+    async def once(
+        self, model: str, key: str, ask: Callable[[], Awaitable[tuple[int | None, bool | None]]]
+    ) -> tuple[int | None, bool | None]:
+        """``ask()``'s answer for (``model``, ``key``): (the count, whether the server counts)."""
+        answer = self._answers.get((model, key))
+        if answer is None:
+            answer = self._answers[(model, key)] = asyncio.ensure_future(ask())
+            answer.add_done_callback(lambda done: self._forget_failed(model, key, done))
+        return await asyncio.shield(answer)
+
+    def _forget_failed(self, model: str, key: str, done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._answers.pop((model, key), None)
+
+
 class TokenCounter:
     """Prompt sizes from the server's tokenizer, cached per message.
 
@@ -147,10 +172,17 @@ class TokenCounter:
     """
 
     def __init__(
-        self, count_tokens: CountTokens, model: str, *, concurrency: int = 8, max_cache: int = 65536
+        self,
+        count_tokens: CountTokens,
+        model: str,
+        *,
+        concurrency: int = 8,
+        max_cache: int = 65536,
+        shared: ServerCounts | None = None,
     ) -> None:
         self._count_tokens = count_tokens
         self.model = model
+        self._shared = shared
         self._cache: dict[str, tuple[int, bool]] = {}
         self._tools: dict[str, tuple[int, bool]] = {}
         self._overhead: int | None = None
@@ -183,10 +215,23 @@ class TokenCounter:
             self._server = True
         return count
 
+    async def _ask_shared(self, key: str, tools: list[Message] | None) -> int | None:
+        """An empty request (with ``tools``) counted: once per process when ``shared``."""
+        if self._shared is None:
+            return await self._ask([], tools)
+
+        async def ask() -> tuple[int | None, bool | None]:
+            return await self._ask([], tools), self._server
+
+        count, server = await self._shared.once(self.model, key, ask)
+        if server is not None:
+            self._server = server
+        return count
+
     async def overhead(self) -> int:
         """Tokens of an empty request (generation prompt, BOS): measured once."""
         if self._overhead is None:
-            count = await self._ask([], None)
+            count = await self._ask_shared("overhead", None)
             self._overhead = count if count is not None else 0
         return self._overhead
 
@@ -281,7 +326,7 @@ class TokenCounter:
         hit = self._tools.get(key)
         if hit is None:
             overhead = await self.overhead()
-            count = await self._ask([], tools)
+            count = await self._ask_shared(f"tools:{key}", tools)
             if count is None:
                 hit = (estimate_tools_tokens(tools), False)
             else:

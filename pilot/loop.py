@@ -25,6 +25,7 @@ from pilot.context import (
     SUMMARY_MAX_TOKENS,
     Budget,
     PromptCount,
+    ServerCounts,
     TokenCounter,
     accept_summary,
     cut_tool_output,
@@ -127,6 +128,7 @@ class RunLoop:
         *,
         stop: asyncio.Event | None = None,
         clock: Callable[[], datetime] = ev.utcnow,
+        server_counts: ServerCounts | None = None,
     ) -> None:
         self.plan = plan
         self.state = state
@@ -137,6 +139,8 @@ class RunLoop:
         self.stop = stop or asyncio.Event()
         self.clock = clock
         self.counter: TokenCounter | None = None
+        self.server_counts = server_counts
+        """The server's tokenizer facts, shared with the process's other runs against it."""
         self._stop_waiter: asyncio.Future[Any] | None = None
         self.media = Materializer()
 
@@ -355,7 +359,7 @@ class RunLoop:
 
     def token_counter(self, model: str) -> TokenCounter:
         if self.counter is None:
-            self.counter = TokenCounter(self.client.count_tokens, model)
+            self.counter = TokenCounter(self.client.count_tokens, model, shared=self.server_counts)
         return self.counter
 
     async def compact(

@@ -71,6 +71,8 @@ __all__ = [
 T = TypeVar("T")
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MODELS_FRESH_S = 5.0
+"""How long a model list is reused by the runs that share a client (``list_models``)."""
 # The SDK's transport is httpx2 (aiohttp underneath); /tokenize may go through either client.
 TRANSPORT_ERRORS = httpx.TransportError | httpx2.TransportError
 TIMEOUT_ERRORS = httpx.TimeoutException | httpx2.TimeoutException
@@ -321,6 +323,8 @@ class OpenAIModelClient:
             http_client=self._http,
         )
         self._tokenize_supported: bool | None = None
+        self._models_in_flight: asyncio.Future[list[ServedModel]] | None = None
+        self._models_seen: tuple[float, list[ServedModel]] | None = None
 
     # -- retries ------------------------------------------------------------------------------
 
@@ -562,12 +566,39 @@ class OpenAIModelClient:
         return served
 
     async def list_models(self, *, on_wait: WaitCallback | None = None) -> list[ServedModel]:
-        """``GET /v1/models`` with vLLM's ``max_model_len``, waiting out a server that is down."""
+        """``GET /v1/models`` with vLLM's ``max_model_len``, waiting out a server that is down.
+
+        The runs of a process share one client per endpoint, and each asks this as it starts:
+        an answer less than ``MODELS_FRESH_S`` old is reused, and callers that come while a
+        request is out wait for it (128 runs starting together sent 128 requests). If that one
+        request fails, each caller asks again on its own, with its own retries and ``on_wait``.
+        """
+        seen = self._models_seen
+        if seen is not None and time.monotonic() - seen[0] < MODELS_FRESH_S:
+            return list(seen[1])
+        try:
+            return list(await self._shared_list_models())
+        except Exception:
+            pass
         try:
             models, _ = await self._with_retries(self._list_models_once, on_wait)
         except openai.APIError as exc:
             raise await self._typed(exc, None) from exc
         return models
+
+    def _shared_list_models(self) -> asyncio.Future[list[ServedModel]]:
+        """The request out for the model list, started if none is; shielded, so that a caller
+        that is cancelled does not cancel it for the others."""
+        flight = self._models_in_flight
+        if flight is None:
+            flight = self._models_in_flight = asyncio.ensure_future(self._list_models_once())
+            flight.add_done_callback(self._models_landed)
+        return asyncio.shield(flight)
+
+    def _models_landed(self, flight: asyncio.Future[list[ServedModel]]) -> None:
+        self._models_in_flight = None
+        if not flight.cancelled() and flight.exception() is None:
+            self._models_seen = (time.monotonic(), flight.result())
 
     def _http_client(self) -> httpx.AsyncClient | httpx2.AsyncClient:
         if self._http is None:

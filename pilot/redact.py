@@ -192,8 +192,16 @@ class Redactor:
         self.rules: tuple[Rule, ...] = tuple(rules)
         self._unscreened = any(not r.hints and r.gate is None for r in rules)
         """A rule with neither hints nor gate (a workflow's own) may match anything."""
-        self._hinted = tuple(r for r in rules if r.hints and r.gate is None)
-        self._gated = tuple(r for r in rules if r.gate is not None)
+        self._hint_screens = tuple(
+            (r.required, r._hints_at_once, r.hints)  # type: ignore[attr-defined]
+            for r in rules
+            if r.hints and r.gate is None
+        )
+        """(required character, hints as one regex or None, hints) of the hinted rules."""
+        gated = [r for r in rules if r.gate is not None]
+        self._gates = tuple(dict.fromkeys(r.gate for r in gated if not r.hints and not r.required))
+        """The gates of the rules that have nothing else, each once (three rules share one)."""
+        self._gated_with_hints = tuple(r for r in gated if r.hints or r.required)
 
     def may_match(self, text: str) -> bool:
         """Whether any rule could match in ``text`` (which may be an event's JSON): False means
@@ -204,11 +212,19 @@ class Redactor:
         lowered = text.lower()
         if "\\u00" in lowered:
             return True  # a control character escaped in JSON: leave it to the field walk
-        for rule in self._hinted:
-            if rule.worth_trying(lowered):
+        # Written out rather than through Rule.worth_trying: this runs on every event.
+        for required, at_once, hints in self._hint_screens:
+            if required and required not in lowered:
+                continue
+            if at_once is not None:
+                if at_once.search(lowered):
+                    return True
+            elif any(hint in lowered for hint in hints):
                 return True
+        if any(gate(lowered) for gate in self._gates):  # type: ignore[misc]
+            return True
         gates: dict[Callable[[str], bool], bool] = {}
-        return any(_should_try(rule, lowered, gates) for rule in self._gated)
+        return any(_should_try(rule, lowered, gates) for rule in self._gated_with_hints)
 
     def text(self, value: str) -> str:
         lowered = value.lower()

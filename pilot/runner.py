@@ -27,6 +27,7 @@ from pilot.checkpoint import (
     delete_checkpoint,
     load_run_state,
 )
+from pilot.context import ServerCounts
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
 from pilot.failpoints import checkpoint_every_from_env, die_now, kill_after_seq_from_env
@@ -115,6 +116,7 @@ class Runner:
     )
     """Events between two state checkpoints (``pilot.checkpoint``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
+    _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
 
     def artifacts_dir(self, run_id: str) -> Path:
         url = self.store.url
@@ -131,20 +133,13 @@ class Runner:
         from pilot.model import OpenAIModelClient  # imported when needed: openai is slow to load
 
         model = plan.model
+        key = self._client_key(plan)
         if len(model.targets) > 1:
             from pilot.router import Router
 
-            key = Router.key_of(model)
             if key not in self._clients:
                 self._clients[key] = Router.for_model(model)
             return self._clients[key].for_run(run_id, previous)
-        key = (
-            model.endpoint,
-            model.api_key,
-            model.request_timeout,
-            model.idle_timeout,
-            model.server_wait,
-        )
         client = self._clients.get(key)
         if client is None:
             client = OpenAIModelClient(
@@ -156,6 +151,28 @@ class Runner:
             )
             self._clients[key] = client
         return client
+
+    @staticmethod
+    def _client_key(plan: RunPlan) -> tuple:
+        model = plan.model
+        if len(model.targets) > 1:
+            from pilot.router import Router
+
+            return Router.key_of(model)
+        return (
+            model.endpoint,
+            model.api_key,
+            model.request_timeout,
+            model.idle_timeout,
+            model.server_wait,
+        )
+
+    def server_counts(self, plan: RunPlan) -> ServerCounts | None:
+        """The tokenizer facts of the plan's server(s), shared by this process's runs (not
+        with a ``client_factory``: its clients need not count alike)."""
+        if self.client_factory is not None:
+            return None
+        return self._server_counts.setdefault(self._client_key(plan), ServerCounts())
 
     async def aclose(self) -> None:
         for client in self._clients.values():
@@ -418,6 +435,7 @@ class _Run:
                 executor,
                 GitWorkspace(repo, self.run_id),
                 stop=stop,
+                server_counts=runner.server_counts(self.plan),
             )
             await loop.run()
             if self.cancel_requested and self.state.finished is None:

@@ -7,6 +7,7 @@ ChatML-like rendering, and its 400 "maximum context length" check is vLLM's).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
@@ -23,6 +24,7 @@ from brain.sim.tokenizer import count_chat
 from pilot.context import (
     SUMMARY_HEADER,
     Budget,
+    ServerCounts,
     TokenCounter,
     accept_summary,
     apply_compaction,
@@ -35,7 +37,7 @@ from pilot.context import (
     summary_message,
     summary_request,
 )
-from pilot.errors import BadRequest, ContextOverflow
+from pilot.errors import BadRequest, ContextOverflow, ServerUnavailable
 from pilot.model import ChatRequest, OpenAIModelClient, RetryPolicy
 
 MODEL = "sim/context-model"
@@ -174,8 +176,6 @@ _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_si
 def test_upper_bound_is_never_below_the_real_count(
     texts: list[str], arguments: list[dict[str, str]]
 ) -> None:
-    import asyncio
-
     messages: list[dict[str, Any]] = [{"role": "user", "content": t} for t in texts]
     for i, args in enumerate(arguments):
         call = {"id": f"c{i}", "type": "function"}
@@ -204,6 +204,41 @@ async def test_far_from_the_limit_a_new_step_costs_no_tokenize_call() -> None:
         assert calls.calls == 2
         assert first is not None and second is not None and second > first
         assert second >= await client.count_tokens(MODEL, messages, TOOLS)
+
+
+@pytest.mark.anyio
+async def test_runs_sharing_server_counts_ask_the_fixed_costs_once() -> None:
+    async with sim_client() as client:
+        calls = CountingCalls(client.count_tokens)
+        shared = ServerCounts()
+        counters = [TokenCounter(calls, MODEL, shared=shared) for _ in range(16)]
+        messages = conversation(4)
+        bounds = await asyncio.gather(*(c.upper_bound(messages, TOOLS) for c in counters))
+        assert calls.calls == 2  # the overhead and the tool schemas, for all sixteen runs
+        assert len(set(bounds)) == 1 and bounds[0] is not None
+        assert all(c.uses_server is True for c in counters)
+        alone = TokenCounter(calls, MODEL)  # a counter that shares nothing asks for itself
+        assert await alone.upper_bound(messages, TOOLS) == bounds[0]
+        assert calls.calls == 4
+        other_tools = await counters[0].upper_bound(messages, TOOLS[:1])
+        assert calls.calls == 5 and other_tools is not None
+
+
+@pytest.mark.anyio
+async def test_a_failed_shared_count_is_asked_again_by_the_next_run() -> None:
+    attempts = []
+
+    async def flaky(model: str, messages: Any, tools: Any) -> int:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ServerUnavailable("http://127.0.0.1:1/v1", "the server went away")
+        return count_chat(messages, tools)
+
+    shared = ServerCounts()
+    with pytest.raises(ServerUnavailable):
+        await TokenCounter(flaky, MODEL, shared=shared).overhead()
+    assert await TokenCounter(flaky, MODEL, shared=shared).overhead() == count_chat([], None)
+    assert len(attempts) == 2
 
 
 @pytest.mark.anyio

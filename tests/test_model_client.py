@@ -19,6 +19,7 @@ import pytest
 from brain.sim.config import FaultRule, SimConfig, Speculative
 from brain.sim.script_policy import ScriptPolicy
 from brain.sim.server import RunningSim, running_sim
+from pilot import model as pilot_model
 from pilot.errors import (
     BadRequest,
     ConfigurationError,
@@ -371,6 +372,47 @@ async def test_list_models_returns_max_model_len():
     assert [(m.id, m.max_model_len) for m in models] == [("a", 4096), ("b", 4096)]
     assert first.id == "a" and named.id == "b"
     assert info.value.served == ["a", "b"]
+
+
+async def test_runs_starting_together_share_one_model_list_request(monkeypatch):
+    with sim(served_model_names=["a"], max_model_len=4096) as running:
+        client = client_for(running)
+        asked = []
+        once = client._list_models_once
+
+        async def counted() -> list:
+            asked.append(1)
+            return await once()
+
+        monkeypatch.setattr(client, "_list_models_once", counted)
+        lists = await asyncio.gather(*(client.list_models() for _ in range(20)))
+        again = await client.list_models()  # fresh: reused
+        monkeypatch.setattr(pilot_model, "MODELS_FRESH_S", 0.0)
+        stale = await client.list_models()  # not fresh any more: asked again
+        await client.aclose()
+    assert len(asked) == 2
+    assert all([m.id for m in served] == ["a"] for served in [*lists, again, stale])
+
+
+async def test_when_the_shared_model_list_request_fails_each_caller_asks_on_its_own(
+    monkeypatch,
+):
+    with sim(served_model_names=["a"]) as running:
+        client = client_for(running)
+        calls = []
+        once = client._list_models_once
+
+        async def first_fails() -> list:
+            calls.append(1)
+            if len(calls) == 1:
+                raise httpx.ConnectError("connection refused")
+            return await once()
+
+        monkeypatch.setattr(client, "_list_models_once", first_fails)
+        lists = await asyncio.gather(*(client.list_models() for _ in range(3)))
+        await client.aclose()
+    assert [[m.id for m in served] for served in lists] == [["a"]] * 3
+    assert len(calls) == 1 + 3  # the shared one, then one each (none shared a failure)
 
 
 async def test_count_tokens_matches_the_sims_tokenize():
