@@ -50,6 +50,7 @@ from bench._common import (
     Workload,
     checkpoint_and_size,
     decile_ms,
+    ensure_bytecode,
     markdown_table,
     median,
     peak_rss_mib,
@@ -625,6 +626,7 @@ def run_bench(ns: list[int], names: list[str], repeats: int, out: Path | None) -
         print(f"skipping LangGraph configs: {missing}", file=sys.stderr)
         configs = [c for c in configs if c.framework != "langgraph"]
     results: list[dict[str, Any]] = []
+    ensure_bytecode(ROOT)
     with tempfile.TemporaryDirectory(prefix="bench-vs-lg-") as tmp:
         for n in ns:
             for repeat in range(repeats):

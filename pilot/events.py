@@ -8,6 +8,8 @@ under a newer one).
 
 from __future__ import annotations
 
+import functools
+import typing
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -21,7 +23,9 @@ def utcnow() -> datetime:
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # defer_build: a class's validator is built when first used, not at import; a resume
+    # meets a handful of the event types, and a process start paid for all of them.
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     at: datetime = Field(default_factory=utcnow)
 
@@ -298,7 +302,26 @@ def event_adapter() -> TypeAdapter[Event]:
     return _ADAPTER
 
 
+_TYPE_KEY = '"type":"'
+
+
+@functools.cache
+def _classes_by_type() -> dict[str, type[_Event]]:
+    members = typing.get_args(typing.get_args(Event)[0])
+    return {cls.model_fields["type"].default: cls for cls in members}
+
+
 def event_from_json(text: str | bytes) -> Event:
+    """An event from its stored JSON. The type is read from the text (``at`` then ``type``
+    come first, as ``event_to_json`` writes them) and that class validates it, so only the
+    types a process meets get a validator built; anything else goes through the union."""
+    if isinstance(text, str):
+        at = text.find(_TYPE_KEY, 0, 96)
+        if at != -1:
+            start = at + len(_TYPE_KEY)
+            cls = _classes_by_type().get(text[start : text.find('"', start)])
+            if cls is not None:
+                return cls.model_validate_json(text)  # type: ignore[return-value]
     return event_adapter().validate_json(text)
 
 

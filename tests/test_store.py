@@ -198,3 +198,28 @@ def test_processes_opening_one_new_database_together_all_get_the_schema(
         outputs = [p.communicate()[1] for p in procs]
         errors = [err for p, err in zip(procs, outputs, strict=True) if p.returncode != 0]
         assert errors == [], errors[0][-500:]
+
+
+def test_stored_events_parse_by_their_type_as_the_union_would(tmp_path: Path) -> None:
+    """``event_from_json`` reads the type from the text and lets that class validate; older
+    rows (other key order, spaces, no ``at``) still parse, through the union."""
+    events = [
+        ev.ModelRequest(step=3, messages=7, max_tokens=100, prompt_tokens=5000),
+        ev.AssistantMessage(
+            step=3,
+            content='says "type":"nudge" inside',
+            tool_calls=[ev.ToolCall(id="c1", name="read_file", arguments='{"type":"x"}')],
+        ),
+        ev.ToolStarted(call_id="c1", name="read_file", mutates=False),
+        ev.ToolFinished(call_id="c1", name="read_file", output='{"type":"run_finished"}'),
+        ev.RunFinished(status="succeeded", reason="all phases done"),
+    ]
+    for event in events:
+        text = ev.event_to_json(event)
+        parsed = ev.event_from_json(text)
+        assert parsed == event and type(parsed) is type(event)
+        assert parsed == ev.event_adapter().validate_json(text)
+    old = '{"type": "tool_started", "call_id": "c9", "name": "run", "mutates": true}'
+    assert isinstance(ev.event_from_json(old), ev.ToolStarted)
+    with pytest.raises(ValueError, match="nope"):
+        ev.event_from_json('{"at":"2026-11-30T00:00:00Z","type":"nope"}')
