@@ -20,7 +20,8 @@ import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from itertools import islice
+from typing import Literal, NamedTuple
 
 from pilot import events as ev
 
@@ -123,8 +124,9 @@ def _canonical(arguments: str) -> str:
         return arguments.strip()
 
 
-@dataclass(frozen=True)
-class _Sig:
+class _Sig(NamedTuple):
+    """A call's identity for loop detection (a tuple: built and compared in C, every step)."""
+
     name: str
     arguments: str
     result: str  # digest
@@ -252,7 +254,7 @@ class ProgressTracker:
         need = 2 * self.limits.alternation
         if len(self._recent) < need:
             return None
-        window = list(self._recent)[-need:]
+        window = list(islice(reversed(self._recent), need))[::-1]  # not the whole deque
         a, b = window[-2][0], window[-1][0]
         if a == b:
             return None

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import re
+import types
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -288,6 +290,28 @@ def redact_event(event: E, patterns: Iterable[str] = ()) -> E:
     return redactor_for(tuple(patterns)).model(event)
 
 
+_TEXTLESS = (int, float, bool, type(None))
+
+
+def _textless(annotation: Any) -> bool:
+    if annotation in _TEXTLESS:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return all(_textless(member) for member in typing.get_args(annotation))
+    return False
+
+
+@functools.cache
+def _holds_text(cls: type[BaseModel]) -> bool:
+    """Whether a field of ``cls`` (but its type tag and time) can hold a string: an event
+    made only of numbers and flags (a ``model_request``) cannot carry a secret."""
+    return not all(
+        _textless(field.annotation)
+        for name, field in cls.model_fields.items()
+        if name not in ("type", "at")
+    )
+
+
 def redact_for_storage(
     event: E, patterns: Iterable[str], to_json: Callable[[E], str]
 ) -> tuple[E, str]:
@@ -295,7 +319,7 @@ def redact_for_storage(
     JSON is screened first, and only an event a rule could match is walked and redacted."""
     redactor = redactor_for(tuple(patterns))
     payload = to_json(event)
-    if not redactor.may_match(payload):
+    if not _holds_text(type(event)) or not redactor.may_match(payload):
         return event, payload
     stored = redactor.model(event)
     return stored, payload if stored is event else to_json(stored)

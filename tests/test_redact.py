@@ -225,3 +225,13 @@ def test_a_run_stores_redacted_events_and_leaves_the_workspace_alone(tmp_path: P
     assert "[REDACTED:redact[0]]" in stored and "[REDACTED:github_token]" in stored
     assert (repo / "config.env").read_text() == secret_file, "the workspace is untouched"
     assert (repo / "out.txt").read_text() == f"copy {GITHUB}\n", "the tool got the real text"
+
+
+def test_only_events_made_of_numbers_and_flags_skip_the_screen() -> None:
+    from pilot.redact import _holds_text
+
+    assert not _holds_text(ev.ModelRequest) and not _holds_text(ev.ServerBack)
+    for cls in (ev.ToolStarted, ev.ToolFinished, ev.AssistantMessage, ev.RunFinished):
+        assert _holds_text(cls), cls  # a str, a list of calls, a Literal status: screened
+    request = ev.ModelRequest(step=1, messages=3, prompt_tokens=40)
+    assert redact_for_storage(request, (), ev.event_to_json)[0] is request
