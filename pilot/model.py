@@ -71,13 +71,13 @@ __all__ = [
 T = TypeVar("T")
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth waiting out: the server is busy, restarting or its engine died."""
 MODELS_FRESH_S = 5.0
 """How long a model list is reused by the runs that share a client (``list_models``)."""
 # The SDK's transport is httpx2 (aiohttp underneath); /tokenize may go through either client.
 TRANSPORT_ERRORS = httpx.TransportError | httpx2.TransportError
 TIMEOUT_ERRORS = httpx.TimeoutException | httpx2.TimeoutException
 CONNECT_ERRORS = httpx.ConnectError | httpx2.ConnectError | ConnectionRefusedError
-"""HTTP statuses worth waiting out: the server is busy, restarting or its engine died."""
 
 API_KEY_HINT = (
     "set model.api_key_env in the workflow to the name of an environment variable holding the "

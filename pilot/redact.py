@@ -19,7 +19,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -129,9 +129,11 @@ class Rule:
     hints: tuple[str, ...] = ()
     gate: Callable[[str], bool] | None = None
     required: str = ""
+    hints_at_once: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    """The hints as one regex when they share a start (``_hint_pattern``), else None."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hints_at_once", _hint_pattern(self.hints))
+        object.__setattr__(self, "hints_at_once", _hint_pattern(self.hints))
 
     def worth_trying(self, lowered: str) -> bool:
         """False when ``lowered`` (the text, lower-cased) lacks the character every match of
@@ -140,9 +142,8 @@ class Rule:
             return False
         if not self.hints:
             return True
-        at_once: re.Pattern[str] | None = self._hints_at_once  # type: ignore[attr-defined]
-        if at_once is not None:
-            return at_once.search(lowered) is not None
+        if self.hints_at_once is not None:
+            return self.hints_at_once.search(lowered) is not None
         return any(hint in lowered for hint in self.hints)
 
     def apply(self, text: str) -> str:
@@ -194,12 +195,7 @@ class Redactor:
         self.rules: tuple[Rule, ...] = tuple(rules)
         self._unscreened = any(not r.hints and r.gate is None for r in rules)
         """A rule with neither hints nor gate (a workflow's own) may match anything."""
-        self._hint_screens = tuple(
-            (r.required, r._hints_at_once, r.hints)  # type: ignore[attr-defined]
-            for r in rules
-            if r.hints and r.gate is None
-        )
-        """(required character, hints as one regex or None, hints) of the hinted rules."""
+        self._hinted = tuple(r for r in rules if r.hints and r.gate is None)
         gated = [r for r in rules if r.gate is not None]
         self._gates = tuple(dict.fromkeys(r.gate for r in gated if not r.hints and not r.required))
         """The gates of the rules that have nothing else, each once (three rules share one)."""
@@ -214,15 +210,8 @@ class Redactor:
         lowered = text.lower()
         if "\\u00" in lowered:
             return True  # a control character escaped in JSON: leave it to the field walk
-        # Written out rather than through Rule.worth_trying: this runs on every event.
-        for required, at_once, hints in self._hint_screens:
-            if required and required not in lowered:
-                continue
-            if at_once is not None:
-                if at_once.search(lowered):
-                    return True
-            elif any(hint in lowered for hint in hints):
-                return True
+        if any(rule.worth_trying(lowered) for rule in self._hinted):
+            return True
         if any(gate(lowered) for gate in self._gates):  # type: ignore[misc]
             return True
         gates: dict[Callable[[str], bool], bool] = {}
@@ -306,8 +295,8 @@ def _holds_text(cls: type[BaseModel]) -> bool:
     """Whether a field of ``cls`` (but its type tag and time) can hold a string: an event
     made only of numbers and flags (a ``model_request``) cannot carry a secret."""
     return not all(
-        _textless(field.annotation)
-        for name, field in cls.model_fields.items()
+        _textless(info.annotation)
+        for name, info in cls.model_fields.items()
         if name not in ("type", "at")
     )
 

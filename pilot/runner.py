@@ -3,7 +3,8 @@
 The runner owns the one place where events are written (``_Run.emit``): append to the store
 (committed), fold into the state, then tell the observers (live view, JSON lines). Nothing is
 shown or acted upon that is not already durable: an event the loop holds back (an assistant
-message whose call runs next) is committed with the next one, before the call runs. Every
+message whose call runs next, a read-only tool's result) is committed with the next one, or
+as soon as the run's task yields to the event loop, whichever comes first. Every
 ``checkpoint_every`` events the state is checkpointed (``pilot.checkpoint``), so a resume
 folds only what came after.
 """
@@ -300,10 +301,10 @@ class _Run:
     def emit(self, event: ev.Event, *, commit: bool = True) -> None:
         """Record ``event``: fold it into the state, store it, then show it.
 
-        ``commit=False`` holds it back to be committed in one transaction with the next event
-        (the loop's promise: that event comes before anything is run or awaited). The state
-        has it at once, the store and the observers with the transaction, so nothing is shown
-        that is not durable, and nothing is acted upon before it is durable.
+        ``commit=False`` holds it back to be committed in one transaction with the next event,
+        or when the run's task first yields to the event loop, whichever comes first. The
+        state has it at once, the store and the observers with the transaction, so nothing is
+        shown that is not durable.
         """
         seq = self.state.last_seq + 1
         # Secrets never reach the store or the views; the live loop keeps the real text.
@@ -373,7 +374,7 @@ class _Run:
         except SQLAlchemyError:
             # A full disk, a lock held too long: they stay held, and the next event's commit
             # meets the error again in the run's task, where it is handled.
-            self.unsaved, self.totals = held + self.unsaved, totals | self.totals
+            self.unsaved, self.totals = held, totals
 
     def commit_held(self) -> None:
         """Commit and show the events held back (the loop stopped before its next event)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -374,22 +373,22 @@ def test_a_stop_during_a_long_answer_pauses_the_run_at_once(tmp_path: Path, repo
         tmp_path / "s.yaml", "e2e-slow-answer", [{"tool_calls": [call("finish", summary="ok")]}]
     )
 
-    async def scenario() -> tuple[RunOutcome, list[ev.Event], float]:
+    async def scenario() -> tuple[RunOutcome, list[ev.Event]]:
         stop = asyncio.Event()
         with running_sim(sim_for(script, timing=Timing(ttft=300.0))) as sim:
             task, runner, run_id = await _run_until_a_model_request(
                 tmp_path, repo, sim.openai_base_url, stop
             )
-            asked = time.monotonic()
             stop.set()
+            # The answer would take 300 s: the run can only end within this bound if the
+            # stop cut the request.
             outcome = await asyncio.wait_for(task, 30)
-            waited = time.monotonic() - asked
             await runner.aclose()
-            return outcome, runner.store.load_events(run_id), waited
+            return outcome, runner.store.load_events(run_id)
 
-    outcome, events, waited = asyncio.run(scenario())
+    outcome, events = asyncio.run(scenario())
     assert outcome.status == "paused", outcome.reason
-    assert waited < 10  # not the 300 s the answer would take
+    assert not any(e.type == "assistant_message" for e in events)
     assert [e.type for e in events[-2:]] == ["model_request", "run_paused"]
     assert "stop requested" in events[-1].reason
 
