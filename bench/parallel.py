@@ -100,6 +100,7 @@ def pilot_child(
 ) -> None:
     from pilot import events as ev
     from pilot.context import ServerCounts
+    from pilot.heap import settle_startup_heap
     from pilot.loop import CheckOutcome, RunLoop
     from pilot.model import OpenAIModelClient
     from pilot.plan import ModelPlan, PhasePlan, RunPlan
@@ -228,6 +229,7 @@ def pilot_child(
             "peak_rss_mib": peak_rss_mib(),
         }
 
+    settle_startup_heap()  # as `pilot run` does before its loop starts
     write_json(out, asyncio.run(main()))
 
 

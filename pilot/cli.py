@@ -254,6 +254,7 @@ def _drive_many(
     endpoints: Sequence[str] = (),
 ) -> int:
     """Drive several runs in this process; the exit code is the worst outcome's."""
+    from pilot.heap import settle_startup_heap
     from pilot.runner import Runner
     from pilot.summary import print_outcome
     from pilot.ui import MultiRunView, event_json
@@ -271,6 +272,7 @@ def _drive_many(
         _install_signals(stop)
         return await start(runner)
 
+    settle_startup_heap()
     if view is not None:
         with view:
             outcomes = asyncio.run(main())
@@ -288,6 +290,7 @@ def _drive_many(
 
 def _drive(console: Console, json_lines: bool, start: Any, store: Any) -> int:
     """Drive one run with signal handling and a view; returns the exit code."""
+    from pilot.heap import settle_startup_heap
     from pilot.runner import Runner
     from pilot.ui import LiveView, event_json
 
@@ -311,6 +314,7 @@ def _drive(console: Console, json_lines: bool, start: Any, store: Any) -> int:
         finally:
             await runner.aclose()
 
+    settle_startup_heap()
     if view is not None:
         with view:
             outcome = asyncio.run(main())

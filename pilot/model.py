@@ -18,7 +18,7 @@ import inspect
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -47,6 +47,7 @@ from pilot.model_types import (
     WaitCallback,
     WaitEvent,
 )
+from pilot.sse import SSEDecoder
 from pilot.streaming import StreamAccumulator
 
 __all__ = [
@@ -258,6 +259,52 @@ def server_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
+DRAIN_AFTER_DONE_S = 0.1
+"""How long the rest of a body is read after ``[DONE]``, so HTTP/1.1 can reuse the connection
+(the SDK's own bound); a server that keeps the stream open past it loses the connection."""
+
+
+async def _stream_chunks(response: httpx2.Response | httpx.Response) -> AsyncIterator[Any]:
+    """The JSON chunks of a streamed chat completion, up to ``data: [DONE]``.
+
+    An error event (``data: {"error": ...}``, which vLLM sends when generation fails after the
+    headers went out) is raised as ``openai.APIError``, as the SDK's stream raises it, so
+    :func:`is_transient` and :func:`map_vllm_error` see the same thing either way. A body
+    without content coding is read raw: one generator layer less per chunk.
+    """
+    coded = response.headers.get("content-encoding", "identity").lower() != "identity"
+    body = response.aiter_bytes() if coded else response.aiter_raw()
+    decoder = SSEDecoder()
+    loads = json.loads
+    async for raw in body:
+        for data in decoder.feed(raw):
+            if data.startswith(b"[DONE]"):
+                await _drain(body)
+                return
+            chunk = loads(data)
+            if type(chunk) is dict and chunk.get("error"):
+                error = chunk["error"]
+                message = error.get("message") if isinstance(error, dict) else None
+                raise openai.APIError(
+                    message=message
+                    if message and isinstance(message, str)
+                    else ("An error occurred during streaming"),
+                    request=response.request,
+                    body=error,
+                )
+            yield chunk
+
+
+async def _drain(body: AsyncIterator[bytes]) -> None:
+    """Read what is left of a finished stream, briefly; a failure here changes nothing."""
+    try:
+        async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+            async for _ in body:
+                pass
+    except (TimeoutError, httpx.TransportError, httpx2.TransportError):
+        pass
+
+
 async def notify_wait(on_wait: WaitCallback | None, event: WaitEvent) -> None:
     """Tell the caller about a wait (its callback may be sync or async)."""
     if on_wait is None:
@@ -454,23 +501,22 @@ class OpenAIModelClient:
             body.update(request.extra_body)
         return body
 
-    async def _open_stream(self, request: ChatRequest) -> openai.AsyncStream[object]:
-        """POST /chat/completions through the official client, chunks left as plain dicts.
+    async def _open_stream(self, request: ChatRequest) -> httpx2.Response | httpx.Response:
+        """POST /chat/completions through the official client; the body is left unread.
 
         ``chat.completions.create`` walks every message through the SDK's typed transform and
         builds a pydantic object per chunk: for a long history that is tens of milliseconds of
         CPU per request and it grows with the history (measured: 46 ms per request at step 100
         of the chaos run, the largest cost of a step). The messages are already plain JSON
-        built by us, and :class:`StreamAccumulator` reads dicts, so the lower-level ``post``
-        keeps everything the SDK does for the wire (headers, auth, SSE decoding, error events
-        and status errors) without that work.
+        built by us, so the lower-level ``post`` keeps what the SDK does for the wire (headers,
+        auth, status errors with their bodies) without that work; ``cast_to`` a response is
+        the SDK's documented way to get the body raw, and :func:`_stream_chunks` reads it.
         """
         return await self._client.post(
             "/chat/completions",
             body=self._request_body(request),
-            cast_to=object,
+            cast_to=httpx2.Response,
             stream=True,
-            stream_cls=openai.AsyncStream[object],  # object: chunks pass through untouched
         )
 
     async def _attempt(self, request: ChatRequest) -> ModelResponse:
@@ -489,7 +535,7 @@ class OpenAIModelClient:
         started = time.monotonic()
         try:
             async with asyncio.timeout(idle):
-                stream = await self._open_stream(request)
+                response = await self._open_stream(request)
         except TimeoutError:
             raise StreamInterrupted(
                 f"no response within idle_timeout={idle:g}s; request abandoned"
@@ -504,7 +550,7 @@ class OpenAIModelClient:
         try:
             async with asyncio.timeout(idle + slack) as watchdog:
                 pushed = loop.time()
-                async for chunk in stream:
+                async for chunk in _stream_chunks(response):
                     now = loop.time()
                     if now - pushed > slack:
                         watchdog.reschedule(now + idle + slack)
@@ -518,7 +564,7 @@ class OpenAIModelClient:
             ) from None
         finally:
             try:
-                await stream.close()
+                await response.aclose()
             except Exception:
                 pass  # closing a broken connection may fail; the attempt's outcome stands
         if acc.finish_reason is None:

@@ -311,6 +311,31 @@ async def test_stream_cut_midway_is_retried():
     assert waits.kinds == ["unavailable", "back"]
 
 
+async def test_error_event_inside_the_stream_is_retried():
+    """vLLM reports a generation that fails after the headers as ``data: {"error": ...}``
+    followed by ``[DONE]``; with code 500 that is a server fault: waited out and retried."""
+    with sim(FaultRule(kind="stream_error", at=[1], after_chunks=2)) as running:
+        response, waits = await complete(running, request("long-answer"))
+    assert response.content == "A long and careful answer, streamed in many small pieces. " * 8
+    assert response.attempts == 2
+    assert waits.kinds == ["unavailable", "back"]
+    note = waits.events[0].error or ""
+    assert "error inside the stream" in note and "simulated failure during generation" in note
+
+
+async def test_streams_reuse_one_connection():
+    """The rest of a body after ``[DONE]`` is read, so HTTP/1.1 keeps the connection."""
+    with sim() as running:
+        client = client_for(running)
+        seen: set[tuple[str, int]] = set()
+        for _ in range(4):
+            await client.complete(request("long-answer"))
+            seen.update(running.server.open_clients())
+        open_now = running.server.open_clients()
+        await client.aclose()
+    assert len(seen) == 1 and len(open_now) == 1, seen
+
+
 async def test_stall_past_idle_timeout_is_cut_and_retried():
     stall = FaultRule(kind="stall", at=[1], after_chunks=2, seconds=3.0)
     with sim(stall) as running:

@@ -323,6 +323,10 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
     return await _complete(state, number, ticket, clock, emission, meta, rules, client, turn)
 
 
+class _GenerationFailed(Exception):
+    """The ``stream_error`` fault: generation fails after the response has started."""
+
+
 class _ResponseMeta(BaseModel):
     id: str
     created: int
@@ -375,6 +379,8 @@ async def _complete(
             await asyncio.sleep(stall.seconds)
         if _rule(rules, "stream_cut"):
             return _dropped(state, client)
+        if _rule(rules, "stream_error"):
+            raise errors.internal_error(errors.GENERATION_FAILED_MESSAGE)
         outcome = "length" if emission.finish_reason == "length" else "stop"
     finally:
         ticket.release()
@@ -487,6 +493,7 @@ async def _stream(
     interval = max(state.config.stream_interval, stream_interval or 1)
     cut = _rule(rules, "stream_cut")
     stall = _rule(rules, "stall")
+    failure = _rule(rules, "stream_error")
     stalled = False
     sent = 0
     outcome = "abort"
@@ -497,6 +504,8 @@ async def _stream(
         if stall is not None and not stalled and sent >= stall.after_chunks:
             stalled = True
             await asyncio.sleep(stall.seconds)
+        if failure is not None and sent >= failure.after_chunks:
+            raise _GenerationFailed(errors.GENERATION_FAILED_MESSAGE)
         if cut is not None and sent >= cut.after_chunks:
             await asyncio.sleep(0.05)  # let the chunks already written reach the socket
             if not state.control.drop_connection(client):
@@ -558,6 +567,14 @@ async def _stream(
             yield f"data: {json.dumps(payload)}\n\n"
         yield "data: [DONE]\n\n"
         outcome = "length" if emission.finish_reason == "length" else "stop"
+    except _GenerationFailed as exc:
+        # vLLM's chat stream generator: the error as one more event, then [DONE] as usual.
+        state.log(
+            vllm_line("Error in chat completion stream generator.", "serving_chat.py:1", "ERROR")
+        )
+        body = errors.error_body(str(exc), "InternalServerError", 500)
+        yield f"data: {json.dumps(body)}\n\n"
+        yield "data: [DONE]\n\n"
     finally:
         ticket.release()
         engine.finished(clock, outcome)

@@ -20,6 +20,7 @@ FaultKind = Literal[
     "http_503",  # answer 503 with vLLM's queue-full body
     "http_500",  # answer 500 with vLLM's internal-error body
     "stream_cut",  # close the connection after `after_chunks` SSE chunks, no [DONE]
+    "stream_error",  # after `after_chunks` chunks, vLLM's error event (code 500), then [DONE]
     "stall",  # stop sending for `seconds` after `after_chunks` chunks (or before a JSON answer)
     "stall_headers",  # wait `seconds` before sending any header
     "malformed_arguments",  # first tool call's arguments become broken JSON
@@ -72,7 +73,9 @@ class FaultRule(BaseModel):
     probability: float | None = Field(None, ge=0, le=1)
     times: int | None = Field(None, ge=1)
     seconds: float = Field(1.0, ge=0, description="Duration for refuse / stall / stall_headers.")
-    after_chunks: int = Field(3, ge=0, description="Chunks sent before stream_cut / stall.")
+    after_chunks: int = Field(
+        3, ge=0, description="Chunks sent before stream_cut / stream_error / stall."
+    )
     exit_code: int = 1
 
     @field_validator("at", mode="before")

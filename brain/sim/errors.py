@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+GENERATION_FAILED_MESSAGE = "Internal server error (simulated failure during generation)."
 QUEUE_FULL_MESSAGE = (
     "The engine is currently busy and cannot accept new requests. "
     "Please try again later or on a different instance."

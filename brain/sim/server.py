@@ -199,6 +199,15 @@ class SimServer:
             return []
         return list(self._uv.server_state.connections)
 
+    def open_clients(self) -> list[tuple[str, int]]:
+        """The (host, port) of each client connection open now: a client that reuses its
+        connection shows one port however many requests it made."""
+        return [
+            tuple(client)  # type: ignore[misc]
+            for connection in self._connections()
+            if (client := getattr(connection, "client", None))
+        ]
+
     def _abort_connections(self) -> None:
         for connection in self._connections():
             transport = getattr(connection, "transport", None)
