@@ -65,6 +65,10 @@ def _faults(refuse_seconds: float, quick: bool = False) -> list[tuple[str, list[
         ("500 errors", [FaultRule(kind="http_500", every=4)]),
         ("stream cut mid-way", [FaultRule(kind="stream_cut", every=3, after_chunks=2)]),
         (
+            "error event inside the stream",
+            [FaultRule(kind="stream_error", every=4, after_chunks=2)],
+        ),
+        (
             "stall past the idle timeout",
             [FaultRule(kind="stall", at=[2, 6], seconds=IDLE + 1.5, after_chunks=2)],
         ),

@@ -24,13 +24,13 @@ OLDER_THRESHOLDS = (20, 50)
 
 
 def settle_startup_heap() -> int:
-    """Collect once, freeze what survives, raise the thresholds; returns the frozen count.
+    """Freeze the heap as it is and raise the thresholds; returns the frozen object count.
 
     Call it when a long-running command has imported what it needs and before its event loop
-    starts work (``pilot run``, ``resume``, ``worker``). Calling it again freezes what has
-    accumulated since, which is harmless.
+    starts work (``pilot run``, ``resume``, ``worker``). No collection first: after the
+    imports one costs about 60 ms and finds some 80 objects, which is worse than keeping them.
+    Calling it again freezes what has accumulated since, which is harmless.
     """
-    gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, *OLDER_THRESHOLDS)
     return gc.get_freeze_count()

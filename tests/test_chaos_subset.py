@@ -43,15 +43,16 @@ def test_stream_cuts_lose_nothing_and_malformed_calls_are_answered(tmp_path: Pat
         refuse_seconds=1,
         base=tmp_path,
         quick=True,
-        only=["stream cut", "malformed"],
+        only=["stream cut", "error event", "malformed"],
         supervised=False,
     )
-    clean, cut, malformed = results
+    clean, cut, error_event, malformed = results
     for r in results:
         assert r.completed and r.integrity, r
-    for r in (clean, cut):
+    for r in (clean, cut, error_event):
         assert r.lost is False and r.duplicates == 0, r
     assert cut.retries > 0, "the cut streams were retried"
+    assert error_event.retries > 0, "the streams that ended in an error event were retried"
     # A call cut mid-string is answered with an error and sent again, never run half-way.
     assert malformed.error_turns > 0, "malformed calls were answered with an error"
     assert malformed.duplicates == 0 and malformed.lost is False

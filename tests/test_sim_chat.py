@@ -244,3 +244,33 @@ def test_server_stream_interval_is_a_floor_for_requests():
         client = openai.OpenAI(base_url=s.openai_base_url, api_key="unused", max_retries=0)
         pieces, tokens = _content_chunks(client, stream_interval=1)
     assert len(pieces) == 1 + -(-(tokens - 1) // 3)
+
+
+@pytest.mark.parametrize(
+    ("delta", "finish"),
+    [
+        ({"role": "assistant", "content": ""}, None),
+        ({"content": 'naïve “quotes” \\ and "escapes"\n'}, None),
+        ({"tool_calls": [{"index": 0, "function": {"arguments": '{"path": "a.py"}'}}]}, None),
+        ({}, "tool_calls"),
+        ({}, "length"),
+    ],
+)
+def test_a_chunk_is_the_json_of_the_whole_chunk(delta, finish):
+    """The chunk is written around a cached head; it must be exactly what serializing the
+    whole chunk in vLLM's field order gives, so clients parse the same thing."""
+    from brain.sim.app import _chunk, _ResponseMeta
+
+    meta = _ResponseMeta(id="chatcmpl-ü1", created=1764460000, model="sim/ü", prompt_tokens=7)
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    if finish is not None:
+        choice["stop_reason"] = None
+    whole = {
+        "id": meta.id,
+        "object": "chat.completion.chunk",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [choice],
+    }
+    assert _chunk(meta, delta, finish) == f"data: {json.dumps(whole, ensure_ascii=False)}\n\n"
+    assert _chunk(meta, delta, finish) == _chunk(meta, delta, finish)  # the cached head too
