@@ -562,6 +562,12 @@ class OpenAIModelClient:
                 f"no data for idle_timeout={idle:g}s; stream cut",
                 received_chars=acc.received_chars,
             ) from None
+        except json.JSONDecodeError as exc:
+            # A server fault like a cut (a proxy's error page, a half-written event): retried.
+            raise StreamInterrupted(
+                f"the server sent an event that is not JSON ({exc.msg}: {exc.doc[:80]!r})",
+                received_chars=acc.received_chars,
+            ) from None
         finally:
             try:
                 await response.aclose()

@@ -7,9 +7,11 @@ Every test starts its own sim on a free port (parallel-safe) and shrinks the cli
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gzip
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -561,3 +563,77 @@ async def test_request_past_request_timeout_is_abandoned_and_retried():
     assert time.monotonic() - started < 2.5
     assert response.attempts == 2 and response.content
     assert "request_timeout" in (waits.events[0].error or "")
+
+
+def stream_body(*deltas: dict[str, Any], finish: str = "stop") -> str:
+    """A chat completion stream as vLLM writes it, for servers written by hand."""
+    choices = [{"index": 0, "delta": d, "logprobs": None, "finish_reason": None} for d in deltas]
+    choices.append({"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish})
+    events = [
+        {"id": "chatcmpl-h", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+         "choices": [choice]}
+        for choice in choices
+    ]  # fmt: skip
+    return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+
+
+@contextlib.asynccontextmanager
+async def hand_server(*answers: tuple[bytes, bytes]) -> AsyncIterator[OpenAIModelClient]:
+    """A bare HTTP server giving each request the next (extra headers, body); a client for it."""
+    pending = list(answers)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        headers, body = pending.pop(0)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            + headers
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = OpenAIModelClient(
+        f"http://127.0.0.1:{port}/v1",
+        api_key=None,
+        request_timeout=5.0,
+        idle_timeout=2.0,
+        server_wait=2.0,
+        retry=FAST,
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_gzip_coded_stream_is_decoded():
+    """A proxy may compress the event stream; the body is then read through the content
+    decoder (the aiohttp transport leaves decompression to httpx2)."""
+    body = stream_body({"role": "assistant", "content": ""}, {"content": "Compressed "},
+                       {"content": "but whole."})  # fmt: skip
+    async with hand_server((b"content-encoding: gzip\r\n", gzip.compress(body.encode()))) as c:
+        response = await c.complete(request("gzip"))
+    assert response.content == "Compressed but whole."
+    assert response.finish_reason == "stop"
+
+
+async def test_an_event_that_is_not_json_is_retried_like_a_cut():
+    good = stream_body({"content": "Second time lucky."}).encode()
+    bad = b'data: {"id": "chatcmpl-h", "choices": [{"index": 0, "delta": {"cont\n\n'
+    waits = Waits()
+    async with hand_server((b"", bad), (b"", good)) as client:
+        response = await client.complete(request("not-json"), on_wait=waits)
+    assert response.content == "Second time lucky." and response.attempts == 2
+    assert "not JSON" in (waits.events[0].error or ""), waits.events
