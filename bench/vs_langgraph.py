@@ -149,6 +149,7 @@ def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> N
 
     from pilot import events as ev
     from pilot.checkpoint import load_run_state
+    from pilot.heap import settle_startup_heap
     from pilot.loop import CheckOutcome, RunLoop
     from pilot.model_types import ChatRequest, ModelResponse, ServedModel, ToolCallOut, Usage
     from pilot.plan import ModelPlan, PhasePlan, RunPlan
@@ -156,6 +157,7 @@ def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> N
     from pilot.state import RunState
     from pilot.store import EventStore
 
+    settle_startup_heap()  # as `pilot run` and `pilot resume` do before their loop starts
     imported = time.perf_counter()
     workload, first_step, clock, marks = child_setup(mode, n)
 
