@@ -285,13 +285,9 @@ async def _stream_chunks(response: httpx2.Response | httpx.Response) -> AsyncIte
             if type(chunk) is dict and chunk.get("error"):
                 error = chunk["error"]
                 message = error.get("message") if isinstance(error, dict) else None
-                raise openai.APIError(
-                    message=message
-                    if message and isinstance(message, str)
-                    else ("An error occurred during streaming"),
-                    request=response.request,
-                    body=error,
-                )
+                if not message or not isinstance(message, str):
+                    message = "An error occurred during streaming"
+                raise openai.APIError(message, response.request, body=error)
             yield chunk
 
 
