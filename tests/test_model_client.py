@@ -326,7 +326,7 @@ async def test_error_event_inside_the_stream_is_retried():
 
 
 async def test_streams_reuse_one_connection():
-    """The rest of a body after ``[DONE]`` is read, so HTTP/1.1 keeps the connection."""
+    """Sequential streams to the sim ride one keep-alive connection."""
     with sim() as running:
         client = client_for(running)
         seen: set[tuple[str, int]] = set()
@@ -577,19 +577,24 @@ def stream_body(*deltas: dict[str, Any], finish: str = "stop") -> str:
     return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
 
 
+async def read_request(reader: asyncio.StreamReader) -> None:
+    """Read one request (head and ``content-length`` body) off a hand-written server's socket."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+
+
 @contextlib.asynccontextmanager
 async def hand_server(*answers: tuple[bytes, bytes]) -> AsyncIterator[OpenAIModelClient]:
     """A bare HTTP server giving each request the next (extra headers, body); a client for it."""
     pending = list(answers)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await read_request(reader)
         headers, body = pending.pop(0)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -637,3 +642,41 @@ async def test_an_event_that_is_not_json_is_retried_like_a_cut():
         response = await client.complete(request("not-json"), on_wait=waits)
     assert response.content == "Second time lucky." and response.attempts == 2
     assert "not JSON" in (waits.events[0].error or ""), waits.events
+
+
+async def test_the_body_after_done_is_read_so_the_connection_is_kept():
+    """A server may end the chunked body a moment after ``[DONE]``. The client reads on for
+    that moment (briefly), so the connection goes back to the pool instead of being closed
+    with the body unfinished: both requests come on one connection."""
+    body = stream_body({"content": "Kept alive."}).encode()
+    connections = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                await read_request(reader)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n"
+                    + f"{len(body):x}\r\n".encode() + body + b"\r\n"
+                )  # fmt: skip
+                await writer.drain()
+                await asyncio.sleep(pilot_model.DRAIN_AFTER_DONE_S / 4)
+                writer.write(b"0\r\n\r\n")  # the end of the body, after [DONE]
+                await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = OpenAIModelClient(
+        f"http://127.0.0.1:{port}/v1", api_key=None, request_timeout=5.0, idle_timeout=2.0,
+        server_wait=1.0, retry=FAST,
+    )  # fmt: skip
+    try:
+        answers = [await client.complete(request("keep-alive")) for _ in range(2)]
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert [a.content for a in answers] == ["Kept alive."] * 2
+    assert len(connections) == 1

@@ -272,5 +272,6 @@ def test_a_chunk_is_the_json_of_the_whole_chunk(delta, finish):
         "model": meta.model,
         "choices": [choice],
     }
-    assert _chunk(meta, delta, finish) == f"data: {json.dumps(whole, ensure_ascii=False)}\n\n"
-    assert _chunk(meta, delta, finish) == _chunk(meta, delta, finish)  # the cached head too
+    expected = f"data: {json.dumps(whole, ensure_ascii=False)}\n\n"
+    assert _chunk(meta, delta, finish) == expected  # the head built
+    assert _chunk(meta, delta, finish) == expected  # the head from the cache
