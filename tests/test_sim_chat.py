@@ -275,3 +275,22 @@ def test_a_chunk_is_the_json_of_the_whole_chunk(delta, finish):
     expected = f"data: {json.dumps(whole, ensure_ascii=False)}\n\n"
     assert _chunk(meta, delta, finish) == expected  # the head built
     assert _chunk(meta, delta, finish) == expected  # the head from the cache
+
+
+def test_the_sim_serves_on_vllms_stack_uvloop_and_httptools():
+    """vLLM's API server runs under ``uvloop.run`` with uvicorn's httptools parser (both come
+    with ``fastapi[standard]``); the sim runs the same stack, and a client sees it answer."""
+    import uvloop
+
+    captured: dict[str, object] = {}
+    with running_sim(SimConfig()) as sim:
+
+        async def look() -> None:
+            captured["loop"] = type(asyncio.get_running_loop())
+
+        future = asyncio.run_coroutine_threadsafe(look(), sim.server._loop)
+        future.result(timeout=5)
+        protocol = sim.server._uv.config.http_protocol_class
+        assert httpx.get(sim.base_url + "/health", timeout=5).status_code == 200
+    assert captured["loop"] is uvloop.Loop
+    assert protocol.__name__ == "HttpToolsProtocol"

@@ -8,7 +8,6 @@ a container's PID 1, which gets no default SIGTERM action) and exits with 1 afte
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import typer
 from brain.sim.config import SimConfig, load_config_file
 from brain.sim.faults import parse_fault_spec
 from brain.sim.logs import stdout_log
-from brain.sim.server import SimServer
+from brain.sim.server import SimServer, run_on_server_loop
 
 DEFAULT_PORT = 8000
 
@@ -49,7 +48,7 @@ def serve_in_foreground(config: SimConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    return asyncio.run(server.serve())
+    return run_on_server_loop(server.serve())
 
 
 def sim_command(

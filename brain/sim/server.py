@@ -21,8 +21,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any, Literal
+from collections.abc import Coroutine, Iterator
+from typing import Any, Literal, TypeVar
 
 import httpx
 import uvicorn
@@ -40,6 +40,27 @@ from brain.sim.logs import (
 from brain.sim.policy import Policy
 
 ExitMode = Literal["process", "server"]
+T = TypeVar("T")
+
+
+def new_server_loop() -> asyncio.AbstractEventLoop:
+    """uvloop where it is installed, as vLLM's API server runs (``uvloop.run(run_server(args))``
+    in ``vllm/entrypoints/cli/serve.py``; uvicorn then picks the httptools parser, which
+    ``fastapi[standard]`` installs with vLLM). The sim serves on the same stack, so a client
+    meets the same kind of server, and at a hundred streams the sim's own CPU (about half of
+    it went to the pure-Python h11 parser and the asyncio loop) stays small beside the
+    client's. asyncio's loop where uvloop is missing (Windows)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_on_server_loop(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on :func:`new_server_loop`'s loop."""
+    with asyncio.Runner(loop_factory=new_server_loop) as runner:
+        return runner.run(main)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -77,6 +98,21 @@ class _Uvicorn(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             self._on_started()
+
+    def protocol_factory(self) -> Any:
+        """What ``startup`` gives ``create_server``, to listen again after an outage (the
+        loop's server object does not expose it on uvloop)."""
+        config = self.config
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=_loop,
+            )
+
+        return create_protocol
 
 
 class SimServer:
@@ -228,9 +264,8 @@ class SimServer:
         if self._uv is None or self._refusing:
             return
         self._refusing = True
-        servers = list(self._uv.servers)
-        factory = servers[0]._protocol_factory  # type: ignore[attr-defined]  # uvicorn's own
-        for server in servers:
+        factory = self._uv.protocol_factory()
+        for server in list(self._uv.servers):
             server.close()
         self._abort_connections()
         self.log(
@@ -291,7 +326,7 @@ class RunningSim:
 
     def _run(self) -> None:
         try:
-            self.exit_code = asyncio.run(self.server.serve())
+            self.exit_code = run_on_server_loop(self.server.serve())
         except BaseException as exc:  # reported by wait_ready / stop
             self._error = exc
 
