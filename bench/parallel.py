@@ -13,6 +13,7 @@ client. Runs go through ``pilot.runner``'s ``_Run.emit`` (append, committed, the
 
     .venv/bin/python -m bench.parallel                       # K = 1 8 32 128 256, 10 steps
     .venv/bin/python -m bench.parallel --runs 1 128 --steps 20 --itl 0.02
+    .venv/bin/python -m bench.parallel --runs 1 128 --repeats 10  # median and range of 10 sweeps
 
 Figures: wall time for all K runs relative to one run (target: 128 runs within 1.25x), pilot
 CPU time per step (``process_time`` of the pilot process / steps), peak RSS of the pilot
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -252,13 +254,15 @@ def run_bench(
     itl: float,
     json_out: Path | None,
     stream_interval: int | None = None,
+    repeats: int = 1,
 ) -> list[dict]:
     sim, base_url = start_sim(ttft, itl, max(max(runs_list), 16) * 2)
     results = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-parallel-") as tmp:
-            for runs in runs_list:
-                db, out = Path(tmp) / f"k{runs}.db", Path(tmp) / f"k{runs}.json"
+            for repeat, runs in ((r, k) for r in range(repeats) for k in runs_list):
+                db = Path(tmp) / f"r{repeat}-k{runs}.db"
+                out = Path(tmp) / f"r{repeat}-k{runs}.json"
                 argv = [sys.executable, "-m", "bench.parallel", "_pilot", str(runs), str(steps),
                         base_url, str(db), str(out), str(stream_interval or "-")]  # fmt: skip
                 sim_cpu = process_cpu_s(sim.pid)
@@ -267,6 +271,7 @@ def run_bench(
                     raise RuntimeError(f"pilot with {runs} runs failed:\n{proc.stderr}")
                 result = json.loads(out.read_text())
                 result["sim_cpu_s"] = process_cpu_s(sim.pid) - sim_cpu
+                result["repeat"] = repeat
                 results.append(result)
                 print(
                     f"  {runs:4d} runs: {result['wall_s']:6.2f} s wall, "
@@ -279,9 +284,11 @@ def run_bench(
     finally:
         sim.kill()
         sim.wait()
-    one = next((r["wall_s"] for r in results if r["runs"] == 1), results[0]["wall_s"])
-    for r in results:
-        r["wall_vs_one"] = r["wall_s"] / one
+    for repeat in range(repeats):
+        sweep = [r for r in results if r["repeat"] == repeat]
+        one = next((r["wall_s"] for r in sweep if r["runs"] == 1), sweep[0]["wall_s"])
+        for r in sweep:
+            r["wall_vs_one"] = r["wall_s"] / one  # against the same sweep's one run
     print(
         f"\nsim: ttft {ttft * 1000:.0f} ms, itl {itl * 1000:.0f} ms/token, "
         f"max_num_seqs {max(max(runs_list), 16) * 2}; {steps} steps + finish per run; "
@@ -316,9 +323,29 @@ def run_bench(
             ],
         )
     )
+    if repeats > 1:
+        print(f"\n{repeats} sweeps, K in order within each; wall / one run per sweep:\n")
+        print(markdown_table(["runs at once", "median wall / one run", "min", "max",
+                              "median pilot CPU ms/step", "each sweep"],
+                             [_spread(runs, [r for r in results if r["runs"] == runs])
+                              for runs in runs_list]))  # fmt: skip
     if json_out is not None:
         json_out.write_text(json.dumps(results, indent=1))
     return results
+
+
+def _spread(runs: int, sweeps: list[dict]) -> list[Any]:
+    """One K's row over the sweeps: the machine's speed moves between them, so the median
+    and the range say more than any one sweep."""
+    ratios = [r["wall_vs_one"] for r in sweeps]
+    return [
+        runs,
+        statistics.median(ratios),
+        min(ratios),
+        max(ratios),
+        statistics.median(r["cpu_ms_per_step"] for r in sweeps),
+        " ".join(f"{ratio:.2f}" for ratio in ratios),
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -341,10 +368,18 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="the runs' model.stream_interval (tokens per streamed chunk; default: the server's)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="sweeps in a row against the same sim; the summary gives each K's median and range",
+    )
     parser.add_argument("--json", type=Path, help="also write every figure here")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    run_bench(args.runs, args.steps, args.ttft, args.itl, args.json, args.stream_interval)
+    run_bench(
+        args.runs, args.steps, args.ttft, args.itl, args.json, args.stream_interval, args.repeats
+    )
 
 
 if __name__ == "__main__":

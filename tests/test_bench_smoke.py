@@ -121,6 +121,21 @@ def test_parallel_runs_side_by_side_against_the_sim(tmp_path: Path) -> None:
             assert _positive(r[key]), (key, r)
 
 
+def test_parallel_repeats_give_each_sweep_its_own_one_run_baseline(tmp_path: Path) -> None:
+    results = _bench(
+        "bench.parallel",
+        *("--runs", "1", "2", "--steps", "1", "--repeats", "2"),
+        *("--ttft", "0.005", "--itl", "0.001"),
+        out=tmp_path / "out.json",
+    )
+    assert [(r["repeat"], r["runs"]) for r in results] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    for repeat in (0, 1):
+        one, two = (r for r in results if r["repeat"] == repeat)
+        assert one["wall_vs_one"] == 1.0
+        assert two["wall_vs_one"] == two["wall_s"] / one["wall_s"]
+        assert one["succeeded"] == 1 and two["succeeded"] == 2
+
+
 def test_scale_routes_a_batch_over_one_and_two_sim_servers(tmp_path: Path) -> None:
     out = _bench(
         "bench.scale",
