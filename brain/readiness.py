@@ -107,10 +107,15 @@ class LogWatcher:
             return "\n".join(self.tail)
 
     def settle(self, quiet_s: float = 0.2, limit_s: float = 2.0) -> None:
-        """Wait until the follower has caught up: finished, or no new line for ``quiet_s``."""
-        deadline = time.monotonic() + limit_s
+        """Wait until the follower has caught up: finished, or no new line for ``quiet_s``,
+        counted from this call at the earliest. Lines written just before the call may not
+        have been read yet (a file follower polls): after a long load delay the last line
+        *read* is old, and quiet since then said nothing about the ready lines still in the
+        file."""
+        called = time.monotonic()
+        deadline = called + limit_s
         while time.monotonic() < deadline and not self.finished.is_set():
-            if time.monotonic() - self._last_line_at >= quiet_s:
+            if time.monotonic() - max(self._last_line_at, called) >= quiet_s:
                 return
             time.sleep(0.05)
 

@@ -15,7 +15,7 @@ from brain.launchers.base import ServerStatus
 from brain.launchers.ports import free_port
 from brain.launchers.process import ProcessLauncher
 from brain.launchers.sim import SimLauncher
-from brain.readiness import wait_until_ready
+from brain.readiness import LogWatcher, wait_until_ready
 from brain.spec import ServerSpec
 
 KV_FATAL = (
@@ -197,3 +197,21 @@ def test_the_api_key_is_sent_to_v1_models_and_a_wrong_one_fails_fast(launched):
     assert info.served_names == ["sim/test-model"]
     with pytest.raises(LaunchError, match="401"):
         _wait(launcher, handle, spec, api_key="wrong")
+
+
+def test_settle_waits_for_lines_written_just_before_it_after_a_long_quiet():
+    """After a load delay the last line read is old; the ready lines written a moment before
+    ``settle`` may still be unread by a polling follower, and must be waited for."""
+    release = threading.Event()
+
+    def follower():
+        yield "engine config"
+        release.wait(5)
+        time.sleep(0.1)  # the follower's poll interval, and more
+        yield "GPU KV cache size: 4,096 tokens"
+
+    watcher = LogWatcher(follower())
+    time.sleep(0.5)  # the load delay: nothing new for longer than the quiet window
+    release.set()
+    watcher.settle()
+    assert "GPU KV cache size: 4,096 tokens" in watcher.text()
