@@ -1,4 +1,4 @@
-"""Redaction: keep secrets out of the stored events (and so out of `pilot show`, reports, logs).
+r"""Redaction: keep secrets out of the stored events (and so out of `pilot show`, reports, logs).
 
 Events hold what tools printed, what the model wrote and what checks said; any of those can
 carry a token that was lying in a file or an environment. Before an event is appended, every
@@ -10,6 +10,11 @@ This module only rewrites event copies. It never touches the workspace, and the 
 keeps the original event (the model and the tools go on with the real text); only what is
 stored and shown is redacted. A pattern may name the part to hide with a ``secret`` group
 (``(?P<secret>...)``); otherwise the whole match is replaced.
+
+Nearly every event holds no secret, so each is first screened: its JSON goes through one RE2
+automaton made of every default rule's fixed part (``SCREENS``), and only an event it flags is
+walked field by field with the rules themselves (Python ``re``: the rules need lookahead and
+Unicode ``\s``, which RE2 lacks).
 """
 
 from __future__ import annotations
@@ -60,64 +65,47 @@ DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 """Common secret shapes, each with the name its placeholder shows (a name may repeat)."""
 
-HINTS: dict[str, tuple[str, ...]] = {
-    "api_key": ("sk-",),
-    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-    "github_pat": ("github_pat_",),
-    "slack_token": ("xox",),
-    "aws_access_key_id": ("akia", "asia"),
-    "private_key": ("private key",),
-    "bearer": ("bearer",),
+
+def _space_in_text_or_json() -> str:
+    r"""One character of the rules' ``\s`` (Python's: Unicode whitespace; RE2's ``\s`` is ASCII
+    only) as it stands in a text or in its JSON: itself, or one of JSON's four escapes for
+    spaces (JSON writes the other control characters as ``\u00XX``, flagged on their own)."""
+    spaces = "".join(f"\\x{{{c:x}}}" for c in range(0x3001) if chr(c).isspace())
+    return rf"(?:[{spaces}]|\\[ntrf])"
+
+
+SCREENS: dict[str, str] = {
+    "api_key": r"sk-[A-Za-z0-9_\-]{20}",
+    "github_token": r"gh[pousr]_[A-Za-z0-9]{30}",
+    "github_pat": r"github_pat_[A-Za-z0-9_]{20}",
+    "slack_token": r"xox[abposr]-[A-Za-z0-9\-]{10}",
+    "aws_access_key_id": r"(?:AKIA|ASIA)[0-9A-Z]{16}",
+    "private_key": r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----",
+    "bearer": r"(?i:bearer)",
+    # Every keyword of the assignment rules ends in one of these; then a quote (escaped in
+    # JSON), spaces, and the separator.
+    "assignment": r"(?i:password|passwd|pwd|secret|key|token)(?:\\?[\"'])?"
+    + _space_in_text_or_json()
+    + "*[=:]",
 }
-"""Lower-case substrings a text must contain for a rule to be tried: a cheap test that keeps
-redaction off the per-step hot path (the regexes are tried only where they could match)."""
+r"""For each default rule, an RE2 pattern that matches wherever the rule does, both in a text
+and in that text written as JSON (so an event is screened on its JSON, with no walk over its
+fields): the rule's fixed part, less what JSON escaping can change (a ``\b`` after an escaped
+newline, the spaces between ``bearer`` and its token)."""
 
-REQUIRED_CHARACTERS: dict[str, str] = {
-    "api_key": "-",
-    "github_token": "_",
-    "github_pat": "_",
-    "slack_token": "-",
-    "private_key": "-",
-}
-"""A character every match of a rule contains, tested before its hints: looking for one
-character is a ``memchr``, twenty times faster than looking for a word, and prose has none."""
-
-_KEYWORD_STEMS = ("token", "key", "pass", "pwd", "secret")
-"""Every secret keyword of the assignment rules contains one of these."""
-# After the stem: pass(word|wd), a quote, spaces, the separator; in JSON text the quote and the
-# spaces may come escaped (\" \n \t \r \f), so the gate also works on an event's JSON.
-_ASSIGNED_AFTER_STEM = r"(?:word|wd)?(?:\\?[\"'])?(?:\s|\\[ntrf])*[=:]"
-_ASSIGNED_BY_STEM = tuple(re.compile(stem + _ASSIGNED_AFTER_STEM) for stem in _KEYWORD_STEMS)
+_JSON_ESCAPED_CONTROL = r"\\u00"
+"""A control character escaped in JSON may stand where a rule wants a space: an event with one
+goes to the field walk, which sees the real character."""
 
 
-def could_assign_secret(lowered: str) -> bool:
-    """Whether a secret's keyword in ``lowered`` is followed by ``=`` or ``:`` (a quote and
-    spaces between): the gate of the ``assignment`` rules. The keywords are common words in
-    code and prose (``token``, ``key``), an assignment to one is not. One search per stem:
-    a pattern that starts with a literal is scanned for in C, from stem to stem, where the
-    rules' regexes step through every character of the text (about 6 ns each)."""
-    if "=" not in lowered and ":" not in lowered:
-        return False
-    return any(assigned.search(lowered) for assigned in _ASSIGNED_BY_STEM)
+def _compile_screen(pattern: str) -> Any:
+    """An RE2 pattern over UTF-8 bytes. RE2 runs all its alternatives as one automaton in a
+    single pass over the text, where Python's ``re`` tries each alternative at each position:
+    an event of 2 KB is screened in 5 µs instead of 25."""
+    import re2  # google-re2
 
+    return re2.compile(pattern.encode())
 
-def _hint_pattern(hints: Sequence[str]) -> re.Pattern[str] | None:
-    """Several hints with a common start of two characters or more (``ghp_``, ``gho_``...)
-    as one search: a single scan for the start instead of one scan per hint."""
-    if len(hints) < 2:
-        return None
-    start = hints[0]
-    for hint in hints[1:]:
-        while not hint.startswith(start):
-            start = start[:-1]
-    if len(start) < 2:
-        return None
-    rests = "|".join(re.escape(hint[len(start) :]) for hint in hints)
-    return re.compile(f"{re.escape(start)}(?:{rests})")
-
-
-GATES: dict[str, Callable[[str], bool]] = {"assignment": could_assign_secret}
-"""A test of the lower-cased text a rule must pass to be tried, after its hints."""
 
 E = TypeVar("E", bound=BaseModel)
 
@@ -126,25 +114,17 @@ E = TypeVar("E", bound=BaseModel)
 class Rule:
     name: str
     pattern: re.Pattern[str]
-    hints: tuple[str, ...] = ()
-    gate: Callable[[str], bool] | None = None
-    required: str = ""
-    hints_at_once: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
-    """The hints as one regex when they share a start (``_hint_pattern``), else None."""
+    screen: str | None = None
+    """An RE2 pattern that matches wherever ``pattern`` does (``SCREENS``), or None."""
+    compiled_screen: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "hints_at_once", _hint_pattern(self.hints))
+        screen = _compile_screen(self.screen) if self.screen is not None else None
+        object.__setattr__(self, "compiled_screen", screen)
 
-    def worth_trying(self, lowered: str) -> bool:
-        """False when ``lowered`` (the text, lower-cased) lacks the character every match of
-        this rule has, or every hint of it."""
-        if self.required and self.required not in lowered:
-            return False
-        if not self.hints:
-            return True
-        if self.hints_at_once is not None:
-            return self.hints_at_once.search(lowered) is not None
-        return any(hint in lowered for hint in self.hints)
+    def worth_trying(self, encoded: bytes) -> bool:
+        """False when the rule cannot match the text whose UTF-8 is ``encoded``."""
+        return self.compiled_screen is None or self.compiled_screen.search(encoded) is not None
 
     def apply(self, text: str) -> str:
         placeholder = f"[REDACTED:{self.name}]"
@@ -162,19 +142,6 @@ class Rule:
         return self.pattern.sub(replace, text)
 
 
-def _should_try(rule: Rule, lowered: str, gates: dict[Callable[[str], bool], bool]) -> bool:
-    """Whether ``rule``'s regex is worth running on a text (``lowered``: lower-cased): its
-    hints, then its gate, whose result ``gates`` keeps for the rules that share it."""
-    if not rule.worth_trying(lowered):
-        return False
-    gate = rule.gate
-    if gate is None:
-        return True
-    if (passed := gates.get(gate)) is None:
-        passed = gates[gate] = gate(lowered)
-    return passed
-
-
 class Redactor:
     """The default rules plus a workflow's own patterns (named ``redact[i]``)."""
 
@@ -182,51 +149,33 @@ class Redactor:
         rules = []
         if defaults:
             rules += [
-                Rule(
-                    name,
-                    re.compile(pattern),
-                    HINTS.get(name, ()),
-                    GATES.get(name),
-                    REQUIRED_CHARACTERS.get(name, ""),
-                )
-                for name, pattern in DEFAULT_PATTERNS
+                Rule(name, re.compile(pattern), SCREENS[name]) for name, pattern in DEFAULT_PATTERNS
             ]
         rules += [Rule(f"redact[{i}]", compile_pattern(p)) for i, p in enumerate(extra)]
         self.rules: tuple[Rule, ...] = tuple(rules)
-        self._unscreened = any(not r.hints and r.gate is None for r in rules)
-        """A rule with neither hints nor gate (a workflow's own) may match anything."""
-        self._hinted = tuple(r for r in rules if r.hints and r.gate is None)
-        gated = [r for r in rules if r.gate is not None]
-        self._gates = tuple(dict.fromkeys(r.gate for r in gated if not r.hints and not r.required))
-        """The gates of the rules that have nothing else, each once (three rules share one)."""
-        self._gated_with_hints = tuple(r for r in gated if r.hints or r.required)
+        self._unscreened = any(r.screen is None for r in rules)
+        """A rule with no screen (a workflow's own) may match anything."""
+        screens = dict.fromkeys(r.screen for r in rules if r.screen is not None)
+        self._screen = _compile_screen(
+            "|".join([*(f"(?:{screen})" for screen in screens), _JSON_ESCAPED_CONTROL])
+        )
+        """Every rule's screen in one pattern (the assignment rules share theirs)."""
 
     def may_match(self, text: str) -> bool:
         """Whether any rule could match in ``text`` (which may be an event's JSON): False means
-        redacting would change nothing, and an event with no secret (nearly all of them) is
-        screened in one pass over its JSON instead of a walk over its fields."""
-        if self._unscreened:
-            return True
-        lowered = text.lower()
-        if "\\u00" in lowered:
-            return True  # a control character escaped in JSON: leave it to the field walk
-        if any(rule.worth_trying(lowered) for rule in self._hinted):
-            return True
-        if any(gate(lowered) for gate in self._gates):  # type: ignore[misc]
-            return True
-        gates: dict[Callable[[str], bool], bool] = {}
-        return any(_should_try(rule, lowered, gates) for rule in self._gated_with_hints)
+        redacting would change nothing."""
+        return self._unscreened or self._screen.search(text.encode()) is not None
 
     def text(self, value: str) -> str:
-        lowered = value.lower()
-        gates: dict[Callable[[str], bool], bool] = {}
+        encoded = value.encode()
+        if not self._unscreened and self._screen.search(encoded) is None:
+            return value
         for rule in self.rules:
-            if not _should_try(rule, lowered, gates):
+            if not rule.worth_trying(encoded):
                 continue
             redacted = rule.apply(value)
             if redacted != value:
-                value, lowered = redacted, redacted.lower()
-                gates.clear()
+                value, encoded = redacted, redacted.encode()
         return value
 
     def value(self, value: Any) -> Any:

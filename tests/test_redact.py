@@ -143,15 +143,29 @@ _FRAGMENTS = [
     "token", "TOKEN", "api_key", "Api-Key", "password", "pwd", "secret", "=", ":", " ", "\n",
     "\t", '"', "'", "\\", "\x0b", "\x1f", "hunter2hunter", "ghp_", "sk-", "proj-", "xoxb-",
     "AKIA", "Bearer ", "-----BEGIN RSA PRIVATE KEY-----", "a1B2c3D4e5F6g7H8i9J0", "x", "_", "-",
-    "\u00e9", "ordinary words ",
+    "\u00e9", "ordinary words ", "\u212a", "\u017f", "\x85", "\u2028", "\u3000",
 ]  # fmt: skip
+"""``\u212a`` (Kelvin sign) and ``\u017f`` (long s) match ``k`` and ``s`` under ``(?i)``; the
+others are spaces to Python's ``\\s`` that JSON leaves as they are."""
 
 
-_SPACES = st.text(alphabet=" \t\n\r\x0b\x0c\x1c\x1f", max_size=3)
+_SPACES = st.text(alphabet=" \t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u2028\u3000", max_size=3)
 _ASSIGNMENTS = st.builds(
     lambda *parts: "".join(parts),
     st.sampled_from(["", "MY_", "db."]),
-    st.sampled_from(["token", "TOKEN", "api_key", "Api-Key", "password", "pwd", "secret"]),
+    st.sampled_from(
+        [
+            "token",
+            "TOKEN",
+            "api_key",
+            "Api-Key",
+            "password",
+            "pwd",
+            "secret",
+            "to\u212aen",
+            "pa\u017f\u017fword",
+        ]
+    ),
     st.sampled_from(["", '"', "'"]),
     _SPACES,
     st.sampled_from(["=", ":"]),
@@ -179,6 +193,43 @@ def test_the_json_screen_never_lets_a_secret_through(output: str, content: str) 
     if walked is not event:
         assert Redactor().may_match(ev.event_to_json(event))
     assert stored == walked and payload == ev.event_to_json(walked)
+
+
+def test_the_screens_fold_case_and_see_spaces_as_the_rules_do() -> None:
+    """The screens are RE2, the rules Python ``re``: a keyword written with any character that
+    Python's ``(?i)`` takes for its letter, or followed by any of Python's ``\\s``, must still
+    pass its screen, or a secret written so would be stored unredacted."""
+    import re
+
+    import re2
+
+    from pilot.redact import SCREENS
+
+    characters = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    cased = [c for c in characters if c.lower() != c or c.upper() != c]
+    screens = {name: re2.compile(SCREENS[name].encode()) for name in ("assignment", "bearer")}
+    words = {"assignment": ("password", "passwd", "pwd", "secret", "key", "token")}
+    words["bearer"] = ("bearer",)
+    for name, screen in screens.items():
+        for word in words[name]:
+            for i, letter in enumerate(word):
+                same = [c for c in cased if re.fullmatch(f"(?i){letter}", c)]
+                for c in same:
+                    text = f"{word[:i]}{c}{word[i + 1 :]}=x"
+                    assert screen.search(text.encode()), (name, text)
+    assert len({c for c in cased if re.fullmatch("(?i)k", c)}) == 3  # k, K, Kelvin sign
+    for c in characters:
+        if re.fullmatch(r"\s", c):
+            assert screens["assignment"].search(f"token{c}=x".encode()), hex(ord(c))
+
+
+def test_a_keyword_with_a_long_s_or_a_kelvin_sign_is_still_redacted() -> None:
+    """Python's ``(?i)`` matches ``s`` to ``\u017f`` and ``k`` to ``\u212a``: the rules redact
+    these assignments, so the screen must let them through to the rules."""
+    for text in ("pa\u017f\u017fword=hunter2hunter", "api_\u212aey: hunter2hunter"):
+        event = ev.ToolFinished(call_id="c", name="read_file", output=text)
+        _stored, payload = redact_for_storage(event, (), ev.event_to_json)
+        assert "hunter2hunter" not in payload and "[REDACTED:assignment]" in payload
 
 
 def test_the_redact_field_is_validated_with_file_and_line() -> None:
