@@ -1,13 +1,14 @@
 """The event append on SQLite, on one DBAPI connection held for the store's life.
 
-An append is one small transaction: INSERT the event, UPDATE the run's totals, COMMIT. Through
-SQLAlchemy's ``engine.begin()`` + ``execute`` that is a pool checkout, connection events, two
-statement-cache lookups, result objects and a checkin: about 350 µs for 30 µs of SQLite work,
-several times per agent step (the pilot's largest per-step cost once redaction was fixed). This
-keeps the SQL SQLAlchemy compiles from the ORM tables and the bind processors of their column
-types, and runs them on a held ``sqlite3`` connection instead. Errors are re-raised as the
-SQLAlchemy exceptions the rest of the pilot handles (``OperationalError`` for a full disk or a
-lock held too long, ``IntegrityError`` for a duplicate ``seq``).
+An append is one small transaction: INSERT the events, UPDATE the run's totals if they
+changed, COMMIT. Through SQLAlchemy's ``engine.begin()`` + ``execute`` that is a pool checkout,
+connection events, two statement-cache lookups, result objects and a checkin: about 350 µs for
+30 µs of SQLite work, several times per agent step (the pilot's largest per-step cost once
+redaction was fixed). This keeps the SQL SQLAlchemy compiles from the ORM tables and the bind
+processors of their column types, and runs them on a held ``sqlite3`` connection instead.
+Errors are re-raised as the SQLAlchemy exceptions the rest of the pilot handles
+(``OperationalError`` for a full disk or a lock held too long, ``IntegrityError`` for a
+duplicate ``seq``).
 
 PostgreSQL keeps the engine path: there the round trip dominates, not the Python around it.
 """
@@ -45,9 +46,9 @@ class _Statement:
 
 
 class SqliteAppender:
-    """``append`` = INSERT into ``events`` (one or more rows) + UPDATE ``runs`` in one
-    transaction, on a held connection. Thread-safe (a lock around each transaction);
-    ``close`` returns the connection to the engine's pool."""
+    """``append`` = INSERT into ``events`` (one or more rows) + UPDATE ``runs`` (when there are
+    values to set) in one transaction, on a held connection. Thread-safe (a lock around each
+    transaction); ``close`` returns the connection to the engine's pool."""
 
     def __init__(
         self, engine: Engine, insert_event: Insert, update_run: Update, run_key: str
@@ -77,16 +78,19 @@ class SqliteAppender:
         run_id: str,
         run_values: Mapping[str, Any],
     ) -> None:
-        """INSERT every row of ``event_rows``, then UPDATE the run, then COMMIT."""
+        """INSERT every row of ``event_rows``, then UPDATE the run (unless ``run_values`` is
+        empty), then COMMIT."""
         keys = tuple(sorted(run_values))
         with self._lock:
             if self._insert is None:
                 self._insert = self._compile(self._insert_event, tuple(event_rows[0]))
             insert = self._insert
-            update = self._updates.get(keys)
-            if update is None:
-                update = self._updates[keys] = self._compile(self._update_run, keys)
-            update_parameters = update.parameters({self._run_key: run_id, **run_values})
+            update = None
+            if keys:
+                update = self._updates.get(keys)
+                if update is None:
+                    update = self._updates[keys] = self._compile(self._update_run, keys)
+                update_parameters = update.parameters({self._run_key: run_id, **run_values})
             if self._connection is None:
                 self._connection = self._engine.raw_connection()
             connection = self._connection.dbapi_connection
@@ -99,8 +103,9 @@ class SqliteAppender:
                         connection.execute(statement, parameters[0])
                     else:
                         connection.executemany(statement, parameters)
-                    statement, parameters = update.sql, update_parameters
-                    connection.execute(statement, parameters)
+                    if update is not None:
+                        statement, parameters = update.sql, update_parameters
+                        connection.execute(statement, parameters)
             except self._engine.dialect.loaded_dbapi.Error as exc:
                 raise DBAPIError.instance(
                     statement,

@@ -24,6 +24,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Integer,
+    Select,
     String,
     Text,
     and_,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    func,
     insert,
     or_,
     select,
@@ -99,6 +101,9 @@ class RunRow(Base):
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    """No longer written (kept so that files from before still open): a run's last seq and last
+    activity are read from its events (``RunRecord``), so an append touches this row only when
+    the run's summary changes."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
@@ -151,7 +156,15 @@ class RunRecord:
     origin: str = "cli"
 
     @classmethod
-    def from_row(cls, row: RunRow) -> RunRecord:
+    def from_row(
+        cls, row: RunRow, last_seq: int | None = None, last_event_at: datetime | None = None
+    ) -> RunRecord:
+        """The record of ``row`` and of its last event (``last_seq``, ``last_event_at``: None
+        when it has none): the row's ``updated_at`` moves only with its summary, so the run's
+        last activity is the later of the two."""
+        updated_at = _aware(row.updated_at)
+        if last_event_at is not None:
+            updated_at = max(updated_at, _aware(last_event_at))  # type: ignore[type-var]
         return cls(
             id=row.id,
             workflow_name=row.workflow_name,
@@ -165,9 +178,9 @@ class RunRecord:
             steps=row.steps,
             prompt_tokens=row.prompt_tokens,
             completion_tokens=row.completion_tokens,
-            last_seq=row.last_seq,
+            last_seq=last_seq or 0,
             created_at=_aware(row.created_at),  # type: ignore[arg-type]
-            updated_at=_aware(row.updated_at),  # type: ignore[arg-type]
+            updated_at=updated_at,  # type: ignore[arg-type]
             lease_owner=row.lease_owner,
             lease_expires_at=_aware(row.lease_expires_at),
             origin=row.origin or "cli",
@@ -176,6 +189,27 @@ class RunRecord:
 
 _INSERT_EVENT = insert(EventRow.__table__)
 _UPDATE_RUN = update(RunRow.__table__).where(RunRow.__table__.c.id == bindparam("run_id_"))
+_LAST_SEQ = (
+    select(func.max(EventRow.seq))
+    .where(EventRow.run_id == RunRow.id)
+    .correlate(RunRow)
+    .scalar_subquery()
+)
+_LAST_EVENT_AT = (
+    select(EventRow.at)
+    .where(EventRow.run_id == RunRow.id)
+    .order_by(EventRow.seq.desc())
+    .limit(1)
+    .correlate(RunRow)
+    .scalar_subquery()
+)
+"""A run's last event, each found by one probe of the events' primary key."""
+_RECORDS = select(RunRow, _LAST_SEQ, _LAST_EVENT_AT)
+"""Runs with what ``RunRecord.from_row`` needs; add ``where`` and ``order_by``."""
+
+
+def _records(session: Session, query: Select[Any]) -> list[RunRecord]:
+    return [RunRecord.from_row(row, seq, at) for row, seq, at in session.execute(query)]
 
 
 def lease_owner_id() -> str:
@@ -328,32 +362,32 @@ class EventStore:
 
     def get_run(self, run_id: str) -> RunRecord:
         with Session(self.engine) as session:
-            row = session.get(RunRow, run_id)
-            if row is None:
-                raise RunNotFound(run_id)
-            return RunRecord.from_row(row)
+            records = _records(session, _RECORDS.where(RunRow.id == run_id))
+        if not records:
+            raise RunNotFound(run_id)
+        return records[0]
 
     def find_run(self, prefix: str) -> RunRecord:
         """Any unambiguous prefix of a run id names the run."""
         with Session(self.engine) as session:
-            exact = session.get(RunRow, prefix)
-            if exact is not None:
-                return RunRecord.from_row(exact)
-            rows = session.scalars(
-                select(RunRow).where(RunRow.id.startswith(prefix, autoescape=True)).limit(10)
-            ).all()
-            if not rows:
-                raise RunNotFound(prefix)
-            if len(rows) > 1:
-                raise AmbiguousRunId(prefix, [r.id for r in rows])
-            return RunRecord.from_row(rows[0])
+            exact = _records(session, _RECORDS.where(RunRow.id == prefix))
+            if exact:
+                return exact[0]
+            records = _records(
+                session, _RECORDS.where(RunRow.id.startswith(prefix, autoescape=True)).limit(10)
+            )
+        if not records:
+            raise RunNotFound(prefix)
+        if len(records) > 1:
+            raise AmbiguousRunId(prefix, [r.id for r in records])
+        return records[0]
 
     def list_runs(self, *, limit: int = 50, since: datetime | None = None) -> list[RunRecord]:
+        query = _RECORDS.order_by(RunRow.created_at.desc()).limit(limit)
+        if since is not None:
+            query = query.where(or_(RunRow.updated_at >= since, since <= _LAST_EVENT_AT))
         with Session(self.engine) as session:
-            query = select(RunRow).order_by(RunRow.created_at.desc()).limit(limit)
-            if since is not None:
-                query = query.where(RunRow.updated_at >= since)
-            return [RunRecord.from_row(r) for r in session.scalars(query)]
+            return _records(session, query)
 
     def set_status(self, run_id: str, status: str, reason: str = "") -> None:
         with self.engine.begin() as conn:
@@ -460,13 +494,11 @@ class EventStore:
         return None
 
     def list_queue(self) -> list[RunRecord]:
+        query = _RECORDS.where(
+            RunRow.origin == "queue", RunRow.status.in_(("queued", *ACTIVE_STATUSES))
+        ).order_by(RunRow.created_at)
         with Session(self.engine) as session:
-            query = (
-                select(RunRow)
-                .where(RunRow.origin == "queue", RunRow.status.in_(("queued", *ACTIVE_STATUSES)))
-                .order_by(RunRow.created_at)
-            )
-            return [RunRecord.from_row(r) for r in session.scalars(query)]
+            return _records(session, query)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -486,7 +518,8 @@ class EventStore:
         totals: dict[str, Any],
     ) -> None:
         """Append consecutive events (``(seq, event, its JSON or None)``) and update the run's
-        totals (``totals`` as after the last one), all in one transaction."""
+        totals (``totals``: the columns they change, as after the last one), all in one
+        transaction. The ``runs`` row is written only when they change something."""
         rows = [
             {
                 "run_id": run_id,
@@ -497,20 +530,22 @@ class EventStore:
             }
             for seq, ev, payload in events
         ]
-        last_seq, last, _ = events[-1]
-        values: dict[str, Any] = {"last_seq": last_seq, "updated_at": last.at, **totals}
+        values: dict[str, Any] = dict(totals)
         for _seq, ev, _payload in events:
             if isinstance(ev, RunFinished):
                 values.update(status=ev.status, status_reason=ev.reason)
+        if values:
+            values["updated_at"] = events[-1][1].at
         if self._sqlite_appender is not None:
             self._sqlite_appender.append(rows, run_id, values)
             return
-        # Two fixed statements with bound parameters (the UPDATE's SET clause comes from the
+        # Fixed statements with bound parameters (the UPDATE's SET clause comes from the
         # parameter names): built once, so SQLAlchemy only looks up its compiled form instead
         # of building, coercing and cache-keying a new statement for every event.
         with self.engine.begin() as conn:
             conn.execute(_INSERT_EVENT, rows)
-            conn.execute(_UPDATE_RUN, {"run_id_": run_id, **values})
+            if values:
+                conn.execute(_UPDATE_RUN, {"run_id_": run_id, **values})
 
     def load_events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         return [ev for _seq, ev in self.iter_events(run_id, after_seq=after_seq)]

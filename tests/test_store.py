@@ -50,6 +50,27 @@ def test_events_round_trip_in_order_with_totals(tmp_path: Path) -> None:
     assert (record.last_seq, record.steps, record.prompt_tokens, record.phase) == (2, 1, 10, "p")
 
 
+def test_an_event_that_changes_no_total_leaves_the_run_row_alone(tmp_path: Path) -> None:
+    """Most appends (a tool result, a model request) change none of the run's totals: they
+    write the event only, and the run's last seq and last activity come from its events."""
+    store = make_store(tmp_path)
+    run_id = new_run(store)
+    created = store.get_run(run_id)
+    assert (created.last_seq, created.updated_at) == (0, created.created_at)
+    store.append(run_id, 1, ev.PhaseStarted(index=0, name="p", prompt="go"), totals={"phase": "p"})
+    row = sqlite3.connect(tmp_path / "m.db").execute("SELECT updated_at FROM runs").fetchone()
+    later = ev.ToolFinished(call_id="c1", name="read_file", output="x", at=utcnow())
+    later = later.model_copy(update={"at": later.at + timedelta(seconds=30)})
+    store.append(run_id, 2, later, totals={})
+    assert (
+        sqlite3.connect(tmp_path / "m.db").execute("SELECT updated_at FROM runs").fetchone() == row
+    )
+    for record in (store.get_run(run_id), store.find_run(run_id[:3]), *store.list_runs()):
+        assert (record.last_seq, record.updated_at, record.phase) == (2, later.at, "p")
+    assert [r.id for r in store.list_runs(since=later.at)] == [run_id]
+    assert store.list_runs(since=later.at + timedelta(seconds=1)) == []
+
+
 def test_duplicate_seq_is_refused_not_forked(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     run_id = new_run(store)
