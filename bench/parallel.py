@@ -255,6 +255,7 @@ def run_bench(
     json_out: Path | None,
     stream_interval: int | None = None,
     repeats: int = 1,
+    plot: Path | None = None,
 ) -> list[dict]:
     sim, base_url = start_sim(ttft, itl, max(max(runs_list), 16) * 2)
     results = []
@@ -331,6 +332,11 @@ def run_bench(
                               for runs in runs_list]))  # fmt: skip
     if json_out is not None:
         json_out.write_text(json.dumps(results, indent=1))
+    if plot is not None:
+        from bench.plots import plot_parallel
+
+        plot_parallel(results, plot)
+        print(f"\nplot: {plot}")
     return results
 
 
@@ -375,10 +381,18 @@ def main(argv: list[str] | None = None) -> None:
         help="sweeps in a row against the same sim; the summary gives each K's median and range",
     )
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--plot", type=Path, help="also draw the figures (PNG; needs matplotlib)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONHASHSEED", "0")
     run_bench(
-        args.runs, args.steps, args.ttft, args.itl, args.json, args.stream_interval, args.repeats
+        args.runs,
+        args.steps,
+        args.ttft,
+        args.itl,
+        args.json,
+        args.stream_interval,
+        args.repeats,
+        args.plot,
     )
 
 

@@ -22,6 +22,7 @@ Configs alternate inside each repeat, so every ratio is taken from runs made min
 Run from the repository root::
 
     .venv/bin/python -m bench.vs_langgraph                  # N = 100, 1000, 3000
+    .venv/bin/python -m bench.vs_langgraph --plot vs-langgraph.png
     .venv/bin/python -m bench.vs_langgraph --n 1000 --repeats 3
     .venv/bin/python -m bench.vs_langgraph profile --n 3000 # where the pilot's time goes
 
@@ -621,7 +622,9 @@ def ratios(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_bench(ns: list[int], names: list[str], repeats: int, out: Path | None) -> list[dict]:
+def run_bench(
+    ns: list[int], names: list[str], repeats: int, out: Path | None, plot: Path | None = None
+) -> list[dict]:
     missing = langgraph_available()
     configs = [CONFIGS[name] for name in names]
     if missing:
@@ -658,6 +661,11 @@ def run_bench(ns: list[int], names: list[str], repeats: int, out: Path | None) -
     print(ratios(rows))
     if out is not None:
         out.write_text(json.dumps({"results": results, "summary": rows, "raw": raw}, indent=1))
+    if plot is not None:
+        from bench.plots import plot_vs_langgraph
+
+        plot_vs_langgraph(rows, raw, plot)
+        print(f"\nplot: {plot}")
     return rows
 
 
@@ -732,11 +740,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS),
                         choices=sorted(CONFIGS))  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--plot", type=Path, help="also draw the figures (PNG; needs matplotlib)")
     args = parser.parse_args(argv)
     if args.command == "profile":
         profile(args.n, args.synchronous, args.tool)
         return
-    run_bench(args.n, args.configs, args.repeats, args.json)
+    run_bench(args.n, args.configs, args.repeats, args.json, args.plot)
 
 
 if __name__ == "__main__":

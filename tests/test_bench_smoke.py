@@ -136,6 +136,32 @@ def test_parallel_repeats_give_each_sweep_its_own_one_run_baseline(tmp_path: Pat
         assert one["succeeded"] == 1 and two["succeeded"] == 2
 
 
+def test_the_pilot_benches_draw_their_figures(tmp_path: Path) -> None:
+    """``--plot`` on a bench, and ``bench.plots`` on a saved ``--json``, write a PNG."""
+    pytest.importorskip("matplotlib", reason="plots need the bench extra (matplotlib)")
+    _bench(
+        "bench.parallel",
+        *("--runs", "1", "2", "--steps", "1", "--repeats", "2"),
+        *("--ttft", "0.005", "--itl", "0.001", "--plot", str(tmp_path / "parallel.png")),
+        out=tmp_path / "parallel.json",
+    )
+    _bench(
+        "bench.vs_langgraph",
+        *("--n", "20", "--configs", "marathon", "marathon-off"),
+        *("--plot", str(tmp_path / "vs.png")),
+        out=tmp_path / "vs.json",
+    )
+    for name in ("parallel", "vs"):
+        png = (tmp_path / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 10_000, name
+    subprocess.run(
+        [sys.executable, "-m", "bench.plots", "langgraph", str(tmp_path / "vs.json"),
+         str(tmp_path / "again.png")],
+        cwd=ROOT, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert (tmp_path / "again.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_scale_routes_a_batch_over_one_and_two_sim_servers(tmp_path: Path) -> None:
     out = _bench(
         "bench.scale",
