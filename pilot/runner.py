@@ -93,18 +93,13 @@ def progress_limits(plan: RunPlan) -> ProgressLimits:
 
 
 def _status_of(event: ev.Event) -> str | None:
-    """The run status ``event`` sets, if any. (Asked of every event: a lookup by type, where a
-    chain of ``isinstance`` built a union type at each call.)"""
-    status = _STATUS_SET_BY.get(type(event))
-    return event.status if status == "" else status  # type: ignore[attr-defined]
-
-
-_STATUS_SET_BY: dict[type, str] = {
-    ev.RunFinished: "",  # its own status
-    ev.RunPaused: "paused",
-    ev.RunStarted: "running",
-    ev.RunResumed: "running",
-}
+    if isinstance(event, ev.RunFinished):
+        return event.status
+    if isinstance(event, ev.RunPaused):
+        return "paused"
+    if isinstance(event, ev.RunStarted | ev.RunResumed):
+        return "running"
+    return None
 
 
 @dataclass
