@@ -49,7 +49,7 @@ class RegistryExecutor:
         return self.registry.openai_tools(names)
 
     def known(self, name: str) -> bool:
-        return name in self.registry.names()
+        return name in self.registry
 
     def mutates(self, name: str) -> bool:
         return bool(self.registry.get(name).mutates)

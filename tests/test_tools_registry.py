@@ -97,6 +97,46 @@ def test_openai_tools_schema_shape() -> None:
         default_registry().openai_tools(["nope"])
 
 
+def test_schemas_are_built_once_per_tool_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tools.registry as registry_module
+
+    built: list[str] = []
+    real = registry_module.parameters_schema
+
+    def counting(model: type[BaseModel]) -> dict:
+        built.append(model.__name__)
+        return real(model)
+
+    monkeypatch.setattr(registry_module, "parameters_schema", counting)
+    reg = default_registry()
+    first = reg.openai_tools(EXPECTED)
+    assert len(built) == len(EXPECTED)
+    for _ in range(3):
+        assert reg.openai_tools(EXPECTED) is first  # no pydantic schema build per request
+    assert len(built) == len(EXPECTED)
+    two = reg.openai_tools(["read_file", "finish"])
+    assert [t["function"]["name"] for t in two] == ["read_file", "finish"]
+    assert len(built) == len(EXPECTED) + 2  # another set is its own entry
+    with pytest.raises(UnknownToolError):
+        reg.openai_tools(["read_file", "nope"])
+
+    class Args(ToolArgs):
+        x: int
+
+    class Late:
+        name = "late"
+        description = "A tool registered after the first request."
+        args_model = Args
+        mutates = False
+
+        def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+            return ToolResult.ok("late")
+
+    reg.register(Late())
+    assert [t["function"]["name"] for t in reg.openai_tools(["late"])] == ["late"]
+    assert "late" in reg and "nope" not in reg
+
+
 def test_schema_keeps_a_property_named_title() -> None:
     class Args(ToolArgs):
         title: str = Field(description="A title.")

@@ -41,6 +41,8 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._schemas: dict[tuple[str, ...], list[dict]] = {}
+        self._summaries: dict[str, str] = {}
         for tool in tools:
             self.register(tool)
 
@@ -49,6 +51,10 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        self._schemas.clear()  # a cached set may now be incomplete (check_names passes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
 
     def names(self) -> list[str]:
         """Registered tool names, in registration order."""
@@ -68,9 +74,18 @@ class ToolRegistry:
             raise UnknownToolError(unknown, self.names())
 
     def openai_tools(self, names: Sequence[str]) -> list[dict]:
-        """The ``tools=[...]`` list of a chat request, for ``names`` in the order given."""
-        self.check_names(names)
-        return [
+        """The ``tools=[...]`` list of a chat request, for ``names`` in the order given.
+
+        Built once per tool set and then shared by every request that sends that set: a
+        pydantic schema build per tool per model call cost more than the rest of a step.
+        The list and its dicts are shared, so callers must not mutate them.
+        """
+        key = tuple(names)
+        cached = self._schemas.get(key)
+        if cached is not None:
+            return cached
+        self.check_names(key)
+        built = [
             {
                 "type": "function",
                 "function": {
@@ -79,8 +94,18 @@ class ToolRegistry:
                     "parameters": parameters_schema(tool.args_model),
                 },
             }
-            for tool in (self._tools[n] for n in names)
+            for tool in (self._tools[n] for n in key)
         ]
+        self._schemas[key] = built
+        return built
+
+    def argument_summary(self, tool: Tool) -> str:
+        """``argument_summary(tool)``, built once per tool (a model that keeps sending bad
+        arguments meets it every step)."""
+        summary = self._summaries.get(tool.name)
+        if summary is None:
+            summary = self._summaries[tool.name] = argument_summary(tool)
+        return summary
 
     def invoke(self, name: str, arguments: str | dict | None, ctx: ToolContext) -> ToolResult:
         """Run a tool from a model's call. Never raises (but for KeyboardInterrupt/SystemExit)."""
@@ -91,13 +116,13 @@ class ToolRegistry:
         try:
             parsed = parse_arguments(arguments)
         except ToolError as exc:
-            return ToolResult.error(f"{exc}\n{argument_summary(tool)}")
+            return ToolResult.error(f"{exc}\n{self.argument_summary(tool)}")
         try:
             args = tool.args_model.model_validate(parsed)
         except ValidationError as exc:
             return ToolResult.error(
                 f"invalid arguments for {tool.name}: {describe_validation_error(exc)}\n"
-                f"{argument_summary(tool)}"
+                f"{self.argument_summary(tool)}"
             )
         try:
             result = tool.run(args, ctx)
