@@ -143,24 +143,105 @@ def child_setup(mode: str, n: int) -> tuple[Workload, int, Clock, dict[str, floa
     return workload, first_step, Clock(n + 2), {}
 
 
+WORKFLOW = """\
+version: 1
+name: bench
+description: the durable-loop workload of shared/reference/bench-workload.md
+model:
+  endpoint: http://127.0.0.1:9/v1
+  name: workload
+workspace:
+  path: "{workspace}"
+  init: true
+  branch: "bench/{{{{ run.id }}}}"
+tools: [{tools}]
+sandbox: none
+limits:
+  max_steps: {max_steps}
+  max_tokens: {max_tokens}
+  max_wall_time: 24h
+system: |
+{system}
+phases:
+  - name: work
+    prompt: |
+{user}
+"""
+"""The workload as a workflow file: every default tool offered, the system prompt and task of
+the workload, limits that never stop it (``pilot run`` loads the same kind of file)."""
+
+LEFT_OUT = (
+    "the HTTP client and its request building (the model is a no-I/O ModelClient given to the "
+    "real Runner; the SDK is not imported)",
+    "read_file's and write_file's file I/O and write_file's snapshot (the tools do no I/O, as "
+    "the workload says; they keep the real names, descriptions and argument models, so the "
+    "registry validates every call; snapshot cost: python -m bench.snapshots)",
+    "the CLI's argument parsing and live view (typer, rich): the children call "
+    "pilot.launch.start_run / resume_run, as `pilot run` / `pilot resume` do",
+)
+"""What the Marathon configs do not run of a real ``pilot run``, printed with the figures."""
+
+
+def workflow_text(workload: Workload, workspace: Path, names: list[str], n: int) -> str:
+    def block(text: str, indent: int) -> str:
+        return "\n".join(" " * indent + line for line in text.splitlines())
+
+    return WORKFLOW.format(
+        workspace=workspace,
+        tools=", ".join(names),
+        max_steps=10 * n + 100,
+        max_tokens=10_000 * n + 100_000,
+        system=block(workload.system, 2),
+        user=block(workload.user, 6),
+    )
+
+
+def workload_registry(workload: Workload, clock: Clock) -> Any:
+    """The default tool set, with read_file and write_file answering from the workload: same
+    names, descriptions and argument models (so ``ToolRegistry.invoke`` validates each call),
+    no I/O, nothing to snapshot."""
+    from tools.base import ToolResult
+    from tools.registry import ToolRegistry, default_registry
+
+    class WorkloadTool:
+        mutates = False  # nothing is written: the workload's tools do no I/O
+        blocks = False  # so they run on the loop, as `finish` does
+
+        def __init__(self, real: Any) -> None:
+            self.name, self.description = real.name, real.description
+            self.args_model = real.args_model
+
+        def run(self, args: Any, ctx: Any) -> ToolResult:
+            t = time.perf_counter()
+            result = ToolResult.ok(workload.result_for(args.path))
+            clock.tool_s += time.perf_counter() - t
+            return result
+
+    defaults = default_registry()
+    return ToolRegistry(
+        WorkloadTool(defaults.get(name)) if name in ("read_file", "write_file") else
+        defaults.get(name)
+        for name in defaults.names()
+    )  # fmt: skip
+
+
 def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> None:
-    """One Marathon process: ``run`` (steps 1..N, killed at call N+1) or ``resume``."""
+    """One Marathon process: ``run`` (``start_run``, steps 1..N, killed at call N+1) or
+    ``resume`` (``resume_run`` in a fresh process), through the real ``Runner``."""
     started = time.perf_counter()
     import asyncio
 
-    from pilot import events as ev
-    from pilot.checkpoint import load_run_state
+    import pilot.runner as runner_module
     from pilot.heap import settle_startup_heap
-    from pilot.loop import CheckOutcome, RunLoop
+    from pilot.launch import load_for_run, resume_run, start_run
     from pilot.model_types import ChatRequest, ModelResponse, ServedModel, ToolCallOut, Usage
-    from pilot.plan import ModelPlan, PhasePlan, RunPlan
-    from pilot.runner import Runner, _Run, progress_limits
-    from pilot.state import RunState
+    from pilot.runner import Runner
     from pilot.store import EventStore
 
-    settle_startup_heap()  # as `pilot run` and `pilot resume` do before their loop starts
     imported = time.perf_counter()
     workload, first_step, clock, marks = child_setup(mode, n)
+    registry = workload_registry(workload, clock)
+    settle_startup_heap()  # as `pilot run` and `pilot resume` do before their loop starts
 
     class WorkloadModel:
         """The workload's model behind ``ModelClient``: step i's answer, or the final one.
@@ -177,10 +258,9 @@ def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> N
             i = self.next_step
             self.next_step += 1
             if mode == "run" and i == n + 1:
-                die(
-                    out,
-                    {**run_figures(clock, n, marks["opened"], marks["first_call"]), "mode": mode},
-                )
+                figures = run_figures(clock, n, marks["opened"], marks["first_call"])
+                die(out, {**figures, "mode": mode, "run_id": marks["run_id"],
+                          "tools_sent": len(request.tools or [])})  # fmt: skip
             if mode == "resume" and i == n + 2:
                 marks["step_durable"] = time.perf_counter()
             marks.setdefault("first_call", time.perf_counter())
@@ -220,111 +300,51 @@ def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> N
         async def aclose(self) -> None:
             pass
 
-    class WorkloadTools:
-        """ToolExecutor + WorkspaceOps: fixed results, no I/O, nothing mutates, no snapshots."""
+    client = WorkloadModel(first_step)
 
-        names = ("read_file", "write_file", "finish")
+    def client_for(plan: Any) -> WorkloadModel:
+        marks["run_id"] = plan.branch.rsplit("/", 1)[-1]
+        return client
 
-        def schemas(self, names: list[str]) -> list[dict[str, Any]]:
-            return [
-                {"type": "function", "function": {"name": name, "parameters": {}}} for name in names
-            ]
+    real_load = runner_module.load_run_state
 
-        def known(self, name: str) -> bool:
-            return name in self.names
+    def timed_load(*args: Any, **kwargs: Any) -> Any:  # the bench's stopwatch around the load
+        marks["loading"] = time.perf_counter()
+        loaded = real_load(*args, **kwargs)
+        marks["loaded"] = time.perf_counter()
+        marks["durable_steps"] = sum(1 for m in loaded[0].messages if m["role"] == "tool")
+        return loaded
 
-        def mutates(self, name: str) -> bool:
-            return False
-
-        def blocks(self, name: str) -> bool:
-            return False  # the workload's tools do no I/O: they run on the loop
-
-        def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished:
-            t = time.perf_counter()
-            if name == "finish":
-                output = "Finish recorded."
-            else:
-                output = workload.result_for(arguments["path"])
-            result = ev.ToolFinished(call_id=call_id, name=name, output=output)
-            clock.tool_s += time.perf_counter() - t
-            return result
-
-        def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome:
-            raise AssertionError("the workload has no check")
-
-        def keep_full_output(self, call_id: str, text: str) -> str | None:
-            return None
-
-        def snapshot(self, message: str) -> tuple[str, str | None]:
-            raise AssertionError("no tool of the workload mutates")
-
-        def restore(self, snapshot: str, head: str | None) -> None:
-            raise AssertionError("no tool of the workload mutates")
-
-    tools = WorkloadTools()
-    plan = RunPlan(
-        workflow_name="bench",
-        system=workload.system,
-        phases=[PhasePlan(name="work", prompt=workload.user, tools=list(tools.names))],
-        tools=list(tools.names),
-        model=ModelPlan(endpoint="none://workload", name="workload"),
-        workspace=str(db.parent),
-        branch="bench",
-    )
+    runner_module.load_run_state = timed_load
+    folder = db.parent
 
     async def drive() -> dict[str, Any]:
         figures: dict[str, Any] = {"mode": mode, "import_s": imported - started}
         opened = marks["opened"] = time.perf_counter()
         store = EventStore(f"sqlite:///{db}", durability=synchronous)
-        runner = Runner(store=store, registry=None)  # type: ignore[arg-type]  # tools: the stub
-        client = WorkloadModel(first_step)
+        runner = Runner(store=store, registry=registry, client_factory=client_for)
         if mode == "run":
-            store.create_run(
-                workflow_name="bench",
-                workflow_path="bench",
-                workflow_text="",
-                params={},
-                workspace=str(db.parent),
-                owner=runner.owner,
-                run_id=RUN_ID,
-            )
-            run = _Run(runner, RUN_ID, plan, RunState(progress_limits=progress_limits(plan)))
-            run.emit(
-                ev.RunStarted(
-                    workflow="bench",
-                    workspace=str(db.parent),
-                    branch="bench",
-                    endpoint=plan.model.endpoint,
-                    system=plan.system,
-                    phases=["work"],
-                    owner=runner.owner,
-                )
-            )
-            run.emit(ev.ModelResolved(model="workload", max_model_len=None))
-        else:
-            note = store.acquire_lease(RUN_ID, runner.owner)
-            loading = time.perf_counter()
-            state, _checkpoint = load_run_state(
-                store, RUN_ID, runner.artifacts_dir(RUN_ID), progress_limits(plan)
-            )
-            loaded = time.perf_counter()
-            figures["load_state_ms"] = (loaded - loading) * 1000
-            figures["open_to_state_loaded_ms"] = (loaded - opened) * 1000
-            figures["durable_steps"] = sum(1 for m in state.messages if m["role"] == "tool")
-            run = _Run(runner, RUN_ID, plan, state)
-            run.emit(ev.RunResumed(owner=runner.owner, note=note))
-        loop = RunLoop(plan, run.state, run.emit, client, tools, tools, stop=asyncio.Event())
-        await loop.run()
+            workspace = folder / "ws"
+            workspace.mkdir()
+            path = folder / "bench.yaml"
+            path.write_text(workflow_text(workload, workspace, registry.names(), n))
+            loaded = load_for_run(path, [])
+            outcome = await start_run(runner, loaded)
+            raise AssertionError(f"the run process must be killed at call N+1: {outcome}")
+        record = store.find_run((folder / "run_id").read_text())
+        outcome = await resume_run(runner, record)
         done = time.perf_counter()
-        store.release_lease(RUN_ID, runner.owner)
-        finished = run.state.finished
+        state = outcome.state
         figures.update(
+            load_state_ms=(marks["loaded"] - marks["loading"]) * 1000,
+            open_to_state_loaded_ms=(marks["loaded"] - opened) * 1000,
+            durable_steps=marks["durable_steps"],
             open_to_first_model_call_ms=(marks["first_call"] - opened) * 1000,
             open_to_step_durable_ms=(marks["step_durable"] - opened) * 1000,
             open_to_done_ms=(done - opened) * 1000,
-            status=finished.status if finished else None,
-            answer_ok=bool(run.state.messages)
-            and run.state.messages[-2].get("content") == workload.final,
+            status=outcome.status,
+            answer_ok=any(m.get("content") == workload.final for m in state.messages[-3:]),
+            openai_imported="openai" in sys.modules,
             peak_rss_mib=peak_rss_mib(),
         )
         return figures
@@ -489,6 +509,9 @@ def one_repeat(config: Config, n: int, workdir: Path) -> dict[str, Any]:
     if proc.returncode != -signal.SIGKILL or not run_out.exists():
         raise RuntimeError(f"{config.name} run at N={n} did not crash as planned:\n{proc.stderr}")
     run = json.loads(run_out.read_text())
+    if "run_id" in run:
+        (folder / "run_id").write_text(run["run_id"])
+    side = side_files_bytes(folder)
     t = time.perf_counter()
     proc = subprocess.run(child_argv(config, "resume", db, n, resume_out), cwd=ROOT, env=env,
                           text=True, capture_output=True, check=False)  # fmt: skip
@@ -505,6 +528,8 @@ def one_repeat(config: Config, n: int, workdir: Path) -> dict[str, Any]:
         "resume_peak_rss_mib": resume["peak_rss_mib"],
         "db_bytes": size,
         "db_bytes_per_step": size / n,
+        **side,
+        "storage_bytes_per_step": (size + side["checkpoint_bytes_at_kill"]) / n,
         "load_state_ms": resume["load_state_ms"],
         "open_to_state_loaded_ms": resume["open_to_state_loaded_ms"],
         "resume_open_to_first_model_call_ms": resume["open_to_first_model_call_ms"],
@@ -514,6 +539,19 @@ def one_repeat(config: Config, n: int, workdir: Path) -> dict[str, Any]:
         "resume_proc_wall_s": resume_wall,
         "durable_steps": resume["durable_steps"],
         "resume_ok": resume["status"] == "succeeded" and resume["answer_ok"],
+    }
+
+
+def side_files_bytes(folder: Path) -> dict[str, int]:
+    """What a Marathon run keeps beside its database at the kill: the state checkpoint (under
+    ``artifacts/``) and the workspace's git objects (its start commit and snapshot)."""
+
+    def total(path: Path) -> int:
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+    return {
+        "checkpoint_bytes_at_kill": total(folder / "artifacts"),
+        "git_bytes_at_kill": total(folder / "ws" / ".git"),
     }
 
 

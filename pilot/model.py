@@ -46,6 +46,7 @@ from pilot.model_types import (
     Usage,
     WaitCallback,
     WaitEvent,
+    resolve_model_name,
 )
 from pilot.sse import SSEDecoder
 from pilot.streaming import StreamAccumulator
@@ -712,26 +713,6 @@ def _safe_json(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         return None
-
-
-async def resolve_model_name(
-    client: ModelClient, configured: str, *, on_wait: WaitCallback | None = None
-) -> ServedModel:
-    """The served model to use: the first one for ``auto``, else the configured one if served.
-
-    Raises :class:`ModelNotFound` (listing what is served) rather than letting the first
-    completion fail with a 404 deep inside a run. ``on_wait`` hears about a server that is
-    still down (so a run started before its server is up says why it waits).
-    """
-    served = await client.list_models(on_wait=on_wait)
-    if configured == "auto":
-        if not served:
-            raise ModelNotFound("auto", [])
-        return served[0]
-    for model in served:
-        if model.id == configured:
-            return model
-    raise ModelNotFound(configured, [m.id for m in served])
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The data the pilot exchanges with a model server, and the ``ModelClient`` seam.
 
 Kept apart from ``pilot.model`` so the loop, the runner and tests can speak these types without
-importing the OpenAI client. Plain data and one Protocol: no I/O here.
+importing the OpenAI client. Plain data, one Protocol and the model-name check: no I/O here.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from pilot.errors import ModelNotFound
 
 __all__ = [
     "ChatRequest",
@@ -22,6 +24,7 @@ __all__ = [
     "Usage",
     "WaitCallback",
     "WaitEvent",
+    "resolve_model_name",
 ]
 
 
@@ -135,3 +138,24 @@ class ModelClient(Protocol):
     async def aclose(self) -> None:
         """Release connections."""
         ...
+
+
+async def resolve_model_name(
+    client: ModelClient, configured: str, *, on_wait: WaitCallback | None = None
+) -> ServedModel:
+    """The served model to use: the first one for ``auto``, else the configured one if served.
+
+    Here, not beside the HTTP client, so a run whose client needs no SDK never imports it.
+    Raises :class:`ModelNotFound` (listing what is served) rather than letting the first
+    completion fail with a 404 deep inside a run. ``on_wait`` hears about a server that is
+    still down (so a run started before its server is up says why it waits).
+    """
+    served = await client.list_models(on_wait=on_wait)
+    if configured == "auto":
+        if not served:
+            raise ModelNotFound("auto", [])
+        return served[0]
+    for model in served:
+        if model.id == configured:
+            return model
+    raise ModelNotFound(configured, [m.id for m in served])

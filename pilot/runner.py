@@ -470,7 +470,7 @@ class _Run:
         return self.outcome()
 
     async def _resolve_model(self, client: ModelClient) -> None:
-        from pilot.model import resolve_model_name
+        from pilot.model_types import resolve_model_name
 
         async def on_wait(wait: Any) -> None:
             if wait.kind == "unavailable":
