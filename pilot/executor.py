@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from pilot import events as ev
 from pilot.images import refs_from_artifacts
 from pilot.loop import CheckOutcome
 from pilot.snapshot import GitRepo, restore_snapshot, take_snapshot
-from tools.base import ToolContext, ToolResult, tool_blocks
+from tools.base import ToolContext, ToolResult, tool_blocks, tool_known_writes
 from tools.registry import ToolRegistry
 from tools.workspace import Workspace
 
@@ -32,6 +33,13 @@ class RegistryExecutor:
 
     def __post_init__(self) -> None:
         self._workspace = Workspace(self.workspace_root)
+        self._written: list[str] | None = None
+
+    def take_written(self) -> list[str] | None:
+        """The paths the last tool changed, when it is a ``known_writes`` tool (None: unknown,
+        the snapshot refreshes the whole tree); asked once, by the snapshot after it."""
+        written, self._written = self._written, None
+        return written
 
     def context(self, call_id: str | None) -> ToolContext:
         return ToolContext(
@@ -58,7 +66,11 @@ class RegistryExecutor:
         return tool_blocks(self.registry.get(name))
 
     def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished:
+        self._written = None
+        self._workspace.written.clear()
         result: ToolResult = self.registry.invoke(name, arguments, self.context(call_id))
+        if name in self.registry and tool_known_writes(self.registry.get(name)):
+            self._written = list(self._workspace.written)
         return ev.ToolFinished(
             call_id=call_id,
             name=name,
@@ -95,6 +107,8 @@ class RegistryExecutor:
         from tools.base import ToolError
         from tools.shell import run_command
 
+        self._written = None  # a command may write anywhere
+
         try:
             outcome = run_command(command, self.context(call_id), timeout=timeout)
         except ToolError as exc:
@@ -108,9 +122,12 @@ class RegistryExecutor:
 class GitWorkspace:
     repo: GitRepo
     run_id: str
+    written: Callable[[], list[str] | None] = field(default=lambda: None)
+    """The paths changed since the last snapshot, when known (``RegistryExecutor.take_written``)."""
 
     def snapshot(self, message: str) -> tuple[str, str | None]:
-        return take_snapshot(self.repo, self.run_id, message), self.repo.head()
+        paths = self.written()
+        return take_snapshot(self.repo, self.run_id, message, paths=paths), self.repo.head()
 
     def restore(self, snapshot: str, head: str | None) -> None:
         restore_snapshot(self.repo, self.run_id, snapshot, head)

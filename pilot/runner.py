@@ -434,7 +434,7 @@ class _Run:
                 self.emit,
                 client,
                 executor,
-                GitWorkspace(repo, self.run_id),
+                GitWorkspace(repo, self.run_id, executor.take_written),
                 stop=stop,
                 server_counts=runner.server_counts(self.plan),
             )

@@ -5,15 +5,26 @@ commit on ``refs/marathon/<run-id>`` through a separate index file, so the user'
 branches are never touched by a snapshot. On resume after a crash inside a tool, the tree is put
 back to the last snapshot, which makes re-running that tool safe: its partial effects are gone.
 
+A snapshot costs what changed, not the repository's size. When the caller knows every path the
+tool wrote (the file tools), the new tree is the last snapshot's with those paths replaced: their
+blobs and the trees above them are written in-process with libgit2 (``pygit2``), a handful of
+objects whatever the repository holds. Otherwise (a command may have written anything) ``git add
+-A`` refreshes the run's private index, whose stat cache and untracked cache let git skip every
+file and directory unchanged since the last snapshot, and ``git write-tree`` reuses the index's
+cached subtrees; the commit and the ref are written in-process.
+
 Ignored files (build outputs, caches, virtualenvs) are neither snapshotted nor restored.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pilot.errors import ConfigurationError
 from tools.gitcmd import SAFE_GIT_CONFIG
@@ -33,10 +44,19 @@ class GitError(ConfigurationError):
 @dataclass(frozen=True)
 class GitRepo:
     root: Path
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """The git directory and the libgit2 handle, found once per ``GitRepo``."""
 
     def git(
-        self, *args: str, index_file: Path | None = None, check: bool = True, input: str = ""
+        self,
+        *args: str,
+        index_file: Path | None = None,
+        check: bool = True,
+        input: str = "",
+        config: tuple[str, ...] | None = None,
     ) -> str:
+        """Run git in the workspace. ``config``: the ``-c`` options to neutralise the
+        workspace's filters (``_filter_overrides``), when the caller already has them."""
         env = {
             **os.environ,
             **AGENT_IDENTITY,
@@ -49,7 +69,12 @@ class GitRepo:
         if index_file is not None:
             env["GIT_INDEX_FILE"] = str(index_file)
         proc = subprocess.run(
-            ["git", *SAFE_GIT_CONFIG, *self._filter_overrides(), *args],
+            [
+                "git",
+                *SAFE_GIT_CONFIG,
+                *(self._filter_overrides() if config is None else config),
+                *args,
+            ],
             cwd=self.root,
             env=env,
             capture_output=True,
@@ -62,7 +87,7 @@ class GitRepo:
             )
         return proc.stdout.strip()
 
-    def _filter_overrides(self) -> list[str]:
+    def _filter_overrides(self) -> tuple[str, ...]:
         """Neutralise clean/smudge filters the agent may have configured in .git/config.
 
         The agent can write .git/config through its (sandboxed) shell; a filter command there
@@ -80,11 +105,24 @@ class GitRepo:
             for part in ("clean", "smudge", "process"):
                 overrides += ["-c", f"{key}.{part}="]
             overrides += ["-c", f"{key}.required=false"]
-        return overrides
+        return tuple(overrides)
 
     @property
     def git_dir(self) -> Path:
-        return Path(self.git("rev-parse", "--absolute-git-dir"))
+        cached = self._cache.get("git_dir")
+        if cached is None:
+            cached = self._cache["git_dir"] = Path(self.git("rev-parse", "--absolute-git-dir"))
+        return cached
+
+    def lib(self) -> Any:
+        """The repository through libgit2 (``pygit2.Repository``), opened once. libgit2 runs
+        no program named in the repository's config (no filters, hooks or fsmonitor)."""
+        handle = self._cache.get("lib")
+        if handle is None:
+            import pygit2  # here: only snapshots need it
+
+            handle = self._cache["lib"] = pygit2.Repository(str(self.root))
+        return handle
 
     def is_repo(self) -> bool:
         return (
@@ -97,8 +135,14 @@ class GitRepo:
         )
 
     def head(self) -> str | None:
-        out = self.git("rev-parse", "--verify", "-q", "HEAD", check=False)
-        return out or None
+        """The commit HEAD points at (None on an unborn branch), read in-process: every
+        snapshot records it."""
+        import pygit2
+
+        try:
+            return str(self.lib().head.target)
+        except pygit2.GitError:
+            return None
 
     def current_branch(self) -> str | None:
         out = self.git("symbolic-ref", "-q", "HEAD", check=False)
@@ -159,25 +203,140 @@ def _index_path(repo: GitRepo, run_id: str) -> Path:
     return path
 
 
-def take_snapshot(repo: GitRepo, run_id: str, message: str) -> str:
+SNAPSHOT_INDEX_CONFIG = ("-c", "core.untrackedCache=true", "-c", "core.preloadIndex=true")
+"""For the run's private index only: the untracked cache remembers which directories held no
+new file, so ``git add -A`` reads only the directories whose mtime changed."""
+
+NOT_BY_PATH = frozenset({".gitignore", ".gitattributes", ".gitmodules"})
+"""Files whose change alters how git sees other paths: their writer gets a full snapshot."""
+
+
+def take_snapshot(
+    repo: GitRepo, run_id: str, message: str, *, paths: Collection[str] | None = None
+) -> str:
     """Commit the working tree to the run's private ref; returns the snapshot commit id.
 
-    The per-run index file persists between snapshots so ``git add -A`` only re-hashes files
-    whose stat changed: the cost follows what the tool touched, not the repository's size.
+    ``paths``: every path (relative to the root, POSIX) changed since the last snapshot, when
+    the caller knows them (a file tool's writes); then only they are hashed. Without them, or
+    when they cannot be applied that way (no snapshot yet, a nested repository, a directory,
+    a ``.gitignore``), the whole tree is refreshed through the run's persistent index, which
+    re-hashes only files whose stat changed.
     """
+    if paths is not None:
+        try:
+            commit = _snapshot_paths(repo, run_id, message, paths)
+        except Exception:  # libgit2 refused something: the full refresh is always right
+            commit = None
+        if commit is not None:
+            return commit
     index = _index_path(repo, run_id)
-    repo.git("add", "-A", ".", index_file=index)
-    tree = repo.git("write-tree", index_file=index)
+    config = repo._filter_overrides()
+    repo.git("add", "-A", ".", index_file=index, config=(*config, *SNAPSHOT_INDEX_CONFIG))
+    tree = repo.git("write-tree", index_file=index, config=config)
+    return _commit(repo, run_id, tree, message)
+
+
+def _commit(repo: GitRepo, run_id: str, tree: Any, message: str) -> str:
+    """The snapshot commit of ``tree`` on the run's ref (the parent itself if the tree did not
+    change), written in-process."""
+    import pygit2
+
+    lib = repo.lib()
     ref = snapshot_ref(run_id)
-    parent = repo.git("rev-parse", "--verify", "-q", ref, check=False)
-    if parent and repo.git("rev-parse", f"{parent}^{{tree}}") == tree:
-        return parent
-    args = ["commit-tree", tree, "-m", message]
-    if parent:
-        args[2:2] = ["-p", parent]
-    commit = repo.git(*args)
-    repo.git("update-ref", ref, commit)
-    return commit
+    existing = lib.references.get(ref)
+    parent = existing.target if existing is not None else None
+    tree_id = pygit2.Oid(hex=tree) if isinstance(tree, str) else tree
+    if parent is not None and lib[parent].tree_id == tree_id:
+        return str(parent)
+    author = pygit2.Signature(AGENT_IDENTITY["GIT_AUTHOR_NAME"], AGENT_IDENTITY["GIT_AUTHOR_EMAIL"])
+    commit = lib.create_commit(
+        None, author, author, message + "\n", tree_id, [parent] if parent is not None else []
+    )
+    lib.references.create(ref, commit, force=True)
+    return str(commit)
+
+
+def _snapshot_paths(repo: GitRepo, run_id: str, message: str, paths: Collection[str]) -> str | None:
+    """The last snapshot's tree with ``paths`` replaced by what is on disk now, committed; None
+    when that would not be what ``git add -A`` records (the caller then takes a full one)."""
+    import pygit2
+
+    lib = repo.lib()
+    existing = lib.references.get(snapshot_ref(run_id))
+    if existing is None:
+        return None
+    base = lib[existing.target].tree
+    changes: dict[str, Any] = {}
+    for rel in paths:
+        parts = rel.split("/")
+        if any(part in ("", ".", "..", ".git") for part in parts) or parts[-1] in NOT_BY_PATH:
+            return None
+        folder = repo.root
+        for part in parts[:-1]:  # a nested repository is recorded as a gitlink, not its files
+            folder = folder / part
+            if os.path.lexists(folder / ".git"):
+                return None
+        full = repo.root / rel
+        try:
+            info = os.lstat(full)
+        except FileNotFoundError:
+            blob = None
+        else:
+            if not stat.S_ISREG(info.st_mode) and not stat.S_ISLNK(info.st_mode):
+                return None
+            if not _in_tree(lib, base, parts) and lib.path_is_ignored(rel):
+                continue  # git add -A leaves an ignored, untracked file out
+            if stat.S_ISLNK(info.st_mode):
+                blob = (lib.create_blob(os.readlink(os.fsencode(full))), pygit2.GIT_FILEMODE_LINK)
+            else:
+                mode = pygit2.GIT_FILEMODE_BLOB_EXECUTABLE if info.st_mode & 0o100 else (
+                    pygit2.GIT_FILEMODE_BLOB
+                )  # fmt: skip
+                blob = (lib.create_blob_fromworkdir(rel), mode)
+        level = changes
+        for part in parts[:-1]:
+            level = level.setdefault(part, {})
+            if not isinstance(level, dict):
+                return None  # a path both a file and a folder among the changes
+        if isinstance(level.get(parts[-1]), dict):
+            return None
+        level[parts[-1]] = blob
+    tree = _edited_tree(lib, base, changes)
+    if tree is None:
+        tree = lib.TreeBuilder().write()
+    return _commit(repo, run_id, tree, message)
+
+
+def _in_tree(lib: Any, tree: Any, parts: list[str]) -> bool:
+    for part in parts[:-1]:
+        if part not in tree:
+            return False
+        entry = tree[part]
+        if entry.filemode != 0o040000:
+            return False
+        tree = lib[entry.id]
+    return parts[-1] in tree
+
+
+def _edited_tree(lib: Any, tree: Any, changes: dict[str, Any]) -> Any:
+    """``tree`` (None for none) with ``changes`` applied: name -> (blob, mode), None (removed)
+    or a dict (the changes inside that folder). Returns the new tree's id, None when empty."""
+    import pygit2
+
+    builder = lib.TreeBuilder(tree) if tree is not None else lib.TreeBuilder()
+    for name, change in changes.items():
+        entry = tree[name] if tree is not None and name in tree else None
+        if isinstance(change, dict):
+            inner = lib[entry.id] if entry is not None and entry.filemode == 0o040000 else None
+            change = _edited_tree(lib, inner, change)
+            if change is not None:
+                change = (change, pygit2.GIT_FILEMODE_TREE)
+        if change is None:
+            if entry is not None:
+                builder.remove(name)
+        else:
+            builder.insert(name, *change)
+    return builder.write() if len(builder) else None
 
 
 def restore_snapshot(repo: GitRepo, run_id: str, snapshot: str, branch_head: str | None) -> None:

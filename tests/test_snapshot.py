@@ -127,3 +127,103 @@ def test_non_repository_is_refused_or_initialised(tmp_path: Path) -> None:
     assert repo.head() is not None
     with pytest.raises(ConfigurationError, match="does not exist"):
         ensure_repository(tmp_path / "missing", init=True)
+
+
+def _executor(repo: GitRepo, tmp_path: Path):
+    from pilot.executor import GitWorkspace, RegistryExecutor
+    from tools.registry import default_registry
+
+    executor = RegistryExecutor(
+        registry=default_registry(),
+        workspace_root=repo.root,
+        artifacts_dir=tmp_path / "artifacts",
+        settings={},
+        env_allowlist=[],
+        sandbox="none",
+        work_branch=None,
+    )
+    return executor, GitWorkspace(repo, "r1", executor.take_written)
+
+
+def _listing(repo: GitRepo, commit: str) -> str:
+    return git(repo.root, "ls-tree", "-r", "--full-tree", commit)
+
+
+def test_a_file_tool_snapshot_hashes_only_its_paths_and_equals_a_full_one(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = repo.root
+    (root / "build").mkdir()
+    (root / "build" / "tracked.txt").write_text("old\n")
+    git(root, "add", "-f", "build/tracked.txt")
+    git(root, "-c", "user.name=U", "-c", "user.email=u@x", "commit", "-qm", "tracked ignored")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    executor, workspace = _executor(repo, tmp_path)
+    workspace.snapshot("run start")  # the first one is full
+    calls: list[tuple[str, ...]] = []
+    real_git = GitRepo.git
+
+    def recording(self: GitRepo, *args: str, **kwargs: object) -> str:
+        calls.append(args)
+        return real_git(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GitRepo, "git", recording)
+    steps = [
+        ("write_file", {"path": "deep/new/dir/x.py", "content": "x = 1\n"}),
+        ("write_file", {"path": "a.txt", "content": "two\n"}),
+        ("edit_file", {"path": "a.txt", "old": "two", "new": "three"}),
+        ("write_file", {"path": "build/ignored.txt", "content": "ignored, untracked\n"}),
+        ("write_file", {"path": "build/tracked.txt", "content": "ignored but tracked\n"}),
+        ("write_file", {"path": "run.sh", "content": "#!/bin/sh\necho hi\n"}),
+    ]
+    for name, arguments in steps:
+        finished = executor.invoke(name, arguments, f"call-{name}")
+        assert not finished.is_error, finished.output
+        snap, _head = workspace.snapshot(f"after {name}")
+    assert not any(call[:1] == ("add",) for call in calls)  # no git add -A: paths only
+    monkeypatch.setattr(GitRepo, "git", real_git)
+    full = take_snapshot(repo, "r2", "full")  # another run's index: a full git add -A
+    assert _listing(repo, snap) == _listing(repo, full)
+    listing = _listing(repo, snap)
+    assert "deep/new/dir/x.py" in listing and "build/ignored.txt" not in listing
+    assert "100755 blob" in next(line for line in listing.splitlines() if "run.sh" in line)
+    assert git(root, "show", f"{snap}:a.txt") == "three"
+    # the run's index started from the first snapshot, which (as git add -A into a fresh
+    # index) left the ignored file out even though the user's HEAD tracks it
+    assert "build/tracked.txt" not in listing
+    # unchanged trees reuse the parent (the two ignored writes): start + 4 commits
+    assert git(root, "rev-list", "--count", "refs/marathon/r1") == "5"
+    assert take_snapshot(repo, "r1", "full refresh") == snap  # the run's own git add -A agrees
+
+
+def test_a_snapshot_falls_back_to_the_whole_tree_when_paths_are_not_enough(
+    repo: GitRepo, tmp_path: Path
+) -> None:
+    root = repo.root
+    take_snapshot(repo, "r1", "start")
+    # a .gitignore changes what git sees elsewhere: the new ignore rule must apply
+    (root / "logs").mkdir()
+    (root / "logs" / "x.log").write_text("log\n")
+    take_snapshot(repo, "r1", "log")
+    (root / ".gitignore").write_text("build/\nlogs/\n")
+    snap = take_snapshot(repo, "r1", "ignore logs", paths=[".gitignore"])
+    assert "logs/x.log" in _listing(repo, snap)  # tracked in the snapshot already: kept
+    (root / "logs" / "y.log").write_text("new\n")
+    snap = take_snapshot(repo, "r1", "y", paths=[])
+    # paths=[] says nothing changed: the snapshot is the parent
+    assert snap == git(root, "rev-parse", "refs/marathon/r1")
+    # a nested repository is a gitlink for git add -A: the full refresh decides
+    nested = root / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "f.txt").write_text("f\n")
+    git(nested, "add", "f.txt")
+    git(nested, "-c", "user.name=U", "-c", "user.email=u@x", "commit", "-qm", "nested")
+    snap = take_snapshot(repo, "r1", "nested", paths=["vendor/lib/f.txt"])
+    assert "160000 commit" in _listing(repo, snap)  # the gitlink, as git add -A records it
+    assert take_snapshot(repo, "r1", "full refresh") == snap
+    # no snapshot yet for this run: a full one
+    (root / "b.txt").write_text("b\n")
+    first = take_snapshot(repo, "r4", "first", paths=["b.txt"])
+    assert _listing(repo, first) == _listing(repo, take_snapshot(repo, "r5", "full"))

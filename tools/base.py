@@ -103,6 +103,9 @@ class Tool(Protocol):
     A tool may also set ``blocks = False`` (read with ``tool_blocks``) when it does no I/O
     and little work: it then runs on the pilot's event loop. Every other tool runs in a
     worker thread, so a slow disk or a long command never stalls the other runs.
+
+    A mutating tool may set ``known_writes = True`` (read with ``tool_known_writes``) when it
+    changes only paths it resolved with ``for_write=True``.
     """
 
     name: str
@@ -111,6 +114,13 @@ class Tool(Protocol):
     mutates: bool
 
     def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult: ...
+
+
+def tool_known_writes(tool: Tool) -> bool:
+    """Whether every path ``tool`` may change is one it resolved with
+    ``Workspace.resolve(..., for_write=True)`` (``known_writes = True``; the file tools): then
+    the pilot's snapshot after it hashes those paths only, not the whole tree."""
+    return bool(getattr(tool, "known_writes", False))
 
 
 def tool_blocks(tool: Tool) -> bool:

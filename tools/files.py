@@ -284,6 +284,7 @@ class WriteFile:
     )
     args_model = WriteFileArgs
     mutates = True
+    known_writes = True  # it writes only the path it resolved for writing
 
     def run(self, args: WriteFileArgs, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         real = ctx.workspace.resolve(args.path, for_write=True)
@@ -359,6 +360,7 @@ class EditFile:
     )
     args_model = EditFileArgs
     mutates = True
+    known_writes = True  # it writes only the path it resolved for writing
 
     def run(self, args: EditFileArgs, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         if args.old == "":

@@ -54,6 +54,9 @@ class Workspace:
             raise ValueError(f"workspace root {root_path} is not a directory")
         self.root: Path = Path(os.path.realpath(root_path))
         self._case_insensitive = case_insensitive
+        self.written: list[str] = []
+        """Every path resolved ``for_write`` (relative, POSIX): what a file tool may have
+        changed, so the pilot's snapshot hashes those paths only."""
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r})"
@@ -103,6 +106,8 @@ class Workspace:
                 f"refused {verb} {shown!r}: the .git directory is off limits to file tools; "
                 "use git_status, git_diff and git_commit instead"
             )
+        if for_write:
+            self.written.append("/".join(rel_parts))
         return real
 
     def relative(self, path: Path) -> str:
