@@ -225,9 +225,17 @@ def workload_registry(workload: Workload, clock: Clock) -> Any:
     )  # fmt: skip
 
 
-def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> None:
+def marathon_child(
+    mode: str,
+    db: Path,
+    n: int,
+    synchronous: str,
+    out: str,
+    on_first_call: Callable[[], None] | None = None,
+) -> None:
     """One Marathon process: ``run`` (``start_run``, steps 1..N, killed at call N+1) or
-    ``resume`` (``resume_run`` in a fresh process), through the real ``Runner``."""
+    ``resume`` (``resume_run`` in a fresh process), through the real ``Runner``.
+    ``on_first_call`` runs at the entry of model call 1 (``profile`` starts its profiler)."""
     started = time.perf_counter()
     import asyncio
 
@@ -257,6 +265,8 @@ def marathon_child(mode: str, db: Path, n: int, synchronous: str, out: str) -> N
             clock.enter()
             i = self.next_step
             self.next_step += 1
+            if i == 1 and on_first_call is not None:
+                on_first_call()
             if mode == "run" and i == n + 1:
                 figures = run_figures(clock, n, marks["opened"], marks["first_call"])
                 die(out, {**figures, "mode": mode, "run_id": marks["run_id"],
@@ -735,8 +745,8 @@ def run_bench(
 
 
 def profile(n: int, synchronous: str, tool: str) -> None:
-    """Run the Marathon run process in this interpreter under a profiler (killed run excluded:
-    the crash is replaced by stopping at call N+1)."""
+    """Run the Marathon run process in this interpreter under a profiler, from model call 1 to
+    model call N+1 (the steps only: no imports, no start; the crash is replaced by a stop)."""
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         db = Path(tmp) / "bench.db"
         out = Path(tmp) / "run.json"
@@ -751,15 +761,13 @@ def profile(n: int, synchronous: str, tool: str) -> None:
             real_kill(pid, sig)
 
         os.kill = stop_instead  # type: ignore[assignment]
-        body: Callable[[], None] = lambda: marathon_child("run", db, n, synchronous, str(out))  # noqa: E731
         try:
             if tool == "pyinstrument":
                 from pyinstrument import Profiler
 
                 profiler = Profiler(interval=0.0005)
-                profiler.start()
                 try:
-                    body()
+                    marathon_child("run", db, n, synchronous, str(out), profiler.start)
                 except Stop:
                     pass
                 profiler.stop()
@@ -770,9 +778,10 @@ def profile(n: int, synchronous: str, tool: str) -> None:
 
                 prof = cProfile.Profile()
                 try:
-                    prof.runcall(body)
+                    marathon_child("run", db, n, synchronous, str(out), prof.enable)
                 except Stop:
                     pass
+                prof.disable()
                 pstats.Stats(prof).sort_stats(
                     os.environ.get("BENCH_PROFILE_SORT", "cumulative")
                 ).print_stats(45)
