@@ -549,6 +549,7 @@ def one_repeat(config: Config, n: int, workdir: Path) -> dict[str, Any]:
         "resume_proc_wall_s": resume_wall,
         "durable_steps": resume["durable_steps"],
         "resume_ok": resume["status"] == "succeeded" and resume["answer_ok"],
+        "resume_imported_openai": resume.get("openai_imported", False),
     }
 
 

@@ -76,8 +76,20 @@ def test_vs_langgraph_marathon_configs_run_and_every_step_is_durable(tmp_path: P
     assert set(rows) == {"marathon", "marathon-off"}
     for row in rows.values():
         _check_vs_langgraph_row(row, 10)
+        assert row["tools_sent"] == 12  # the default tool set, through the real registry
+        assert _positive(row["checkpoint_bytes_at_kill"]) and _positive(row["git_bytes_at_kill"])
+    for result in data["results"]:
+        # Runner.resume with a client that needs no SDK never imports it
+        assert result["resume_imported_openai"] is False, result
     # what a step adds to the thread: 1,200 + 2,048 + the call's arguments
     assert 3248 < data["raw"]["10"] < 3800
+
+
+def test_snapshot_bench_measures_file_and_run_steps(tmp_path: Path) -> None:
+    rows = _bench("bench.snapshots", "--sizes", "50", "--steps", "2", out=tmp_path / "out.json")
+    assert [r["files"] for r in rows] == [50]
+    for key in ("file_step_ms", "file_snapshot_ms", "run_step_ms", "run_snapshot_ms", "start_ms"):
+        assert _positive(rows[0][key]), (key, rows[0])
 
 
 def test_vs_langgraph_langgraph_configs_run_and_every_step_is_durable(tmp_path: Path) -> None:
