@@ -777,7 +777,7 @@ def profile(n: int, synchronous: str, tool: str) -> None:
                 import cProfile
                 import pstats
 
-                prof = cProfile.Profile()
+                prof = cProfile.Profile(time.thread_time)  # CPU: other processes stay out
                 try:
                     marathon_child("run", db, n, synchronous, str(out), prof.enable)
                 except Stop:
