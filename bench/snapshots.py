@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> None:
                 file=sys.stderr,
                 flush=True,
             )
-    print(table(rows))
-    if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=1))
+        print(table(rows), flush=True)  # before the clean-up: removing 50K files takes a while
+        if args.json is not None:
+            args.json.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
