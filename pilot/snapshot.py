@@ -37,6 +37,13 @@ AGENT_IDENTITY = {
 }
 
 
+NO_CONTENT_COMMANDS = frozenset(
+    {"rev-parse", "symbolic-ref", "update-ref", "commit-tree", "write-tree", "init"}
+)
+"""Git commands that never read or write a file's content, so never run a filter: they need
+no ``_filter_overrides`` (one ``git config`` process fewer each)."""
+
+
 class GitError(ConfigurationError):
     """A git command failed; the message carries git's own words."""
 
@@ -57,6 +64,8 @@ class GitRepo:
     ) -> str:
         """Run git in the workspace. ``config``: the ``-c`` options to neutralise the
         workspace's filters (``_filter_overrides``), when the caller already has them."""
+        if config is None:
+            config = () if args and args[0] in NO_CONTENT_COMMANDS else self._filter_overrides()
         env = {
             **os.environ,
             **AGENT_IDENTITY,
@@ -72,7 +81,7 @@ class GitRepo:
             [
                 "git",
                 *SAFE_GIT_CONFIG,
-                *(self._filter_overrides() if config is None else config),
+                *config,
                 *args,
             ],
             cwd=self.root,
@@ -145,8 +154,13 @@ class GitRepo:
             return None
 
     def current_branch(self) -> str | None:
-        out = self.git("symbolic-ref", "-q", "HEAD", check=False)
-        return out.removeprefix("refs/heads/") or None
+        """The branch HEAD names (None when detached), read in-process."""
+        import pygit2
+
+        head = self.lib().references.get("HEAD")
+        if head is None or head.type != pygit2.enums.ReferenceType.SYMBOLIC:
+            return None
+        return str(head.target).removeprefix("refs/heads/") or None
 
 
 def ensure_repository(root: Path, *, init: bool) -> GitRepo:
