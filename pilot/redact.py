@@ -36,7 +36,9 @@ _SECRET_KEYWORD = (
 # The name is matched from its keyword on: a name's prefix (``MY_`` in ``MY_TOKEN=``) is never
 # replaced, and matching it (``\b[A-Za-z0-9_.-]*`` before the keyword) made the engine retry
 # the keyword at every letter of every word, half of a step's CPU on ordinary text.
-_SECRET_NAME = r"(?i)" + _SECRET_KEYWORD + r"\s*"
+_SECRET_NAME = r"(?i)(?<![/\\])" + _SECRET_KEYWORD + r"\s*"
+"""A keyword right after a path separator is a file name (``/etc/passwd: ...``), not a name
+given a value."""
 
 DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
     # OpenAI / Anthropic style keys: sk-..., sk-proj-..., sk-ant-...
@@ -48,6 +50,23 @@ DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
     # AWS access key ids (long-term AKIA, temporary ASIA).
     ("aws_access_key_id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    # GitLab tokens: personal/project/group (glpat-), OAuth app secrets, deploy, runner, CI
+    # build, trigger, feed, incoming mail, agent, SCIM, feature-flag client tokens; the newer
+    # routable form carries dots (glpat-<base64url>.01.<suffix>).
+    (
+        "gitlab_token",
+        r"\bgl(?:pat|oas|dt|rt|cbt|ptt|ft|imt|agent|soat|ffct)-[A-Za-z0-9_\-.]{20,}",
+    ),
+    # Google API keys: AIza and 35 more characters of [0-9A-Za-z_-].
+    ("google_api_key", r"\bAIza[0-9A-Za-z_\-]{35}"),
+    # Hugging Face user access tokens (hf_ and 34 letters; digits accepted too) and the older
+    # organization tokens (api_org_).
+    ("huggingface_token", r"\b(?:hf_[A-Za-z0-9]{30,}|api_org_[A-Za-z0-9]{30,})"),
+    # Stripe secret and restricted keys, live and test mode (publishable pk_ keys are public),
+    # and webhook signing secrets.
+    ("stripe_key", r"\b(?:(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{10,}|whsec_[0-9A-Za-z]{20,})"),
+    # The password in a URL: scheme://user:PASSWORD@host (the user and host stay).
+    ("url_password", r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:(?P<secret>[^/\s@]+)@"),
     # PEM private keys, whole block (or to the end of the base64 if the block was cut).
     (
         "private_key",
@@ -80,6 +99,13 @@ SCREENS: dict[str, str] = {
     "github_pat": r"github_pat_[A-Za-z0-9_]{20}",
     "slack_token": r"xox[abposr]-[A-Za-z0-9\-]{10}",
     "aws_access_key_id": r"(?:AKIA|ASIA)[0-9A-Z]{16}",
+    "gitlab_token": r"gl[a-z]{2,6}-[A-Za-z0-9_\-.]{20}",
+    "google_api_key": r"AIza[0-9A-Za-z_\-]{35}",
+    "huggingface_token": r"(?:hf|api_org)_[A-Za-z0-9]{30}",
+    "stripe_key": r"(?:sk_live|sk_test|rk_live|rk_test|whsec)_[0-9A-Za-z]{10}",
+    # JSON escapes a quote or a backslash in the user or the password with a backslash, never
+    # a slash, an at sign or a space.
+    "url_password": r"://[^/@\s]*@",
     "private_key": r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----",
     "bearer": r"(?i:bearer)",
     # Every keyword of the assignment rules ends in one of these; then a quote (escaped in
@@ -267,3 +293,13 @@ def redact_for_storage(
 
 def redact_text(text: str, patterns: Iterable[str] = ()) -> str:
     return redactor_for(tuple(patterns)).text(text)
+
+
+_URL_PASSWORD = re.compile(dict(DEFAULT_PATTERNS)["url_password"])
+
+
+def mask_url_credentials(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` in it shown as
+    ``***`` (the user and the host stay, so the URL is still recognisable): for what Marathon
+    prints, such as a database URL in a resume line or a log."""
+    return _URL_PASSWORD.sub(lambda m: m.group(0)[: m.start("secret") - m.start()] + "***@", text)

@@ -45,6 +45,20 @@ PEM = (
         ("password=hunter2hunter", "assignment"),
         ('{"api_key": "s3cr3t-value"}', "assignment"),
         ("DB_PASSWORD: 'correct horse'", "assignment"),
+        # The vendors' documented shapes: GitLab, Google, Hugging Face, Stripe.
+        ("GITLAB=glpat-z_sxgtrfAxKr8q1TPY8Y", "gitlab_token"),
+        ("routable glpat-Ab3dE_fGh1jK-LmN0pQrStU.01.0w1xyz2ab", "gitlab_token"),
+        ("deploy gldt-AbCdEfGhIjKlMnOpQrSt and more", "gitlab_token"),
+        ("maps AIzaSyD-9tSrke72I6e0qOZVOtU5oBRBmBPUfhI", "google_api_key"),
+        ("HF_TOKEN=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", "huggingface_token"),
+        ("org 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", "huggingface_token"),
+        ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "stripe_key"),
+        ("stripe sk_test_4eC39HqLyjWDarjtT1zdp7dc", "stripe_key"),
+        ("restricted rk_live_51HabcdEFGHijklMNOP", "stripe_key"),
+        ("restricted rk_test_51HabcdEFGHijklMNOP", "stripe_key"),
+        ("webhook whsec_abcdefghijklmnopqrstuvwxyz012345", "stripe_key"),
+        ("url postgresql+psycopg://app:hunter2hunter@db:5432/x", "url_password"),
+        ("url redis://:hunter2hunter@cache/0", "url_password"),
     ],
 )
 def test_default_patterns_replace_common_secret_shapes(text: str, name: str) -> None:
@@ -52,6 +66,40 @@ def test_default_patterns_replace_common_secret_shapes(text: str, name: str) -> 
     assert f"[REDACTED:{name}]" in out, out
     for secret in (OPENAI, GITHUB, "AKIAIOSFODNN7EXAMPLE", "MIIEowIBAAKCAQEAx1f2", "hunter2hunter"):
         assert secret not in out
+    for secret in ("z_sxgtrfAxKr8q1TPY8Y", "9tSrke72I6e0qOZVOtU5", "OwAJiecAHjIxfihVLEjB"):
+        assert secret not in out
+    for secret in ("4eC39HqLyjWDarjtT1zdp7dc", "51HabcdEFGHijklMNOP", "Ab3dE_fGh1jK", "lmnopqrst"):
+        assert secret not in out
+
+
+def test_a_url_keeps_its_user_and_host_and_loses_only_the_password() -> None:
+    assert (
+        redact_text("postgresql+psycopg://u:SECRET@db:5432/x")
+        == "postgresql+psycopg://u:[REDACTED:url_password]@db:5432/x"
+    )
+    for plain in ("http://example.com:8080/a@b", "https://user@host/x", "git@github.com:o/r"):
+        assert redact_text(plain) == plain
+
+
+def test_masked_urls_show_stars_for_the_password_only() -> None:
+    from pilot.redact import mask_url_credentials
+
+    text = "--db postgresql+psycopg://u:SECRET@db:5432/x and https://a:b@c/d"
+    assert mask_url_credentials(text) == (
+        "--db postgresql+psycopg://u:***@db:5432/x and https://a:***@c/d"
+    )
+    assert mask_url_credentials("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+
+
+def test_a_path_named_like_a_keyword_keeps_the_words_after_it() -> None:
+    """An error about the file ``/etc/passwd`` is not an assignment of a password."""
+    for text in (
+        "refused '/etc/passwd': paths must be inside the workspace",
+        "open C:\\secret: access denied",
+        "cat ~/.config/token: no such file",
+    ):
+        assert redact_text(text) == text, redact_text(text)
+    assert redact_text("db.password: hunter2hunter") == "db.password: [REDACTED:assignment]"
 
 
 def test_assignments_and_bearer_keep_their_name_and_lose_only_the_value() -> None:
@@ -144,6 +192,8 @@ _FRAGMENTS = [
     "\t", '"', "'", "\\", "\x0b", "\x1f", "hunter2hunter", "ghp_", "sk-", "proj-", "xoxb-",
     "AKIA", "Bearer ", "-----BEGIN RSA PRIVATE KEY-----", "a1B2c3D4e5F6g7H8i9J0", "x", "_", "-",
     "\u00e9", "ordinary words ", "\u212a", "\u017f", "\x85", "\u2028", "\u3000",
+    "glpat-", "gldt-", "AIza", "hf_", "api_org_", "sk_live_", "rk_test_", "whsec_",
+    "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", ".", "://", "postgresql://", "u", "@", "/",
 ]  # fmt: skip
 """``\u212a`` (Kelvin sign) and ``\u017f`` (long s) match ``k`` and ``s`` under ``(?i)``; the
 others are spaces to Python's ``\\s`` that JSON leaves as they are."""
@@ -174,7 +224,27 @@ _ASSIGNMENTS = st.builds(
     st.sampled_from(["hunter2hunter", "two words", "ab", "x" * 30]),
     st.sampled_from(["", '"', "'", " rest", "\n"]),
 )
-_TEXTS = st.lists(st.one_of(st.sampled_from(_FRAGMENTS), _ASSIGNMENTS), max_size=8).map("".join)
+_URL_PART = st.text(alphabet='ab:"\\\t\x0b\x85\u2028 é-', max_size=4)
+_URLS = st.builds(
+    lambda *parts: "".join(parts),
+    st.sampled_from(["postgresql+psycopg", "https", "x", "a.b-c"]),
+    st.just("://"),
+    _URL_PART,
+    st.sampled_from([":", ""]),
+    _URL_PART,
+    st.sampled_from(["@", ""]),
+    st.sampled_from(["host/db", "", "/"]),
+)
+_TEXTS = st.lists(st.one_of(st.sampled_from(_FRAGMENTS), _ASSIGNMENTS, _URLS), max_size=8).map(
+    "".join
+)
+
+
+def _rules_only(text: str) -> str:
+    """``text`` redacted by every default rule with no screen in front of them."""
+    for rule in Redactor().rules:
+        text = rule.apply(text)
+    return text
 
 
 @settings(max_examples=600, deadline=None)
@@ -190,6 +260,8 @@ def test_the_json_screen_never_lets_a_secret_through(output: str, content: str) 
     )
     walked = redact_event(event)
     stored, payload = redact_for_storage(event, (), ev.event_to_json)
+    for text in (output, arguments):  # the screens never hide a match of the rules themselves
+        assert redact_text(text) == _rules_only(text), text
     if walked is not event:
         assert Redactor().may_match(ev.event_to_json(event))
     assert stored == walked and payload == ev.event_to_json(walked)
