@@ -555,13 +555,14 @@ def one_repeat(config: Config, n: int, workdir: Path) -> dict[str, Any]:
 
 def side_files_bytes(folder: Path) -> dict[str, int]:
     """What a Marathon run keeps beside its database at the kill: the state checkpoint (under
-    ``artifacts/``) and the workspace's git objects (its start commit and snapshot)."""
+    ``checkpoints/``), the tools' artifacts and the workspace's git objects (its start commit
+    and snapshot)."""
 
     def total(path: Path) -> int:
         return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
     return {
-        "checkpoint_bytes_at_kill": total(folder / "artifacts"),
+        "checkpoint_bytes_at_kill": total(folder / "checkpoints") + total(folder / "artifacts"),
         "git_bytes_at_kill": total(folder / "ws" / ".git"),
     }
 

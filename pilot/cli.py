@@ -167,15 +167,15 @@ def _detach(console: Console, argv: list[str]) -> int:
     import time
     from datetime import datetime
 
+    from pilot.private_files import private_dirs
     from pilot.store import state_dir
 
     args = [a for a in argv if a != "--detach"]
     if "--json" not in args:
         args.append("--json")
-    logs = state_dir() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = private_dirs(state_dir() / "logs")
     log = logs / f"run-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.log"
-    with open(log, "wb") as out:
+    with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pilot", *args],
             stdout=out,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +10,8 @@ from typing import Any
 from pilot import events as ev
 from pilot.images import refs_from_artifacts
 from pilot.loop import CheckOutcome
+from pilot.private_files import inside, make_private, write_private
+from pilot.redact import redact_file, redact_text
 from pilot.snapshot import GitRepo, restore_snapshot, take_snapshot
 from tools.base import ToolContext, ToolResult, tool_blocks, tool_known_writes
 from tools.registry import ToolRegistry
@@ -30,6 +32,8 @@ class RegistryExecutor:
     sandbox: str
     work_branch: str | None
     base_commit: str | None = None
+    redact: Sequence[str] = ()
+    """The workflow's own redaction patterns: files the pilot keeps are redacted as events."""
 
     def __post_init__(self) -> None:
         self._workspace = Workspace(self.workspace_root)
@@ -71,6 +75,7 @@ class RegistryExecutor:
         result: ToolResult = self.registry.invoke(name, arguments, self.context(call_id))
         if name in self.registry and tool_known_writes(self.registry.get(name)):
             self._written = list(self._workspace.written)
+        self._keep_private(result)
         return ev.ToolFinished(
             call_id=call_id,
             name=name,
@@ -82,6 +87,20 @@ class RegistryExecutor:
             ],
             images=refs_from_artifacts(result.artifacts, self.workspace_root),
         )
+
+    def _keep_private(self, result: ToolResult) -> None:
+        """The tool's artifacts in the state directory: text redacted as the events are (a
+        command's full output can print a token), every file 0600."""
+        for artifact in result.artifacts:
+            path = Path(artifact.path)
+            if not inside(path, self.artifacts_dir) or not path.is_file():
+                continue
+            try:
+                if not (artifact.media_type or "").startswith("image/"):
+                    redact_file(path, self.redact)
+                make_private(path)
+            except OSError:
+                continue
 
     def keep_full_output(self, call_id: str, text: str) -> str | None:
         """Long results go to ``.marathon/outputs/`` in the workspace, which git is told to
@@ -98,7 +117,7 @@ class RegistryExecutor:
             folder.mkdir(parents=True, exist_ok=True)
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in call_id)[:80]
             path = folder / f"{safe}.txt"
-            path.write_text(text, encoding="utf-8")
+            write_private(path, redact_text(text, self.redact).encode("utf-8", "replace"))
         except OSError:
             return None
         return str(path.relative_to(root))

@@ -20,11 +20,13 @@ Unicode ``\s``, which RE2 lacks).
 from __future__ import annotations
 
 import functools
+import os
 import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -303,3 +305,53 @@ def mask_url_credentials(text: str) -> str:
     ``***`` (the user and the host stay, so the URL is still recognisable): for what Marathon
     prints, such as a database URL in a resume line or a log."""
     return _URL_PASSWORD.sub(lambda m: m.group(0)[: m.start("secret") - m.start()] + "***@", text)
+
+
+_CHUNK = 1 << 20
+_PEM_BEGIN = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PEM_END = re.compile(rb"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+
+
+def _chunks(file: Any) -> Iterable[bytes]:
+    """The file in pieces of about a MiB, each ending at a line's end, and never inside a
+    private key block (a block is kept whole, so its rule sees both ends)."""
+    pending = b""
+    while True:
+        data = file.read(_CHUNK)
+        if not data:
+            if pending:
+                yield pending
+            return
+        pending += data
+        cut = pending.rfind(b"\n") + 1
+        if cut == 0:
+            continue
+        begins = list(_PEM_BEGIN.finditer(pending, 0, cut))
+        if begins and not _PEM_END.search(pending, begins[-1].end()) and len(pending) < 64 * _CHUNK:
+            continue  # an open private key block: read on to its end
+        yield pending[:cut]
+        pending = pending[cut:]
+
+
+def redact_file(path: Path, patterns: Iterable[str] = ()) -> bool:
+    """Redact a text file Marathon keeps (a long command's full output) in place, as events are
+    redacted; read and written in pieces, so a large output never sits in memory. Returns
+    whether anything was replaced (the file is then swapped in whole, mode 0600)."""
+    redactor = redactor_for(tuple(patterns))
+    changed = False
+    temporary = path.with_name(f".{path.name}.redacting")
+    with path.open("rb") as source, temporary.open("wb") as target:
+        temporary.chmod(0o600)
+        for chunk in _chunks(source):
+            if redactor.may_match(chunk.decode("utf-8", "surrogateescape")):
+                text = chunk.decode("utf-8", "surrogateescape")
+                redacted = redactor.text(text)
+                if redacted != text:
+                    changed = True
+                    chunk = redacted.encode("utf-8", "surrogateescape")
+            target.write(chunk)
+    if changed:
+        os.replace(temporary, path)
+    else:
+        temporary.unlink()
+    return changed

@@ -26,6 +26,7 @@ from pilot.checkpoint import (
     CHECKPOINT_EVERY,
     CheckpointWriter,
     delete_checkpoint,
+    delete_legacy,
     load_run_state,
 )
 from pilot.context import ServerCounts
@@ -36,6 +37,7 @@ from pilot.loop import RunLoop
 from pilot.model_types import ModelClient
 from pilot.notify import notify_run_end
 from pilot.plan import RunPlan
+from pilot.private_files import private_dirs
 from pilot.progress import ProgressLimits
 from pilot.redact import redact_for_storage
 from pilot.snapshot import GitRepo, ensure_repository, start_work_branch, take_snapshot
@@ -124,6 +126,11 @@ class Runner:
         if url.startswith("sqlite:///") and ":memory:" not in url:
             return Path(url.removeprefix("sqlite:///")).parent / "artifacts" / run_id
         return state_dir() / "artifacts" / run_id
+
+    def checkpoint_dir(self, run_id: str) -> Path:
+        """Where a run's state checkpoint lives: the state directory, beside (never among) the
+        artifacts the tools write (``pilot.checkpoint``)."""
+        return self.artifacts_dir(run_id).parent.parent / "checkpoints" / run_id
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
@@ -256,8 +263,9 @@ class Runner:
             self.store.release_lease(run_id, self.owner)
             raise
         state, checkpoint_seq = load_run_state(
-            self.store, run_id, self.artifacts_dir(run_id), progress_limits(plan)
+            self.store, run_id, self.checkpoint_dir(run_id), progress_limits(plan)
         )
+        delete_legacy(self.artifacts_dir(run_id))
         run = _Run(self, run_id, plan, state)
         if state.finished is not None:
             self.store.release_lease(run_id, self.owner)
@@ -334,7 +342,7 @@ class _Run:
         self.state.apply(event)
         self.show(committed)
         if isinstance(event, ev.RunFinished):
-            delete_checkpoint(self.runner.artifacts_dir(self.run_id))
+            delete_checkpoint(self.runner.checkpoint_dir(self.run_id))
         elif self.state.last_seq - self.checkpointed_seq >= self.runner.checkpoint_every or (
             isinstance(event, ev.RunPaused) and self.state.last_seq > self.checkpointed_seq
         ):
@@ -346,7 +354,12 @@ class _Run:
         write it costs a longer resume, nothing else."""
         self.checkpointed_seq = self.state.last_seq
         if self.checkpoints is None:
-            self.checkpoints = CheckpointWriter(self.runner.artifacts_dir(self.run_id), self.run_id)
+            self.checkpoints = CheckpointWriter(
+                self.runner.checkpoint_dir(self.run_id),
+                self.run_id,
+                redact=self.plan.redact if self.plan is not None else (),
+                workspace=self.state.started.workspace if self.state.started else None,
+            )
         with contextlib.suppress(OSError):
             self.checkpoints.write(self.state, last_payload)
 
@@ -422,7 +435,9 @@ class _Run:
             sandbox=self.plan.sandbox,
             work_branch=self.plan.branch,
             base_commit=self.state.started.base_head if self.state.started else None,
+            redact=self.plan.redact,
         )
+        private_dirs(runner.artifacts_dir(self.run_id))
         lease_lost = asyncio.Event()
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
         storage_full = False

@@ -46,6 +46,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from brain.dbrace import retry_schema_race
 from pilot.errors import AmbiguousRunId, ConfigurationError, LeaseHeld, RunNotFound
 from pilot.events import Event, RunFinished, event_from_json, event_to_json
+from pilot.private_files import private_file
 from pilot.sqlite_append import SqliteAppender
 
 SCHEMA_VERSION = 2
@@ -249,9 +250,7 @@ class EventStore:
     def __init__(self, url: str | None = None, *, durability: str = "normal") -> None:
         self.url = url or default_db_url()
         if self.url.startswith("sqlite:///") and not self.url.startswith("sqlite:///:memory:"):
-            Path(self.url.removeprefix("sqlite:///")).expanduser().parent.mkdir(
-                parents=True, exist_ok=True
-            )
+            private_file(Path(self.url.removeprefix("sqlite:///")).expanduser())
         self.durability = durability
         self.engine = self._make_engine()
         self._migrate()

@@ -81,9 +81,9 @@ def essence(state: RunState) -> dict[str, Any]:
 def test_a_resume_starts_from_the_last_checkpoint_and_equals_a_full_fold(tmp_path: Path) -> None:
     store, runner, run = start(tmp_path / "m.db", "r1")
     steps(run, 1, 10)  # 2 + 40 events: checkpoints every 4 (or more, with held-back events)
-    path = checkpoint_path(runner.artifacts_dir("r1"))
+    path = checkpoint_path(runner.checkpoint_dir("r1"))
     assert path.exists()
-    loaded, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq is not None and 42 - 4 <= seq < 42
     assert essence(loaded) == essence(fold(store.load_events("r1")))
     # The resumed run goes on from it like the uninterrupted one.
@@ -97,9 +97,9 @@ def test_a_compaction_starts_a_new_message_log_and_the_checkpoint_still_folds_eq
 ) -> None:
     store, runner, run = start(tmp_path / "m.db", "r1")
     steps(run, 1, 6)
-    log = checkpoint.messages_path(runner.artifacts_dir("r1"))
+    log = checkpoint.messages_path(runner.checkpoint_dir("r1"))
     before = log.read_bytes()
-    old_header = checkpoint_path(runner.artifacts_dir("r1")).read_bytes()
+    old_header = checkpoint_path(runner.checkpoint_dir("r1")).read_bytes()
     run.emit(
         ev.Compaction(
             pinned=[0, 1],
@@ -112,15 +112,15 @@ def test_a_compaction_starts_a_new_message_log_and_the_checkpoint_still_folds_eq
         )
     )
     steps(run, 7, 4)
-    assert not log.read_bytes().startswith(before[:12]), "a log of a new generation"
-    loaded, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    assert not log.read_bytes().startswith(before[:34]), "a log of a new generation"
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq is not None
     assert essence(loaded) == essence(fold(store.load_events("r1")))
     assert any("f1.py to f4.py" in str(m["content"]) for m in loaded.messages)
     # A header from before the compaction never reads the new log (a process killed between
     # writing the two): it would pair old counts with new messages.
-    checkpoint_path(runner.artifacts_dir("r1")).write_bytes(old_header)
-    stale, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    checkpoint_path(runner.checkpoint_dir("r1")).write_bytes(old_header)
+    stale, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq is None
     assert essence(stale) == essence(fold(store.load_events("r1")))
 
@@ -130,56 +130,56 @@ def test_a_paused_run_is_checkpointed_at_its_last_event_and_a_finished_one_delet
 ) -> None:
     store, runner, run = start(tmp_path / "m.db", "r1", every=1000)
     steps(run, 1, 3)
-    assert not checkpoint_path(runner.artifacts_dir("r1")).exists()  # not due yet
+    assert not checkpoint_path(runner.checkpoint_dir("r1")).exists()  # not due yet
     run.emit(ev.RunPaused(reason="stop requested"))
-    loaded, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq == run.state.last_seq == 15
     assert essence(loaded) == essence(fold(store.load_events("r1")))
     run.emit(ev.RunFinished(status="succeeded", reason="done"))
-    assert not checkpoint_path(runner.artifacts_dir("r1")).exists()
+    assert not checkpoint_path(runner.checkpoint_dir("r1")).exists()
 
 
 Spoiled = tuple[EventStore, Path]
-"""The store and artifacts directory the resume then loads from."""
+"""The store and checkpoint directory the resume then loads from."""
 
 
 def _corrupt(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
-    checkpoint_path(runner.artifacts_dir("r1")).write_bytes(b"not a pickle")
-    return store, runner.artifacts_dir("r1")
+    checkpoint_path(runner.checkpoint_dir("r1")).write_bytes(b"not json")
+    return store, runner.checkpoint_dir("r1")
 
 
 def _cut_short(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
-    path = checkpoint_path(runner.artifacts_dir("r1"))
+    path = checkpoint_path(runner.checkpoint_dir("r1"))
     path.write_bytes(path.read_bytes()[:100])
-    return store, runner.artifacts_dir("r1")
+    return store, runner.checkpoint_dir("r1")
 
 
 def _log_cut_short(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
-    path = checkpoint.messages_path(runner.artifacts_dir("r1"))
+    path = checkpoint.messages_path(runner.checkpoint_dir("r1"))
     path.write_bytes(path.read_bytes()[:-50])
-    return store, runner.artifacts_dir("r1")
+    return store, runner.checkpoint_dir("r1")
 
 
 def _other_log(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
     # r2's message log (another generation) in place of r1's.
     shutil.copy(
-        checkpoint.messages_path(runner.artifacts_dir("r2")),
-        checkpoint.messages_path(runner.artifacts_dir("r1")),
+        checkpoint.messages_path(runner.checkpoint_dir("r2")),
+        checkpoint.messages_path(runner.checkpoint_dir("r1")),
     )
-    return store, runner.artifacts_dir("r1")
+    return store, runner.checkpoint_dir("r1")
 
 
 def _other_code(store: EventStore, runner: Runner, monkeypatch: pytest.MonkeyPatch) -> Spoiled:
     monkeypatch.setattr(checkpoint, "code_digest", lambda: "written by another version")
-    return store, runner.artifacts_dir("r1")
+    return store, runner.checkpoint_dir("r1")
 
 
 def _other_run(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
     # r2's checkpoint copied over r1's: it names r2, so r1 must not use it.
     shutil.copy(
-        checkpoint_path(runner.artifacts_dir("r2")), checkpoint_path(runner.artifacts_dir("r1"))
+        checkpoint_path(runner.checkpoint_dir("r2")), checkpoint_path(runner.checkpoint_dir("r1"))
     )
-    return store, runner.artifacts_dir("r1")
+    return store, runner.checkpoint_dir("r1")
 
 
 def _other_history(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
@@ -190,9 +190,9 @@ def _other_history(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
     store2, runner2, run2 = start(elsewhere / "other.db", "r1")
     steps(run2, 1, 12, tag=" elsewhere")
     shutil.copy(
-        checkpoint_path(runner.artifacts_dir("r1")), checkpoint_path(runner2.artifacts_dir("r1"))
+        checkpoint_path(runner.checkpoint_dir("r1")), checkpoint_path(runner2.checkpoint_dir("r1"))
     )
-    return store2, runner2.artifacts_dir("r1")
+    return store2, runner2.checkpoint_dir("r1")
 
 
 @pytest.mark.parametrize(
@@ -207,7 +207,7 @@ def test_a_checkpoint_that_cannot_be_trusted_is_ignored(
     steps(run, 1, 10)
     _store, _runner, run2 = start(tmp_path / "m.db", "r2")
     steps(run2, 1, 5, tag=" of r2")
-    assert load_run_state(store, "r1", runner.artifacts_dir("r1"))[1] is not None
+    assert load_run_state(store, "r1", runner.checkpoint_dir("r1"))[1] is not None
     target, directory = spoil(store=store, runner=runner, monkeypatch=monkeypatch)
     loaded, seq = load_run_state(target, "r1", directory)
     assert seq is None, "folded from every event"
@@ -243,6 +243,6 @@ def test_a_failed_write_starts_a_new_log_at_the_next_checkpoint(
     steps(run, 4, 2)  # its checkpoint fails after a partial append
     monkeypatch.setattr(Path, "open", real_open)
     steps(run, 6, 2)
-    loaded, seq = load_run_state(store, "r1", runner.artifacts_dir("r1"))
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq is not None and seq > 22
     assert essence(loaded) == essence(fold(store.load_events("r1")))

@@ -249,7 +249,7 @@ def store_image(data: bytes, media_type: str, artifacts_dir: Path) -> Path:
     """Keep ``data`` once, as ``<artifacts>/images/<sha256>.<ext>`` (written atomically)."""
     digest = hashlib.sha256(data).hexdigest()
     folder = artifacts_dir / IMAGES_SUBDIR
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = folder / f"{digest}.{EXTENSIONS[media_type]}"
     if path.exists() and path.stat().st_size == len(data):
         return path

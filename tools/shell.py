@@ -86,7 +86,9 @@ class OutputCapture:
     def _spill(self, data: bytes) -> None:
         try:
             self.spill_path = self.open_spill()
-            self._fh = open(self.spill_path, "wb")  # noqa: SIM115 - closed in close()
+            # 0600: the full output of a command may hold whatever it printed.
+            fd = os.open(self.spill_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            self._fh = os.fdopen(fd, "wb")
         except OSError as exc:
             self.spill_error = str(exc)
             return

@@ -1,0 +1,202 @@
+"""What SECURITY.md promises about a run's record: no code from the workspace on resume, no
+secret at rest in clear, a private state directory. Real runs against the simulated server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from pilot_harness import _closing, call, make_repo, pilot_cmd, write_script, write_workflow
+
+from brain.sim.config import SimConfig
+from brain.sim.server import running_sim
+from pilot import checkpoint
+from pilot import events as ev
+from pilot.launch import load_for_run, start_run
+from pilot.runner import Runner
+from pilot.store import EventStore
+
+SECRETS = {
+    "openai": "sk-proj-" + "Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe",
+    "aws_id": "AKIA" + "IOSFODNN7EXAMPLE",
+    "github": "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "aws_secret": "wJalrXUtnFEMI" + "K7MDENGbPxRfiCYEXAMPLEKEY",
+}
+SECRET_FILE = (
+    f"OPENAI_API_KEY={SECRETS['openai']}\n"
+    f"AWS_ACCESS_KEY_ID={SECRETS['aws_id']}\n"
+    f"aws_secret_access_key={SECRETS['aws_secret']}\n"
+    f"GH={SECRETS['github']}\n"
+)
+
+
+def _paused_run_with_secrets(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A run that reads and prints planted secrets (also in a long output kept as an artifact
+    and as a page in the workspace), then pauses. Returns (state dir, workspace, run id)."""
+    home = tmp_path / "home"
+    repo = make_repo(tmp_path / "repo", {"config.env": SECRET_FILE, "app.py": "VALUE = 1\n"})
+    long_output = "for i in $(seq 2500); do cat config.env; done"
+    script = write_script(
+        tmp_path / "s.yaml",
+        "secrets-at-rest",
+        [
+            {"tool_calls": [call("read_file", path="config.env")]},
+            {"tool_calls": [call("run", command="cat config.env")]},
+            {"tool_calls": [call("run", command=long_output)]},
+            {
+                "content": f"I saw {SECRETS['github']}",
+                "tool_calls": [call("read_file", path="app.py")],
+            },
+            {"tool_calls": [call("finish", summary="done")]},
+        ],
+    )
+    stop = asyncio.Event()
+    finished_tools = []
+
+    def pause_after_four_tools(_run: str, _seq: int, event: ev.Event, _state: object) -> None:
+        if isinstance(event, ev.ToolFinished):
+            finished_tools.append(event)
+            if len(finished_tools) == 4:
+                stop.set()
+
+    with running_sim(SimConfig(model="m", max_model_len=32768, policy=f"script:{script}")) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="secrets-at-rest",
+            endpoint=sim.openai_base_url,
+            phases=[{"name": "work", "prompt": "p"}],
+        )
+        store = EventStore(f"sqlite:///{home / 'marathon.db'}")
+        runner = Runner(store, stop=stop, observers=[pause_after_four_tools], checkpoint_every=4)
+        loaded = load_for_run(workflow, [f"repo={repo}"])
+        outcome = asyncio.run(_closing(runner, start_run(runner, loaded)))
+    assert outcome.status == "paused", outcome.reason
+    assert any(e.truncated for e in finished_tools), "the long output was kept as an artifact"
+    assert checkpoint.checkpoint_path(runner.checkpoint_dir(outcome.run_id)).exists()
+    store.engine.dispose()
+    return home, repo, outcome.run_id
+
+
+def test_a_paused_run_leaves_no_secret_in_clear_and_its_state_directory_private(
+    tmp_path: Path,
+) -> None:
+    home, repo, run_id = _paused_run_with_secrets(tmp_path)
+    files = [p for p in home.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"marathon.db", "state.json", "messages.jsonl"} <= names, names
+    assert any(p.name.startswith("run-") for p in files), "the long output's artifact"
+    pages = list((repo / ".marathon").rglob("*.txt"))
+    for path in [*files, *pages]:
+        data = path.read_bytes()
+        for name, secret in SECRETS.items():
+            assert secret.encode() not in data, f"{name} in clear in {path}"
+    # The redacted record still says what happened.
+    assert b"[REDACTED:" in checkpoint.messages_path(home / "checkpoints" / run_id).read_bytes()
+    # Private: every folder 0700, every file 0600, whatever the umask.
+    for path in [home, *home.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), f"{path} is {oct(mode)}"
+
+
+ATTACK = r"""
+import json, os, pickle, sqlite3, sys
+from pathlib import Path
+
+home, marker, once, code = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+run_id, workspace = sqlite3.connect(home / "marathon.db").execute(
+    "select id, workspace from runs").fetchone()
+
+
+class Boom:
+    def __reduce__(self):
+        return (os.system, (f"touch {marker}",))
+
+
+bomb = pickle.dumps(Boom())
+# The old checkpoint files beside the artifacts, and pickle in the new ones' place.
+for folder in (home / "artifacts" / run_id, home / "checkpoints" / run_id):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("state.checkpoint", "state.messages", "state.json", "messages.jsonl"):
+        (folder / name).write_bytes(bomb)
+# A JSON checkpoint that passes every check against the store but names a class of its own.
+db = sqlite3.connect(home / "marathon.db")
+seq, payload = db.execute(
+    "select seq, payload from events where run_id = ? order by seq desc limit 1", (run_id,)
+).fetchone()
+import hashlib
+header = {
+    "format": 2, "code": code, "run": run_id, "workspace": workspace, "seq": seq,
+    "event": hashlib.sha256(payload.encode()).hexdigest(), "generation": "g", "messages": 0,
+    "log_bytes": 0, "log_sha256": "",
+    "state": {"__t": "data", "c": "Popen", "v": {"args": f"touch {marker}"}},
+}
+(home / "checkpoints" / run_id / "state.json").write_text(json.dumps(header))
+if not once.exists():
+    once.write_text("killed")
+    os.kill(os.getppid(), 9)
+"""
+
+
+def test_a_planted_checkpoint_is_never_executed_and_the_resume_still_works(
+    tmp_path: Path,
+) -> None:
+    """The agent's own `run` command plants pickles and a forged JSON checkpoint where the
+    pilot keeps (and used to keep) its checkpoints, then kills the pilot: the resume runs
+    none of it and finishes the run from the events."""
+    home = tmp_path / "home"
+    repo = make_repo(tmp_path / "repo")
+    attack = tmp_path / "attack.py"
+    attack.write_text(ATTACK)
+    marker, once = tmp_path / "EXECUTED", tmp_path / "killed-once"
+    command = f"{sys.executable} {attack} {home} {marker} {once} {checkpoint.code_digest()}"
+    script = write_script(
+        tmp_path / "s.yaml",
+        "planted",
+        [
+            {"tool_calls": [call("write_file", path="a.txt", content="a\n")]},
+            {"tool_calls": [call("run", command=command)]},
+            {"tool_calls": [call("write_file", path="b.txt", content="b\n")]},
+            {"tool_calls": [call("finish", summary="done")]},
+        ],
+    )
+    env = {
+        **os.environ,
+        "MARATHON_HOME": str(home),
+        "MARATHON_FAILPOINT": "checkpoint_every=1",
+    }
+    env.pop("MARATHON_DB", None)
+    with running_sim(SimConfig(model="m", max_model_len=32768, policy=f"script:{script}")) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="planted",
+            endpoint=sim.openai_base_url,
+            phases=[{"name": "work", "prompt": "p"}],
+        )
+        first = subprocess.run(
+            [*pilot_cmd(), "run", str(workflow), "-p", f"repo={repo}", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert first.returncode == -9, first.stderr[-2000:]
+        run_id = json.loads(first.stdout.splitlines()[0])["run_id"]
+        resumed = subprocess.run(
+            [*pilot_cmd(), "resume", run_id, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert not marker.exists(), "a planted checkpoint ran code in pilot resume"
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    events = EventStore(f"sqlite:///{home / 'marathon.db'}").load_events(run_id)
+    resumes = [e for e in events if isinstance(e, ev.RunResumed)]
+    assert resumes and resumes[0].from_checkpoint is None, "the forged checkpoint was not used"
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].status == "succeeded"
+    assert (repo / "b.txt").read_text() == "b\n"
