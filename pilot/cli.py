@@ -96,9 +96,12 @@ def _endpoints(values: list[str]) -> list[str] | None:
 
 
 def _store(db: str | None, durability: str = "normal"):
+    from pilot.environ import protect_environment
     from pilot.store import EventStore
 
-    return EventStore(db, durability=durability)
+    store = EventStore(db, durability=durability)
+    protect_environment()  # before any tool runs: /proc/<pid>/environ shows no secret
+    return store
 
 
 # -- run / resume ------------------------------------------------------------------------------

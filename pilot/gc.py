@@ -171,6 +171,7 @@ def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool) -> None:
         run.artifact_bytes = _tree_bytes(artifacts)
         if not dry_run:
             shutil.rmtree(artifacts, ignore_errors=True)
+            shutil.rmtree(artifacts.parent.parent / "checkpoints" / run.id, ignore_errors=True)
             if artifacts.exists():
                 run.notes.append(f"could not remove all of {artifacts}")
     if not run.workspace:

@@ -24,8 +24,9 @@ from typing import Any, get_args
 from pydantic import ValidationError
 from sqlalchemy import select
 
+from pilot import environ
 from pilot import events as ev
-from pilot.store import EventRow, EventStore, RunRecord, ServerEventRow, default_db_url
+from pilot.store import EventRow, EventStore, RunRecord, ServerEventRow
 from pilot.ui import format_duration, short_endpoint
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled", "limit")
@@ -342,7 +343,7 @@ def build_report(
     """Facts about the named runs (any unambiguous id prefix) or those active since ``since``."""
     if (run_ids is None) == (since is None):
         raise ValueError("give run_ids or since, not both and not neither")
-    db_option = "" if store.url == default_db_url() else f" --db {store.url}"
+    db_option = environ.db_option(store.url)
     if run_ids is not None:
         records = [store.find_run(run_id) for run_id in run_ids]
     else:

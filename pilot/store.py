@@ -64,7 +64,9 @@ def state_dir() -> Path:
 
 
 def default_db_url() -> str:
-    return os.environ.get("MARATHON_DB") or f"sqlite:///{state_dir() / 'marathon.db'}"
+    from pilot.environ import taken_db_url
+
+    return taken_db_url() or f"sqlite:///{state_dir() / 'marathon.db'}"
 
 
 def utcnow() -> datetime:

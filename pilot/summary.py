@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from pilot.environ import db_option
 from pilot.runner import RunOutcome
 from pilot.snapshot import GitRepo, diff_snapshots
 from pilot.store import EventStore
@@ -36,7 +37,7 @@ def print_outcome(console: Console, store: EventStore, outcome: RunOutcome) -> N
             console.print(f"  changes on branch {started.branch} in {started.workspace}:")
             for line in stat.splitlines():
                 console.print(f"    {line.strip()}", highlight=False)
-    db = "" if store.url.endswith("marathon.db") else f" --db {store.url}"
+    db = db_option(store.url)
     if outcome.status == "paused":
         console.print(f"  resume with: [bold]pilot resume {outcome.run_id}{db}[/]")
     console.print(

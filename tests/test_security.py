@@ -200,3 +200,72 @@ def test_a_planted_checkpoint_is_never_executed_and_the_resume_still_works(
     assert resumes and resumes[0].from_checkpoint is None, "the forged checkpoint was not used"
     assert isinstance(events[-1], ev.RunFinished) and events[-1].status == "succeeded"
     assert (repo / "b.txt").read_text() == "b\n"
+
+
+PROTECTED = r"""
+import json, os, sys
+from pathlib import Path
+from pilot.environ import protect_environment, db_option
+from pilot.store import default_db_url
+from tools.base import ToolContext
+from tools.shell import run_command
+from tools.workspace import Workspace
+
+protect_environment()
+ctx = ToolContext(workspace=Workspace(sys.argv[1]), artifacts_dir=Path(sys.argv[2]), sandbox="none")
+seen = run_command("tr '\\0' '\\n' < /proc/$PPID/environ", ctx, timeout=30)
+print(json.dumps({
+    "command_saw": seen.output,
+    "own": Path("/proc/self/environ").read_bytes().decode(errors="replace"),
+    "db_in_environ": "MARATHON_DB" in os.environ,
+    "api_key": os.environ.get("OPENAI_API_KEY"),
+    "default_db": default_db_url(),
+    "db_option": db_option(default_db_url()),
+}))
+"""
+
+
+def test_secrets_in_the_pilots_environment_are_not_readable_through_proc(tmp_path: Path) -> None:
+    """Without the sandbox a command can read /proc/$PPID/environ: after
+    protect_environment it finds neither the database password nor an API key there, while
+    the pilot still has them (the key in os.environ, the URL as its store's)."""
+    url = "postgresql+psycopg://app:DbPassw0rdXyz@db.example:5432/marathon"
+    key = SECRETS["openai"]
+    env = {**os.environ, "MARATHON_DB": url, "OPENAI_API_KEY": key, "DB_PASS": "s3cretPassXyz"}
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", PROTECTED, str(workspace), str(tmp_path / "artifacts")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    for secret in ("DbPassw0rdXyz", key, "s3cretPassXyz"):
+        assert secret not in seen["command_saw"], secret
+        assert secret not in seen["own"], secret
+    assert "OPENAI_API_KEY=" in seen["command_saw"], "the name stays, its value is gone"
+    assert seen["api_key"] == key and not seen["db_in_environ"]
+    assert seen["default_db"] == url
+    assert seen["db_option"] == "", "a URL from MARATHON_DB is not printed at all"
+
+
+def test_a_printed_database_url_never_shows_its_password(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from pilot.environ import db_option
+    from pilot.runner import RunOutcome
+    from pilot.state import RunState
+    from pilot.summary import print_outcome
+
+    url = "postgresql+psycopg://u:SECRET@db.example:5432/marathon"
+    assert db_option(url) == " --db postgresql+psycopg://u:***@db.example:5432/marathon"
+    store = EventStore(f"sqlite:///{tmp_path / 'other.db'}")
+    store.url = url  # what a PostgreSQL store's summary prints, without a server
+    console = Console(record=True, width=200)
+    print_outcome(console, store, RunOutcome("r1", "paused", "stop requested", RunState()))
+    text = console.export_text()
+    assert "pilot resume r1 --db postgresql+psycopg://u:***@db.example" in text
+    assert "SECRET" not in text
