@@ -108,6 +108,13 @@ def test_git_internals_are_refused_in_every_disguise(ws: Workspace) -> None:
         ".git./config",
         ".git /config",
         ".g\u200cit/config",
+        ".g\u200bit/hooks/x",  # zero-width space
+        "\u200b.git/hooks/x",
+        ".gi\u2060t/config",  # word joiner
+        ".git\ufe0f/config",  # variation selector
+        ".g\u00adit/config",  # soft hyphen
+        ".\uff27\uff29\uff34/config",  # fullwidth GIT
+        ".git::$INDEX_ALLOCATION/config",
         "GIT~1/config",
         "src/.git/config",
         str(Path("src") / ".." / ".git" / "config"),

@@ -22,15 +22,34 @@ from pathlib import Path
 
 MAX_SYMLINK_HOPS = 40
 
-# Characters HFS+ ignores in names (CVE-2014-9390): ".g\u200cit" is ".git" there.
-_IGNORABLE = dict.fromkeys(
-    [
-        *range(0x200C, 0x2010),
-        *range(0x202A, 0x202F),
-        *range(0x206A, 0x2070),
-        0xFEFF,
-    ]
+# Code points a name can carry invisibly: Unicode's format characters (category Cf: zero-width
+# space and joiners, bidi marks, the BOM, tags...) and the other default-ignorable ones
+# (variation selectors, fillers). HFS+ ignores some of them in names (CVE-2014-9390:
+# ".g\u200cit" is ".git" there); all of them are dropped before a name is compared with ".git".
+_OTHER_IGNORABLE = (
+    0x034F,
+    0x115F,
+    0x1160,
+    0x17B4,
+    0x17B5,
+    *range(0x180B, 0x1810),
+    0x3164,
+    *range(0xFE00, 0xFE10),
+    0xFFA0,
+    *range(0xE0100, 0xE01F0),
 )
+
+
+_OTHER_IGNORABLE_SET = frozenset(_OTHER_IGNORABLE)
+
+
+def _visible(name: str) -> str:
+    """``name`` without its invisible code points (ASCII has none)."""
+    if name.isascii():
+        return name
+    return "".join(
+        c for c in name if ord(c) not in _OTHER_IGNORABLE_SET and unicodedata.category(c) != "Cf"
+    )
 
 
 class WorkspaceEscape(Exception):
@@ -39,9 +58,11 @@ class WorkspaceEscape(Exception):
 
 def is_git_name(name: str) -> bool:
     """Whether a path component names git's own directory, under any disguise a file system
-    might accept (case, trailing dots or spaces on NTFS, ignorable code points on HFS+,
-    the 8.3 short name)."""
-    norm = unicodedata.normalize("NFC", name).translate(_IGNORABLE).rstrip(" .").casefold()
+    might accept or a reader might not see: case, compatibility forms (fullwidth letters),
+    invisible code points (zero-width, bidi, variation selectors), trailing dots or spaces
+    and an alternate data stream on NTFS (``.git::$INDEX_ALLOCATION``), the 8.3 short name."""
+    norm = _visible(unicodedata.normalize("NFKC", name))
+    norm = norm.split(":", 1)[0].rstrip(" .").casefold()
     return norm in {".git", "git~1"}
 
 
@@ -193,7 +214,7 @@ class Workspace:
 
 
 def _fold(name: str) -> str:
-    return unicodedata.normalize("NFC", name).translate(_IGNORABLE).casefold()
+    return _visible(unicodedata.normalize("NFC", name)).casefold()
 
 
 def _detect_case_insensitive(root: Path) -> bool:
