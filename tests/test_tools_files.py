@@ -249,3 +249,57 @@ def test_edit_file_refusals(ctx: ToolContext) -> None:
     res = call(ctx, "edit_file", path="new.txt", old="a", new="b")
     assert res.is_error and "no such file" in res.output
     assert call(ctx, "edit_file", path=".git/config", old="a", new="b").is_error
+
+
+# -- large inputs: sizes are checked before anything is read whole ---------------------------
+
+
+def _sparse(path: Path, size: int, head: bytes = b"") -> Path:
+    """A file of ``size`` bytes that takes no disk: ``head``, then a hole (zeros)."""
+    path.write_bytes(head)
+    os.truncate(path, size)
+    return path
+
+
+def _peak_bytes(run) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_edit_file_refuses_a_huge_binary_without_reading_it(ctx: ToolContext) -> None:
+    _sparse(ctx.workspace.root / "big.bin", 2 * 1024**3)
+    results = []
+    peak = _peak_bytes(
+        lambda: results.append(call(ctx, "edit_file", path="big.bin", old="a", new="b"))
+    )
+    assert results[0].is_error and "binary" in results[0].output
+    assert peak < 8 * 1024 * 1024, f"{peak:,} bytes held to refuse a 2 GB file"
+
+
+def test_edit_file_refuses_a_text_file_over_its_limit_and_says_what_to_do(tmp_path: Path) -> None:
+    ctx = ToolContext(
+        workspace=Workspace(tmp_path),
+        artifacts_dir=tmp_path / ".artifacts",
+        settings={"edit_file": {"max_file_bytes": 1000}},
+    )
+    (tmp_path / "big.txt").write_text("line\n" * 400)
+    res = call(ctx, "edit_file", path="big.txt", old="line", new="x", replace_all=True)
+    assert res.is_error and "over edit_file's limit" in res.output and "run tool" in res.output
+    assert (tmp_path / "big.txt").read_text() == "line\n" * 400
+
+
+def test_read_file_reads_a_giant_line_in_pieces(ctx: ToolContext) -> None:
+    path = ctx.workspace.root / "one-line.txt"
+    path.write_bytes(b"x" * (24 * 1024 * 1024) + b"\nsecond\n")
+    results = []
+    peak = _peak_bytes(lambda: results.append(call(ctx, "read_file", path="one-line.txt")))
+    out = results[0].output
+    assert not results[0].is_error and "line cut: 25,163,824 more characters" in out, out[-300:]
+    assert "2\tsecond" in out
+    assert peak < 8 * 1024 * 1024, f"{peak:,} bytes held for a 24 MB line"

@@ -22,6 +22,9 @@ from tools.base import ToolArgs, ToolContext, ToolError, ToolResult
 
 SAMPLE_BYTES = 8192
 COUNT_LINES_LIMIT = 256 * 1024 * 1024  # beyond this, "more lines" is not counted exactly
+EDIT_MAX_BYTES = 16 * 1024 * 1024
+"""edit_file holds the file (and the edited copy) in memory: larger files are refused before
+they are read (the ``max_file_bytes`` setting of edit_file changes it)."""
 
 _SIGNATURES: list[tuple[bytes, str]] = [
     (b"\x89PNG\r\n\x1a\n", "PNG image"),
@@ -146,7 +149,7 @@ class ReadFile:
             crlf = invalid = cut_lines = False
             last_line_ended = True
             stopped_at: int | None = None  # first line not shown, when capped
-            for raw in fh:
+            for raw, skipped in _bounded_lines(fh, 4 * max_line_chars + 4):
                 lineno += 1
                 if lineno < args.offset:
                     continue
@@ -163,11 +166,9 @@ class ReadFile:
                 except UnicodeDecodeError:
                     text = body.decode("utf-8", errors="replace")
                     invalid = True
-                if len(text) > max_line_chars:
-                    text = (
-                        text[:max_line_chars]
-                        + f" ... [line cut: {len(text) - max_line_chars:,} more characters]"
-                    )
+                if len(text) > max_line_chars or skipped:
+                    more = len(text) - max_line_chars + skipped
+                    text = text[:max_line_chars] + f" ... [line cut: {more:,} more characters]"
                     cut_lines = True
                 entry = f"{lineno:>6}\t{text}"
                 if out and used + len(entry) + 1 > max_bytes:
@@ -214,6 +215,21 @@ class ReadFile:
         if notes:
             text += "\n" + "\n".join(notes)
         return ToolResult.ok(text, truncated=truncated)
+
+
+def _bounded_lines(fh, cap: int):
+    """Each line of ``fh`` as (its first ``cap`` bytes with its end of line, how many bytes of
+    it were skipped): a file of one 2 GB line is read in pieces, never held whole."""
+    while raw := fh.readline(cap):
+        skipped = 0
+        if not raw.endswith(b"\n") and len(raw) >= cap:
+            while piece := fh.readline(1 << 20):
+                if piece.endswith(b"\n"):
+                    skipped += len(piece) - 1
+                    raw += b"\n"
+                    break
+                skipped += len(piece)
+        yield raw, skipped
 
 
 def _count_rest(fh, real: Path, size: int, lines_so_far: int) -> int | None:
@@ -372,9 +388,20 @@ class EditFile:
             raise ToolError("`old` and `new` are the same; nothing would change.")
         real = _regular_file(ctx, args.path, for_write=True)
         rel = ctx.workspace.relative(real)
-        data = real.read_bytes()
-        if looks_binary(data[:SAMPLE_BYTES]):
-            raise ToolError(f"{rel} is a binary file; edit_file only edits text.")
+        limit = int(ctx.tool_settings(self.name).get("max_file_bytes", EDIT_MAX_BYTES))
+        with open(real, "rb") as fh:  # judged before the whole file is read
+            if looks_binary(fh.read(SAMPLE_BYTES)):
+                raise ToolError(f"{rel} is a binary file; edit_file only edits text.")
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise ToolError(
+                    f"{rel} is {_size(size)}, over edit_file's limit of {_size(limit)}; "
+                    "change it with the run tool instead (e.g. `sed -i` or a short script)."
+                )
+            fh.seek(0)
+            data = fh.read(limit + 1)
+        if len(data) > limit:  # it grew since: never write back a part of it
+            raise ToolError(f"{rel} is growing past edit_file's limit; change it with run.")
         text = data.decode("utf-8", errors="surrogateescape")
 
         matches = self._find(text, args.old, args.new, args.replace_all, rel)
