@@ -13,7 +13,10 @@ objects whatever the repository holds. Otherwise (a command may have written any
 file and directory unchanged since the last snapshot, and ``git write-tree`` reuses the index's
 cached subtrees; the commit and the ref are written in-process.
 
-Ignored files (build outputs, caches, virtualenvs) are neither snapshotted nor restored.
+Ignored files (build outputs, caches, virtualenvs) are neither snapshotted nor restored, and
+neither are untracked files over ``MAX_FILE_BYTES`` (a 20 GB dump a command wrote would be
+hashed into the repository): they are left as they are, and the snapshot's commit message
+names them.
 """
 
 from __future__ import annotations
@@ -225,6 +228,33 @@ NOT_BY_PATH = frozenset({".gitignore", ".gitattributes", ".gitmodules"})
 """Files whose change alters how git sees other paths: their writer gets a full snapshot."""
 
 
+MAX_FILE_BYTES = 100 * 1024 * 1024
+"""Untracked files above this size are not snapshotted (nor removed by a restore)."""
+
+
+def _oversized(repo: GitRepo, index: Path) -> list[tuple[str, int]]:
+    """Files the run's index does not hold that are over ``MAX_FILE_BYTES``: listed by git
+    through the untracked cache (only directories that changed are read), then sized."""
+    listed = repo.git(
+        "ls-files", "-z", "--others", "--exclude-standard", index_file=index,
+        config=SNAPSHOT_INDEX_CONFIG,
+    )  # fmt: skip
+    found = []
+    for name in listed.split("\0"):
+        if name:
+            try:
+                size = os.lstat(repo.root / name).st_size
+            except OSError:
+                continue
+            if size > MAX_FILE_BYTES:
+                found.append((name, size))
+    return found
+
+
+def _excluding(big: list[tuple[str, int]]) -> tuple[str, ...]:
+    return tuple(f":(exclude,literal){name}" for name, _ in big)
+
+
 def take_snapshot(
     repo: GitRepo, run_id: str, message: str, *, paths: Collection[str] | None = None
 ) -> str:
@@ -245,7 +275,17 @@ def take_snapshot(
             return commit
     index = _index_path(repo, run_id)
     config = repo._filter_overrides()
-    repo.git("add", "-A", ".", index_file=index, config=(*config, *SNAPSHOT_INDEX_CONFIG))
+    big = _oversized(repo, index)
+    repo.git(
+        "add", "-A", ".", *_excluding(big), index_file=index,
+        config=(*config, *SNAPSHOT_INDEX_CONFIG),
+    )  # fmt: skip
+    if big:
+        listed = ", ".join(f"{name} ({size / 1024**2:,.0f} MB)" for name, size in big[:20])
+        message += (
+            f"\n\nNot snapshotted (over {MAX_FILE_BYTES // 1024**2} MB; a restore leaves them "
+            f"as they are): {listed}" + (f" and {len(big) - 20} more" if len(big) > 20 else "")
+        )
     tree = repo.git("write-tree", index_file=index, config=config)
     return _commit(repo, run_id, tree, message)
 
@@ -366,7 +406,7 @@ def restore_snapshot(repo: GitRepo, run_id: str, snapshot: str, branch_head: str
     ).split("\0"):
         if extra:
             path = repo.root / extra
-            if path.is_file() or path.is_symlink():
+            if path.is_symlink() or (path.is_file() and path.stat().st_size <= MAX_FILE_BYTES):
                 path.unlink()
     repo.git("checkout-index", "-a", "-f", index_file=index)
     branch = repo.current_branch()
@@ -374,7 +414,7 @@ def restore_snapshot(repo: GitRepo, run_id: str, snapshot: str, branch_head: str
         repo.git("update-ref", f"refs/heads/{branch}", branch_head)
     repo.git("reset", "-q")
     # The private index must describe the restored tree for the next incremental snapshot.
-    repo.git("add", "-A", ".", index_file=index)
+    repo.git("add", "-A", ".", *_excluding(_oversized(repo, index)), index_file=index)
 
 
 def tree_of(repo: GitRepo, commit: str) -> str:

@@ -227,3 +227,25 @@ def test_a_snapshot_falls_back_to_the_whole_tree_when_paths_are_not_enough(
     (root / "b.txt").write_text("b\n")
     first = take_snapshot(repo, "r4", "first", paths=["b.txt"])
     assert _listing(repo, first) == _listing(repo, take_snapshot(repo, "r5", "full"))
+
+
+def test_files_over_the_size_cap_are_left_out_of_snapshots_and_left_alone_by_restore(
+    repo: GitRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A huge file a command wrote is never hashed into the repository at every step: it is
+    named in the snapshot's message, and a restore neither deletes nor rewrites it."""
+    from pilot import snapshot
+
+    monkeypatch.setattr(snapshot, "MAX_FILE_BYTES", 1024 * 1024)
+    base = take_snapshot(repo, "r1", "base")
+    dump = repo.root / "dump.bin"
+    with dump.open("wb") as fh:
+        fh.truncate(3 * 1024 * 1024)  # sparse: no disk used
+    (repo.root / "small.txt").write_text("kept\n")
+    shot = take_snapshot(repo, "r1", "after")
+    files = git(repo.root, "ls-tree", "-r", "--name-only", shot).split()
+    assert "small.txt" in files and "dump.bin" not in files
+    assert "dump.bin (3 MB)" in git(repo.root, "log", "-1", "--format=%B", shot)
+    restore_snapshot(repo, "r1", base, repo.head())
+    assert dump.stat().st_size == 3 * 1024 * 1024, "a restore leaves it as it is"
+    assert not (repo.root / "small.txt").exists(), "files under the cap are restored as before"
