@@ -335,7 +335,11 @@ class DryRun:
 def _declares_repo_param(workflow: Path) -> bool:
     import yaml
 
+    from pilot.workflow_load import MAX_FILE_BYTES
+
     try:
+        if workflow.stat().st_size > MAX_FILE_BYTES:
+            return False  # refused with its reason when it is loaded
         data = yaml.safe_load(workflow.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return False

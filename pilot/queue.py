@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.launch import EndpointOverride, build_plan, load_for_run
 from pilot.runner import Runner, RunOutcome
@@ -25,10 +23,9 @@ from pilot.workflow import LoadedWorkflow
 
 def load_matrix(path: Path) -> list[dict[str, Any]]:
     """A params matrix: a YAML list of param mappings, one run each."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise WorkflowError(f"cannot read the params matrix: {exc}", file=str(path)) from None
+    from pilot.workflow_load import load_yaml_file
+
+    data = load_yaml_file(path)
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
         raise WorkflowError(
             "a params matrix is a YAML list of mappings, one per run, e.g.\n"

@@ -784,6 +784,18 @@ def parse_param_assignments(assignments: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def load_yaml_file(path: Path) -> Any:
+    """The data of a small YAML file (a params matrix), read with the workflow's limits (its
+    size, its alias expansion); ``WorkflowError`` with file and line when it cannot be read."""
+    filename = str(path)
+    doc, errors = _parse_yaml(_read_text(path), filename)
+    if doc is None:
+        raise errors[0]
+    if errors:
+        raise WorkflowErrors(errors)
+    return doc.data
+
+
 def load_params_file(path: Path) -> dict[str, Any]:
     """Read params from a YAML mapping (``repo: ~/src/x``), for long or many values.
 
@@ -925,9 +937,22 @@ def _absolute(path: str, base_dir: Path) -> str:
 # =========================================================================== loading
 
 
+MAX_FILE_BYTES = 1024 * 1024
+"""Workflow, params and matrix files are small: a larger one is refused before it is read (a
+60 MB workflow was stored whole with its run, twice)."""
+
+
 def _read_text(path: Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise WorkflowError(
+                f"is over {MAX_FILE_BYTES // 1024} KB; a workflow, params or matrix file is "
+                "YAML of a few KB: keep long texts (prompts, data) in files the run reads",
+                file=str(path),
+            )
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise WorkflowError(
             "no such file; check the path (the bundled workflows are in workflows/)",

@@ -7,6 +7,7 @@ diagnostic a user would read, so a change in wording or position is a deliberate
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -590,3 +591,34 @@ def test_model_stream_interval_reaches_every_request_body() -> None:
     assert "stream_interval" in " ".join(
         messages(text.replace("stream_interval: 8", "stream_interval: 0"))
     )
+
+
+def test_a_huge_workflow_params_or_matrix_file_is_refused_before_it_is_read(
+    tmp_path: Path,
+) -> None:
+    """A 60 MB workflow was accepted and stored with its run: the inputs are capped, with an
+    error that names the file and says what to do."""
+    from pilot.queue import load_matrix
+    from pilot.workflow_load import load_params_file, load_workflow
+
+    big = tmp_path / "big.yaml"
+    big.write_text("name: w\n")
+    os.truncate(big, 60 * 1024 * 1024)  # sparse: costs no disk
+    for load in (load_workflow, load_params_file, load_matrix):
+        with pytest.raises(WorkflowError) as info:
+            load(big)
+        assert "over 1024 KB" in str(info.value) and "big.yaml" in str(info.value), load
+
+
+def test_a_matrix_alias_bomb_is_refused(tmp_path: Path) -> None:
+    from pilot.queue import load_matrix
+
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, 9):
+        prev = chr(ord("a") + i - 1)
+        lines.append(f"{chr(ord('a') + i)}: &{chr(ord('a') + i)} [{', '.join(['*' + prev] * 10)}]")
+    bomb = tmp_path / "matrix.yaml"
+    bomb.write_text("- " + "\n  ".join(lines) + "\n")
+    with pytest.raises(WorkflowError) as info:
+        load_matrix(bomb)
+    assert "too large" in str(info.value)
