@@ -269,3 +269,37 @@ def test_a_printed_database_url_never_shows_its_password(tmp_path: Path) -> None
     text = console.export_text()
     assert "pilot resume r1 --db postgresql+psycopg://u:***@db.example" in text
     assert "SECRET" not in text
+
+
+def test_inside_the_sandbox_a_command_reaches_neither_the_pilot_nor_the_state_directory(
+    tmp_path: Path,
+) -> None:
+    """With bwrap a command has its own PID namespace (no /proc/$PPID of the pilot) and a
+    read-only file system but the workspace: it cannot plant a checkpoint."""
+    import pytest
+
+    from tools.base import ToolContext
+    from tools.sandbox import bwrap_status
+    from tools.shell import run_command
+    from tools.workspace import Workspace
+
+    if not bwrap_status().available and not os.environ.get("MARATHON_REQUIRE_SANDBOX"):
+        pytest.skip(f"no working bwrap: {bwrap_status().reason}")
+    state = tmp_path / "home" / "checkpoints" / "r1"
+    state.mkdir(parents=True)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ctx = ToolContext(
+        workspace=Workspace(workspace), artifacts_dir=tmp_path / "artifacts", sandbox="bwrap"
+    )
+    pilot_environ = Path(f"/proc/{os.getpid()}/environ")
+    script = (
+        f"touch {state}/state.json; echo touch=$?; "
+        f"cat {pilot_environ} > /dev/null 2>&1; echo read=$?; "
+        "touch inside.txt; echo workspace=$?"
+    )
+    result = run_command(script, ctx, timeout=30)
+    assert result.sandboxed
+    assert "touch=1" in result.output and "read=1" in result.output, result.output
+    assert "workspace=0" in result.output and (workspace / "inside.txt").exists()
+    assert not (state / "state.json").exists()

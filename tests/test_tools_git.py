@@ -25,7 +25,8 @@ def git(root: Path, *args: str) -> str:
 
 @pytest.fixture(params=["none", "auto"])
 def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> ToolContext:
-    if request.param == "auto" and not bwrap_status().available:
+    required = os.environ.get("MARATHON_REQUIRE_SANDBOX")  # set by CI where bwrap works
+    if request.param == "auto" and not bwrap_status().available and not required:
         pytest.skip(f"no working bwrap: {bwrap_status().reason}")
     root = tmp_path / "repo"
     root.mkdir()
