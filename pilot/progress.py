@@ -133,7 +133,7 @@ class _Sig(NamedTuple):
 
     def key(self) -> bytes:
         """What ``_seen`` keeps: 12 bytes whatever the arguments' size (a phase of a thousand
-        ``write_file`` calls would otherwise keep every content written, and pickle it into
+        ``write_file`` calls would otherwise keep every content written, and write it into
         every state checkpoint)."""
         text = f"{self.name}\0{self.arguments}\0{self.result}"
         return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=12).digest()

@@ -96,6 +96,9 @@ def make_run(
     artifacts = artifacts_dir(store, run_id)
     artifacts.mkdir(parents=True)
     (artifacts / "out.txt").write_bytes(b"a" * 3000)
+    checkpoints = Runner(store).checkpoint_dir(run_id)
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "state.json").write_text("{}")
 
 
 def run_ids(store: EventStore) -> set[str]:
@@ -132,6 +135,8 @@ def test_gc_removes_old_finished_runs_with_their_events_artifacts_and_refs(
     assert report.refs == 2
     assert not artifacts_dir(store, "old_ok").exists()
     assert artifacts_dir(store, "new_ok").exists()
+    assert not Runner(store).checkpoint_dir("old_ok").exists(), "its checkpoint goes too"
+    assert Runner(store).checkpoint_dir("new_ok").exists()
     refs = git(repo.root, "for-each-ref", "--format=%(refname)", "refs/marathon/")
     assert refs.split() == [
         "refs/marathon/new_ok",

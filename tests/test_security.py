@@ -40,7 +40,7 @@ def _paused_run_with_secrets(tmp_path: Path) -> tuple[Path, Path, str]:
     and as a page in the workspace), then pauses. Returns (state dir, workspace, run id)."""
     home = tmp_path / "home"
     repo = make_repo(tmp_path / "repo", {"config.env": SECRET_FILE, "app.py": "VALUE = 1\n"})
-    long_output = "for i in $(seq 2500); do cat config.env; done"
+    long_output = 'c=$(cat config.env); for i in $(seq 2500); do echo "$c"; done'
     script = write_script(
         tmp_path / "s.yaml",
         "secrets-at-rest",
@@ -78,8 +78,7 @@ def _paused_run_with_secrets(tmp_path: Path) -> tuple[Path, Path, str]:
     assert outcome.status == "paused", outcome.reason
     assert any(e.truncated for e in finished_tools), "the long output was kept as an artifact"
     assert checkpoint.checkpoint_path(runner.checkpoint_dir(outcome.run_id)).exists()
-    store.engine.dispose()
-    return home, repo, outcome.run_id
+    return home, repo, outcome.run_id  # the store stays open: its -wal and -shm are checked
 
 
 def test_a_paused_run_leaves_no_secret_in_clear_and_its_state_directory_private(
@@ -88,7 +87,7 @@ def test_a_paused_run_leaves_no_secret_in_clear_and_its_state_directory_private(
     home, repo, run_id = _paused_run_with_secrets(tmp_path)
     files = [p for p in home.rglob("*") if p.is_file()]
     names = {p.name for p in files}
-    assert {"marathon.db", "state.json", "messages.jsonl"} <= names, names
+    assert {"marathon.db", "marathon.db-wal", "state.json", "messages.jsonl"} <= names, names
     assert any(p.name.startswith("run-") for p in files), "the long output's artifact"
     pages = list((repo / ".marathon").rglob("*.txt"))
     for path in [*files, *pages]:
@@ -303,3 +302,46 @@ def test_inside_the_sandbox_a_command_reaches_neither_the_pilot_nor_the_state_di
     assert "touch=1" in result.output and "read=1" in result.output, result.output
     assert "workspace=0" in result.output and (workspace / "inside.txt").exists()
     assert not (state / "state.json").exists()
+
+
+def test_grep_and_view_image_judge_a_huge_file_by_its_size(tmp_path: Path) -> None:
+    """The other file tools check sizes before reading: grep skips a file over its limit and
+    says so; view_image refuses one without reading it."""
+    from tools.base import ToolContext
+    from tools.registry import default_registry
+    from tools.workspace import Workspace
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "big.txt").write_text("needle\n" * 400)
+    png = root / "huge.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    os.truncate(png, 2 * 1024**3)  # sparse
+    ctx = ToolContext(
+        workspace=Workspace(root),
+        artifacts_dir=tmp_path / "artifacts",
+        settings={"grep": {"max_file_bytes": 1000}},
+        sandbox="none",
+    )
+    registry = default_registry()
+    found = registry.invoke("grep", {"pattern": "needle"}, ctx)
+    assert "larger than 1,000 bytes" in found.output, found.output
+    image = registry.invoke("view_image", {"path": "huge.png"}, ctx)
+    assert image.is_error and "over the" in image.output and "limit for images" in image.output
+
+
+def test_a_report_prints_the_database_url_masked(tmp_path: Path) -> None:
+    from pilot.report import build_report
+
+    store = EventStore(f"sqlite:///{tmp_path / 'r.db'}")
+    run_id = store.create_run(
+        workflow_name="w",
+        workflow_path="w.yaml",
+        workflow_text="",
+        params={},
+        workspace="/x",
+        owner=None,
+    )
+    store.url = "postgresql+psycopg://u:SECRET@db.example/marathon"
+    report = build_report(store, [run_id])
+    assert report.db_option == " --db postgresql+psycopg://u:***@db.example/marathon"
