@@ -8,8 +8,9 @@ events after it.
 Two files, so that a checkpoint costs what happened since the last one, not the whole context
 again: ``messages.jsonl`` is an append-only log of the conversation's messages (they are never
 changed in place; a compaction replaces the list, and the log is then rewritten), one JSON
-line per checkpoint, and ``state.json`` is the rest of the state, with how many bytes of the
-log it covers and their sha256.
+line per checkpoint (the messages are the chat API's JSON, written as they are), and
+``state.json`` is the rest of the state, with how many bytes of the log it covers and their
+sha256.
 
 What a checkpoint may never do is run code: it is read by ``pilot resume``, and a file planted
 by the agent's own commands must not execute there. So:
@@ -80,7 +81,13 @@ def messages_path(directory: Path) -> Path:
 
 
 def _json_bytes(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    """Compact JSON; a value JSON cannot hold is an error, never pickled or stringified (the
+    messages are the chat API's JSON already, so they are written as they are)."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=_refuse).encode()
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"a {type(value).__name__} cannot be written to a state checkpoint")
 
 
 class CheckpointWriter:
@@ -132,7 +139,7 @@ class CheckpointWriter:
         if messages is self._logged_list and self._logged <= len(messages):
             added = messages[self._logged :]
             if added:
-                line = self._redacted(statecodec.encode(added)) + b"\n"
+                line = self._redacted(added) + b"\n"
                 with log.open("ab") as file:
                     file.write(line)
                 self._log_bytes += len(line)
@@ -140,7 +147,7 @@ class CheckpointWriter:
         else:  # first write, or compacted: a new log, swapped in whole
             self._generation = secrets.token_hex(8)
             head = _json_bytes({"generation": self._generation}) + b"\n"
-            body = self._redacted(statecodec.encode(messages)) + b"\n" if messages else b""
+            body = self._redacted(messages) + b"\n" if messages else b""
             temporary = log.with_name(f".{MESSAGES_FILE_NAME}.{os.getpid()}")
             write_private(temporary, head + body)
             os.replace(temporary, log)
@@ -209,8 +216,8 @@ def _read_messages(directory: Path, record: dict[str, Any]) -> list[dict[str, An
     messages: list[dict[str, Any]] = []
     for line in lines[1:]:
         if line:
-            added = statecodec.decode(json.loads(line))
-            if not isinstance(added, list):
+            added = json.loads(line)
+            if not isinstance(added, list) or not all(isinstance(m, dict) for m in added):
                 raise ValueError("a message log record is not a list")
             messages.extend(added)
     if len(messages) != record["messages"]:

@@ -73,8 +73,9 @@ def encode(value: Any) -> Any:
             _known(name, cls)
             return {TAG: "named", "c": name, "v": [encode(v) for v in value]}
         return {TAG: "tuple", "v": [encode(v) for v in value]}
-    if isinstance(value, set | frozenset):
-        return {TAG: "set", "v": [encode(v) for v in value]}
+    if isinstance(value, set | frozenset):  # bytes members (digests) as plain base64 strings
+        raw = [base64.b64encode(v).decode() for v in value if type(v) is bytes]
+        return {TAG: "set", "v": [encode(v) for v in value if type(v) is not bytes], "b": raw}
     if isinstance(value, bytes):
         return {TAG: "bytes", "v": base64.b64encode(value).decode()}
     if isinstance(value, datetime):
@@ -107,7 +108,9 @@ def decode(data: Any) -> Any:
         case "tuple":
             return tuple(decode(v) for v in _list(items))
         case "set":
-            return {_hashable(decode(v)) for v in _list(items)}
+            members = {_hashable(decode(v)) for v in _list(items)}
+            members.update(base64.b64decode(_str(v), validate=True) for v in _list(data["b"]))
+            return members
         case "bytes":
             return base64.b64decode(_str(items), validate=True)
         case "datetime":
