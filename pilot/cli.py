@@ -173,7 +173,7 @@ def _detach(console: Console, argv: list[str]) -> int:
     from pilot.private_files import private_dirs
     from pilot.store import state_dir
 
-    args = [a for a in argv if a != "--detach"]
+    args, env = _db_to_environment([a for a in argv if a != "--detach"])
     if "--json" not in args:
         args.append("--json")
     logs = private_dirs(state_dir() / "logs")
@@ -185,6 +185,7 @@ def _detach(console: Console, argv: list[str]) -> int:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=env,
         )
     deadline = time.monotonic() + 30
     run_id = None
@@ -203,6 +204,22 @@ def _detach(console: Console, argv: list[str]) -> int:
     console.print(f"  follow: pilot logs {run_id} -f")
     console.print(f"  log:    {log}")
     return 0
+
+
+def _db_to_environment(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``args`` without ``--db URL`` and an environment with it as ``MARATHON_DB``: a command
+    line is visible to every user of the machine (``ps``), a URL's password too."""
+    env = dict(os.environ)
+    kept: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--db":
+            env["MARATHON_DB"] = next(rest, "")
+        elif arg.startswith("--db="):
+            env["MARATHON_DB"] = arg.removeprefix("--db=")
+        else:
+            kept.append(arg)
+    return kept, env
 
 
 @app.command()

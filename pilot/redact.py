@@ -340,8 +340,8 @@ def redact_file(path: Path, patterns: Iterable[str] = ()) -> bool:
     redactor = redactor_for(tuple(patterns))
     changed = False
     temporary = path.with_name(f".{path.name}.redacting")
-    with path.open("rb") as source, temporary.open("wb") as target:
-        temporary.chmod(0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+    with path.open("rb") as source, os.fdopen(os.open(temporary, flags, 0o600), "wb") as target:
         for chunk in _chunks(source):
             if redactor.may_match(chunk.decode("utf-8", "surrogateescape")):
                 text = chunk.decode("utf-8", "surrogateescape")

@@ -345,3 +345,15 @@ def test_a_report_prints_the_database_url_masked(tmp_path: Path) -> None:
     store.url = "postgresql+psycopg://u:SECRET@db.example/marathon"
     report = build_report(store, [run_id])
     assert report.db_option == " --db postgresql+psycopg://u:***@db.example/marathon"
+
+
+def test_a_background_run_gets_its_database_url_through_the_environment() -> None:
+    """`pilot run --detach --db URL` starts a child whose command line every user can read
+    (ps): the URL goes to it as MARATHON_DB instead."""
+    from pilot.cli import _db_to_environment
+
+    url = "postgresql+psycopg://u:SECRET@db/x"
+    for argv in (["run", "w.yaml", "--db", url, "-p", "a=1"], ["run", "w.yaml", f"--db={url}"]):
+        args, env = _db_to_environment(argv)
+        assert all("SECRET" not in a for a in args) and args[:2] == ["run", "w.yaml"]
+        assert env["MARATHON_DB"] == url
