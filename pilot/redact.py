@@ -196,6 +196,10 @@ class Redactor:
         redacting would change nothing."""
         return self._unscreened or self._screen.search(text.encode()) is not None
 
+    def may_match_bytes(self, data: bytes) -> bool:
+        """``may_match`` for bytes (UTF-8 or not, as a file holds them)."""
+        return self._unscreened or self._screen.search(data) is not None
+
     def text(self, value: str) -> str:
         encoded = value.encode()
         if not self._unscreened and self._screen.search(encoded) is None:
@@ -343,9 +347,12 @@ def redact_file(path: Path, patterns: Iterable[str] = ()) -> bool:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
     with path.open("rb") as source, os.fdopen(os.open(temporary, flags, 0o600), "wb") as target:
         for chunk in _chunks(source):
-            if redactor.may_match(chunk.decode("utf-8", "surrogateescape")):
+            if redactor.may_match_bytes(chunk):  # on the bytes: the file need not be UTF-8
                 text = chunk.decode("utf-8", "surrogateescape")
-                redacted = redactor.text(text)
+                redacted = text
+                for rule in redactor.rules:
+                    if rule.worth_trying(chunk):
+                        redacted = rule.apply(redacted)
                 if redacted != text:
                     changed = True
                     chunk = redacted.encode("utf-8", "surrogateescape")

@@ -358,3 +358,22 @@ def test_only_events_made_of_numbers_and_flags_skip_the_screen() -> None:
         assert _holds_text(cls), cls  # a str, a list of calls, a Literal status: screened
     request = ev.ModelRequest(step=1, messages=3, prompt_tokens=40)
     assert redact_for_storage(request, (), ev.event_to_json)[0] is request
+
+
+def test_a_kept_file_is_redacted_in_place_even_when_it_is_not_utf8(tmp_path: Path) -> None:
+    """A long command's full output is redacted as its events are; bytes that are not UTF-8
+    (random data printed by a command) are kept as they were."""
+    from pilot.redact import redact_file
+
+    noise = bytes(range(128, 256)) * 4
+    body = noise + f"\nkey {GITHUB}\n".encode() + (b"x" * 100 + b"\n") * 30000 + noise
+    path = tmp_path / "run-call.log"
+    path.write_bytes(body + PEM.encode() + b"\n")
+    assert redact_file(path)
+    data = path.read_bytes()
+    assert GITHUB.encode() not in data and b"MIIEowIBAAKCAQEAx1f2" not in data
+    assert data.startswith(noise) and b"[REDACTED:github_token]" in data
+    assert b"[REDACTED:private_key]" in data
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(noise + b"nothing here\n")
+    assert not redact_file(plain) and plain.read_bytes() == noise + b"nothing here\n"
