@@ -5,11 +5,13 @@ loop, one EventStore (SQLite, the default durability) and one shared HTTP client
 (``OpenAIModelClient``, as ``Runner`` shares one per endpoint), each run S steps of one tool call
 and then ``finish``. The model is ``brain.sim`` in its own process (so its CPU is not the
 pilot's), with a fixed TTFT and per-token latency and ``max_num_seqs`` above K, so the server
-never queues: ideally K runs take as long as one. The tools are a no-I/O stub behind the loop's
-ToolExecutor/WorkspaceOps seams (fixed short results, nothing mutates, no git snapshots), so the
-figure is the pilot's own overhead: the loop, the event store, the token counting and the HTTP
-client. Runs go through ``pilot.runner``'s ``_Run.emit`` (append, committed, then fold) and
-``RunLoop``, like ``pilot run``, minus git workspace setup and the lease-renewal task.
+never queues: ideally K runs take as long as one. The tools are the real
+registry's (``RegistryExecutor``: the 12 default tools' schemas in every request, every call
+validated), with ``read_file`` answering a fixed short text without I/O; nothing mutates, so no
+git snapshots. The figure is the pilot's own overhead: the loop, the event store, the registry,
+the token counting and the HTTP client. Runs go through ``pilot.runner``'s ``_Run.emit``
+(append, committed, then fold) and ``RunLoop``, like ``pilot run``, minus git workspace setup
+and the lease-renewal task (``LEFT_OUT``, printed with the figures).
 
     .venv/bin/python -m bench.parallel                       # K = 1 8 32 128 256, 10 steps
     .venv/bin/python -m bench.parallel --runs 1 128 --steps 20 --itl 0.02
@@ -40,10 +42,9 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
 from bench._common import markdown_table, peak_rss_mib, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ("read_file", "finish")
 LEFT_OUT = (
-    "the tool registry: a stub sends two trivial schemas and answers without validating "
-    "(bench.vs_langgraph drives the registry with the 12 default tools)",
+    "read_file's file I/O: it keeps its name, description and argument model (the registry "
+    "sends the 12 default tools' schemas and validates every call) but answers a fixed text",
     "the git workspace: no set-up, no snapshot (bench.snapshots measures snapshots)",
     "Runner.start / Runner.resume and the lease-renewal task: the runs go through _Run.emit "
     "and RunLoop directly",
@@ -110,47 +111,34 @@ def pilot_child(
 ) -> None:
     from pilot import events as ev
     from pilot.context import ServerCounts
+    from pilot.executor import RegistryExecutor
     from pilot.heap import settle_startup_heap
-    from pilot.loop import CheckOutcome, RunLoop
+    from pilot.loop import RunLoop
     from pilot.model import OpenAIModelClient
     from pilot.plan import ModelPlan, PhasePlan, RunPlan
     from pilot.runner import Runner, _Run, progress_limits
     from pilot.state import RunState
     from pilot.store import EventStore
+    from tools.base import ToolResult
+    from tools.registry import ToolRegistry, default_registry
 
-    class StubTools:
-        """ToolExecutor + WorkspaceOps: a fixed short result, no I/O, nothing mutates."""
+    class NoIORead:
+        """read_file as the model sees it (name, description, argument model: the registry
+        validates every call), answering a fixed short text without touching the disk."""
 
-        def schemas(self, names: list[str]) -> list[dict[str, Any]]:
-            return [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": name,
-                        "parameters": {"type": "object", "properties": {}},
-                    },
-                }
-                for name in names
-            ]
+        mutates = False
+        blocks = False  # no I/O: run on the loop, as the real finish tool is
 
-        def known(self, name: str) -> bool:
-            return name in TOOLS
+        def __init__(self, real: Any) -> None:
+            self.name, self.description, self.args_model = real.name, real.description, (
+                real.args_model
+            )  # fmt: skip
 
-        def mutates(self, name: str) -> bool:
-            return False
+        def run(self, args: Any, ctx: Any) -> ToolResult:
+            return ToolResult.ok(f"contents of {args.path}: 42")
 
-        def blocks(self, name: str) -> bool:
-            return False  # no I/O: run on the loop, as the real finish tool is
-
-        def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished:
-            output = "ok" if name == "finish" else f"contents of {arguments.get('path')}: 42"
-            return ev.ToolFinished(call_id=call_id, name=name, output=output)
-
-        def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome:
-            raise AssertionError("no checks here")
-
-        def keep_full_output(self, call_id: str, text: str) -> str | None:
-            return None
+    class NoSnapshots:
+        """WorkspaceOps: nothing mutates (read_file and finish only), so nothing to snapshot."""
 
         def snapshot(self, message: str) -> tuple[str, str | None]:
             raise AssertionError("nothing mutates")
@@ -158,13 +146,28 @@ def pilot_child(
         def restore(self, snapshot: str, head: str | None) -> None:
             raise AssertionError("nothing mutates")
 
+    defaults = default_registry()
+    registry = ToolRegistry(
+        NoIORead(defaults.get(n)) if n == "read_file" else defaults.get(n) for n in defaults.names()
+    )
+    names = registry.names()  # every default tool's schema goes out with each request
+
     async def main() -> dict[str, Any]:
         store = EventStore(f"sqlite:///{db}")
-        runner = Runner(store=store, registry=None)  # type: ignore[arg-type]  # tools: the stub
+        runner = Runner(store=store, registry=registry)
         client = OpenAIModelClient(
             base_url, api_key=None, request_timeout=600, idle_timeout=120, server_wait=60
         )
-        tools = StubTools()
+        tools = RegistryExecutor(
+            registry=registry,
+            workspace_root=Path(db).parent,
+            artifacts_dir=Path(db).parent / "artifacts",
+            settings={},
+            env_allowlist=[],
+            sandbox="none",
+            work_branch=None,
+        )
+        workspace_ops = NoSnapshots()
         counts = ServerCounts()
         folder = str(Path(db).parent)
 
@@ -173,9 +176,9 @@ def pilot_child(
                 workflow_name="parallel",
                 system="You are a careful coding agent.",
                 phases=[
-                    PhasePlan(name="work", prompt=f"Task {k}: steps={steps} go", tools=[*TOOLS])
+                    PhasePlan(name="work", prompt=f"Task {k}: steps={steps} go", tools=list(names))
                 ],
-                tools=list(TOOLS),
+                tools=list(names),
                 model=ModelPlan(
                     endpoint=base_url,
                     name="auto",
@@ -215,7 +218,7 @@ def pilot_child(
                 run.emit,
                 client,
                 tools,
-                tools,
+                workspace_ops,
                 stop=asyncio.Event(),
                 server_counts=counts,  # shared by the runs, as the Runner does
             )
