@@ -185,6 +185,11 @@ class TokenCounter:
         self._shared = shared
         self._cache: dict[str, tuple[int, bool]] = {}
         self._tools: dict[str, tuple[int, bool]] = {}
+        self._tools_seen: tuple[list[Message], tuple[int, bool]] | None = None
+        """The last tool list and its cost: the registry sends one shared list per tool set,
+        so a step finds it by identity instead of hashing its JSON again (the list is kept, so
+        its id cannot be reused)."""
+        self._tools_bytes: tuple[list[Message], int] | None = None
         self._overhead: int | None = None
         self._server: bool | None = None  # None: not yet known; False: no /tokenize
         self._limit = asyncio.Semaphore(concurrency)
@@ -308,10 +313,7 @@ class TokenCounter:
         Messages already counted exactly add their exact count.
         """
         total = await self.overhead() + BOUND_MESSAGE_SLACK
-        tools_cost, exact = await self._tools_cost(tools)
-        if not exact:  # templates may pretty-print the schemas: 4x their compact bytes
-            tools_cost = 4 * len(json.dumps(tools, separators=(",", ":")).encode("utf-8"))
-        total += tools_cost
+        total += await self._tools_bound(tools)
         for message in messages:
             bound = self._message_bound(message)
             if bound is None:
@@ -319,9 +321,28 @@ class TokenCounter:
             total += bound
         return total
 
+    async def _tools_bound(self, tools: list[Message] | None) -> int:
+        tools_cost, exact = await self._tools_cost(tools)
+        if exact:
+            return tools_cost
+        seen = self._tools_bytes
+        if seen is None or seen[0] is not tools:
+            # templates may pretty-print the schemas: 4x their compact bytes
+            size = 4 * len(json.dumps(tools, separators=(",", ":")).encode("utf-8"))
+            seen = self._tools_bytes = (tools, size)
+        return seen[1]
+
     async def _tools_cost(self, tools: list[Message] | None) -> tuple[int, bool]:
         if not tools:
             return 0, True
+        seen = self._tools_seen
+        if seen is not None and seen[0] is tools:
+            return seen[1]
+        hit = await self._tools_cost_of(tools)
+        self._tools_seen = (tools, hit)
+        return hit
+
+    async def _tools_cost_of(self, tools: list[Message]) -> tuple[int, bool]:
         key = message_key({"tools": tools})
         hit = self._tools.get(key)
         if hit is None:

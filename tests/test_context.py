@@ -206,6 +206,44 @@ async def test_far_from_the_limit_a_new_step_costs_no_tokenize_call() -> None:
         assert second >= await client.count_tokens(MODEL, messages, TOOLS)
 
 
+def test_a_step_with_the_same_tool_list_does_not_hash_its_schemas_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pilot.context as context_module
+
+    hashed: list[Any] = []
+    real = context_module.message_key
+
+    def counting(message: Any) -> str:
+        if "tools" in message:
+            hashed.append(message)
+        return real(message)
+
+    monkeypatch.setattr(context_module, "message_key", counting)
+    tools = [dict(tool) for tool in TOOLS]  # one list, sent with every request (the registry's)
+
+    async def check() -> None:
+        for counts in (sim_tokenizer, None):  # exact counts, and the estimate without a server
+            hashed.clear()
+
+            async def no_server(model: str, messages: Any, tools: Any) -> int | None:
+                return None
+
+            counter = TokenCounter(counts or no_server, MODEL)
+            messages = conversation(4)
+            first = await counter.upper_bound(messages, tools)
+            for _ in range(3):
+                assert await counter.upper_bound(messages, tools) == first
+            await counter.count(messages, tools)
+            assert len(hashed) == 1
+            other = [*tools]  # another list (equal content): looked up by its hash, once
+            same = await counter.upper_bound(messages, tools)
+            assert await counter.upper_bound(messages, other) == same
+            assert len(hashed) == 2
+
+    asyncio.run(check())
+
+
 @pytest.mark.anyio
 async def test_runs_sharing_server_counts_ask_the_fixed_costs_once() -> None:
     async with sim_client() as client:
