@@ -108,15 +108,20 @@ class RegistryExecutor:
         commit."""
         root = self.workspace_root
         exclude = root / ".git" / "info" / "exclude"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in call_id)[:80]
+        path = root / ".marathon" / "outputs" / f"{safe}.txt"
         try:
+            # The agent's commands can write the workspace and its .git: the pilot (never
+            # sandboxed) must not write through a link they planted to a file outside.
+            if not _no_links_below(root, exclude) or not _no_links_below(root, path):
+                return None
             exclude.parent.mkdir(parents=True, exist_ok=True)
             lines = exclude.read_text().splitlines() if exclude.exists() else []
             if "/.marathon/" not in lines:
-                exclude.write_text("\n".join([*lines, "/.marathon/"]) + "\n")
-            folder = root / ".marathon" / "outputs"
-            folder.mkdir(parents=True, exist_ok=True)
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in call_id)[:80]
-            path = folder / f"{safe}.txt"
+                write_private(exclude, ("\n".join([*lines, "/.marathon/"]) + "\n").encode())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not _no_links_below(root, path):
+                return None
             write_private(path, redact_text(text, self.redact).encode("utf-8", "replace"))
         except OSError:
             return None
@@ -135,6 +140,16 @@ class RegistryExecutor:
         return CheckOutcome(
             exit_code=outcome.returncode, output=outcome.output, timed_out=outcome.timed_out
         )
+
+
+def _no_links_below(root: Path, path: Path) -> bool:
+    """Whether no existing component of ``path`` below ``root`` is a symbolic link."""
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            return False
+    return True
 
 
 @dataclass

@@ -357,3 +357,51 @@ def test_a_background_run_gets_its_database_url_through_the_environment() -> Non
         args, env = _db_to_environment(argv)
         assert all("SECRET" not in a for a in args) and args[:2] == ["run", "w.yaml"]
         assert env["MARATHON_DB"] == url
+
+
+def test_pages_kept_for_the_model_never_follow_a_link_the_agent_planted(tmp_path: Path) -> None:
+    """The agent's (sandboxed) commands can write the workspace and its .git; the pilot, which
+    keeps long results there for paging, must not write through their links to files
+    outside (a ~/.bashrc overwritten with a tool's output would be an escape)."""
+    from pilot.executor import RegistryExecutor
+    from tools.registry import default_registry
+
+    repo = make_repo(tmp_path / "repo")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "bashrc"
+    victim.write_text("original\n")
+
+    def executor() -> RegistryExecutor:
+        return RegistryExecutor(
+            registry=default_registry(),
+            workspace_root=repo,
+            artifacts_dir=tmp_path / "artifacts",
+            settings={},
+            env_allowlist=[],
+            sandbox="none",
+            work_branch=None,
+        )
+
+    text = f"long output with {SECRETS['github']}"
+    pages = repo / ".marathon" / "outputs"
+    pages.mkdir(parents=True)
+    (pages / "c1.txt").symlink_to(victim)
+    assert executor().keep_full_output("c1", text) is None
+    (pages / "c1.txt").unlink()
+    pages.rmdir()
+    (repo / ".marathon").rmdir()
+    (repo / ".marathon").symlink_to(outside)
+    assert executor().keep_full_output("c1", text) is None
+    (repo / ".marathon").unlink()
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.unlink(missing_ok=True)
+    exclude.symlink_to(victim)
+    assert executor().keep_full_output("c1", text) is None
+    assert victim.read_text() == "original\n" and sorted(p.name for p in outside.iterdir()) == [
+        "bashrc"
+    ]
+    exclude.unlink()
+    kept = executor().keep_full_output("c1", text)
+    assert kept == ".marathon/outputs/c1.txt"
+    assert SECRETS["github"] not in (repo / kept).read_text(), "a page is redacted"
