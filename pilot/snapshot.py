@@ -216,6 +216,8 @@ def snapshot_ref(run_id: str) -> str:
 
 def _index_path(repo: GitRepo, run_id: str) -> Path:
     path = repo.git_dir / "marathon" / f"{run_id}.index"
+    if path.parent.is_symlink():  # planted by a command: git would write the index through it
+        path.parent.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

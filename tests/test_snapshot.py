@@ -249,3 +249,17 @@ def test_files_over_the_size_cap_are_left_out_of_snapshots_and_left_alone_by_res
     restore_snapshot(repo, "r1", base, repo.head())
     assert dump.stat().st_size == 3 * 1024 * 1024, "a restore leaves it as it is"
     assert not (repo.root / "small.txt").exists(), "files under the cap are restored as before"
+
+
+def test_a_linked_index_folder_is_replaced_not_written_through(
+    repo: GitRepo, tmp_path: Path
+) -> None:
+    """A command can write .git: a link at .git/marathon must not make the pilot write the
+    run's index outside the repository."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo.root / ".git" / "marathon").symlink_to(outside)
+    (repo.root / "b.txt").write_text("b\n")
+    take_snapshot(repo, "r1", "after")
+    assert list(outside.iterdir()) == []
+    assert (repo.root / ".git" / "marathon" / "r1.index").is_file()
