@@ -258,13 +258,18 @@ def test_server_stream_interval_is_a_floor_for_requests():
 )
 def test_a_chunk_is_the_json_of_the_whole_chunk(delta, finish):
     """The chunk is written around a cached head; it must be exactly what serializing the
-    whole chunk in vLLM's field order gives, so clients parse the same thing."""
+    whole chunk in vLLM's field order gives (``model_dump_json(exclude_unset=True)`` of the
+    chunk as 0.33's ``serving.py`` builds it), so clients parse the same thing."""
     from brain.sim.app import _chunk, _ResponseMeta
 
-    meta = _ResponseMeta(id="chatcmpl-ü1", created=1764460000, model="sim/ü", prompt_tokens=7)
+    meta = _ResponseMeta(
+        id="chatcmpl-ü1", created=1764460000, model="sim/ü", prompt_tokens=7, fingerprint="fp"
+    )
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
     if finish is not None:
-        choice["stop_reason"] = None
+        choice |= {"stop_reason": None, "token_ids": None, "weight_versions": None}
+    else:
+        choice["token_ids"] = None
     whole = {
         "id": meta.id,
         "object": "chat.completion.chunk",
@@ -272,6 +277,9 @@ def test_a_chunk_is_the_json_of_the_whole_chunk(delta, finish):
         "model": meta.model,
         "choices": [choice],
     }
+    if finish is not None:
+        whole["system_fingerprint"] = "fp"
+    whole["kv_transfer_params"] = None
     expected = f"data: {json.dumps(whole, ensure_ascii=False)}\n\n"
     assert _chunk(meta, delta, finish) == expected  # the head built
     assert _chunk(meta, delta, finish) == expected  # the head from the cache

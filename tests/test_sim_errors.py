@@ -21,12 +21,35 @@ def test_unknown_model_is_404_not_found_error():
         with pytest.raises(openai.NotFoundError) as caught:
             client.chat.completions.create(model="other", messages=MESSAGES)
         assert caught.value.status_code == 404
-        assert caught.value.body["message"] == "The model `other` does not exist."
+        assert caught.value.body["message"] == (
+            "The model `other` does not exist. Valid aliases: real."
+        )  # vllm/entrypoints/serve/engine/serving.py:78 (0.33)
         assert caught.value.body["type"] == "NotFoundError"
 
 
-def test_context_overflow_is_400_with_vllms_message():
-    with running_sim(SimConfig(model="m", max_model_len=64)) as sim:
+def test_unknown_model_in_the_026_flavour_names_no_aliases():
+    with running_sim(SimConfig(model="real", vllm_version="0.26")) as sim:
+        response = httpx.post(
+            sim.openai_base_url + "/chat/completions", json={"model": "x", "messages": MESSAGES}
+        )
+    assert response.json()["error"]["message"] == "The model `x` does not exist."
+
+
+def test_prompt_plus_max_tokens_over_the_window_is_clamped_in_033():
+    """0.33 serves it with max_tokens cut to the room left (``get_max_tokens``); the answer
+    ends with finish_reason length when the model had more to say."""
+    prompt = count_chat(MESSAGES)
+    window = prompt + 5
+    with running_sim(SimConfig(model="m", max_model_len=window)) as sim:
+        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="x", max_retries=0)
+        answer = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=window)
+        assert answer.usage.prompt_tokens == prompt
+        assert answer.usage.completion_tokens == 5
+        assert answer.choices[0].finish_reason == "length"
+
+
+def test_context_overflow_in_the_026_flavour_is_its_400():
+    with running_sim(SimConfig(model="m", max_model_len=64, vllm_version="0.26")) as sim:
         client = openai.OpenAI(base_url=sim.openai_base_url, api_key="x", max_retries=0)
         prompt = count_chat(MESSAGES)
         with pytest.raises(openai.BadRequestError) as caught:
@@ -47,6 +70,25 @@ def test_context_overflow_is_400_with_vllms_message():
         }
         ok = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=64 - prompt)
         assert ok.choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_prompt_over_the_window_alone_is_033s_400():
+    with running_sim(SimConfig(model="m", max_model_len=64)) as sim:
+        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x" * 400}]
+            )
+    assert caught.value.body == {
+        "message": (
+            "This model's maximum context length is 64 tokens. However, your prompt contains at "
+            "least 65 input tokens, which exceeds this limit even without any output tokens. "
+            "Please reduce the length of the input prompt. (parameter=input_tokens, value=65)"
+        ),
+        "type": "BadRequestError",
+        "param": "input_tokens",
+        "code": 400,
+    }
 
 
 def test_malformed_request_is_400_bad_request_not_422():
@@ -104,8 +146,13 @@ def test_full_queue_is_503_busy():
     }
 
 
-def test_n_above_one_is_refused():
+def test_n_two_is_served_and_n_zero_refused_as_vllm_does():
     with running_sim(SimConfig(model="m")) as sim:
         client = openai.OpenAI(base_url=sim.openai_base_url, api_key="x", max_retries=0)
-        with pytest.raises(openai.BadRequestError):
-            client.chat.completions.create(model="m", messages=MESSAGES, n=2)
+        answer = client.chat.completions.create(model="m", messages=MESSAGES, n=2, max_tokens=8)
+        assert [c.index for c in answer.choices] == [0, 1]
+        assert answer.usage.completion_tokens == 2 * 8
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="m", messages=MESSAGES, n=0)
+        assert caught.value.body["message"] == "n must be at least 1, got 0."
+        assert caught.value.body["param"] is None

@@ -27,15 +27,17 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from brain.sim import errors
+from brain.sim import errors, validation
+from brain.sim.completions import SimCompletionRequest, complete_text
 from brain.sim.config import FaultRule, SimConfig
 from brain.sim.engine import RequestClock, SimEngine, Ticket
 from brain.sim.faults import FaultPlan
+from brain.sim.kv import prompt_block_hashes
 from brain.sim.logs import LogFn, silent_log, vllm_line
 from brain.sim.media import check_images
-from brain.sim.policy import Policy, SimChatRequest, SimTurn, load_policy
+from brain.sim.policy import Policy, SimChatRequest, load_policy
 from brain.sim.shaping import Emission, OutputToken, shape_turn
-from brain.sim.tokenizer import count_chat, decode, encode, render_chat
+from brain.sim.tokenizer import Vocabulary, count_text, render_chat
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 
@@ -103,6 +105,10 @@ class SimState:
         self.faults = FaultPlan(config.faults, config.seed)
         self.created = int(time.time())
         self._numbers = itertools.count(1)
+        self.vocab = Vocabulary()
+        digest = hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:8]
+        self.fingerprint = f"vllm-{config.version_string}-{digest}"
+        """``system_fingerprint`` as vLLM's default mode builds it: version and a config hash."""
 
     def next_request_number(self) -> int:
         return next(self._numbers)
@@ -140,7 +146,10 @@ def create_app(
         log or silent_log,
     )
     app = FastAPI(
-        title="vLLM (simulated by Marathon)", version=config.version, docs_url=None, redoc_url=None
+        title="vLLM (simulated by Marathon)",
+        version=config.version_string,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.sim = state
     app.add_exception_handler(errors.SimHTTPError, errors.handle_sim_error)
@@ -154,7 +163,7 @@ def create_app(
 
     @app.get("/version")
     async def version() -> dict[str, str]:
-        return {"version": config.version}
+        return {"version": config.version_string}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -173,12 +182,14 @@ def create_app(
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
         _check_model(state, body.model)
         if body.messages is not None:
+            if not body.messages:  # the chat template refuses it (recorded from vLLM 0.26)
+                raise errors.bad_request(validation.EMPTY_CONVERSATION)
             text = render_chat(body.messages, body.tools, body.add_generation_prompt)
         elif body.prompt is not None:
             text = body.prompt
         else:
             raise errors.bad_request("Either `prompt` or `messages` must be given.", "prompt")
-        tokens = encode(text)
+        tokens = state.vocab.encode(text)
         return {
             "count": len(tokens),
             "max_model_len": config.max_model_len,
@@ -189,11 +200,15 @@ def create_app(
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
         _check_model(state, body.model)
-        return {"prompt": decode(body.tokens)}
+        return {"prompt": state.vocab.decode(body.tokens)}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: SimChatRequest, request: Request) -> Response:
         return await _chat(state, body, request)
+
+    @app.post("/v1/completions")
+    async def completions(body: SimCompletionRequest) -> Response:
+        return await complete_text(state, body)
 
     return app
 
@@ -227,12 +242,30 @@ def _model_card(state: SimState, name: str) -> dict[str, Any]:
 
 
 def _check_model(state: SimState, name: str | None) -> None:
-    if name is not None and name not in state.config.served_names:
-        raise errors.model_not_found(name)
+    config = state.config
+    if name is not None and name not in config.served_names:
+        raise errors.model_not_found(name, config.served_names, config.vllm_version)
 
 
 def _rule(rules: list[FaultRule], kind: str) -> FaultRule | None:
     return next((r for r in rules if r.kind == kind), None)
+
+
+def _settle_max_tokens(state: SimState, body: SimChatRequest, prompt_tokens: int) -> int:
+    """vLLM's checks from the renderer to the sampling params, then the sampling max_tokens."""
+    config = state.config
+    try:
+        max_tokens = validation.output_limit(
+            flavour=config.vllm_version,
+            max_model_len=config.max_model_len,
+            prompt_tokens=prompt_tokens,
+            max_tokens=body.max_tokens,
+            max_completion_tokens=body.max_completion_tokens,
+        )
+        validation.check_sampling(body, max_tokens)
+    except validation.VLLMValidationError as exc:
+        raise exc.http() from exc
+    return max_tokens
 
 
 async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Response:
@@ -243,16 +276,22 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
     client = (request.client.host, request.client.port) if request.client else None
 
     _check_model(state, body.model)
-    if body.n not in (None, 1):
-        raise errors.bad_request("The simulated server only supports n=1.", "n")
+    refused = validation.tool_flags_error(
+        body.tool_choice,
+        enable_auto_tool_choice=config.enable_auto_tool_choice,
+        tool_call_parser=config.tool_call_parser,
+    )
+    if refused is not None:
+        raise refused
+    if not body.messages:
+        raise errors.bad_request(validation.EMPTY_CONVERSATION)
     messages = body.message_dicts()
     check_images(
         messages, vision=config.vision, allowed_local_media_path=config.allowed_local_media_path
     )
-    prompt_tokens = count_chat(messages, body.tools)
-    requested = body.output_limit or 0
-    if prompt_tokens + requested > config.max_model_len:
-        raise errors.context_overflow(config.max_model_len, requested, prompt_tokens)
+    prompt = render_chat(messages, body.tools)
+    prompt_tokens = count_text(prompt)
+    max_tokens = _settle_max_tokens(state, body, prompt_tokens)
 
     try:
         turn = state.policy.respond(body)
@@ -265,7 +304,7 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
         state.log(
             vllm_line(
                 f"Received request chatcmpl-{number}: prompt tokens {prompt_tokens}, "
-                f"faults {sorted(kinds)}"
+                f"max_tokens {max_tokens}, faults {sorted(kinds)}"
             )
         )
 
@@ -293,17 +332,20 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
     emission = shape_turn(
         turn,
         body,
-        prompt_tokens=prompt_tokens,
-        max_model_len=config.max_model_len,
+        max_tokens=max_tokens,
         faults=kinds,
         id_seed=json.dumps(messages, sort_keys=True, ensure_ascii=False),
     )
-    ticket = engine.admit(number, prompt_tokens)  # raises the 503 when the queue is full
+    n = body.n or 1
+    hashes = prompt_block_hashes(prompt, config.block_size) if config.enable_prefix_caching else ()
+    ticket = engine.admit(number, prompt_tokens, hashes, max_tokens=max_tokens, n=n)
     meta = _ResponseMeta(
         id=f"chatcmpl-{uuid.uuid4().hex}",
         created=int(time.time()),
         model=body.model or config.primary_name,
         prompt_tokens=prompt_tokens,
+        n=n,
+        fingerprint=state.fingerprint,
     )
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
@@ -320,7 +362,7 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
             stream_interval=body.stream_interval,
         )
         return StreamingResponse(stream, media_type="text/event-stream")
-    return await _complete(state, number, ticket, clock, emission, meta, rules, client, turn)
+    return await _complete(state, number, ticket, clock, emission, meta, rules, client)
 
 
 class _GenerationFailed(Exception):
@@ -332,18 +374,21 @@ class _ResponseMeta(BaseModel):
     created: int
     model: str
     prompt_tokens: int
-    _chunk_head: str | None = PrivateAttr(None)
+    n: int = 1
+    fingerprint: str | None = None
+    _chunk_heads: dict[int, str] = PrivateAttr(default_factory=dict)
 
-    def chunk_head(self) -> str:
-        """A stream chunk's JSON up to its delta: the same in every chunk of the response."""
-        if self._chunk_head is None:
-            self._chunk_head = (
+    def chunk_head(self, index: int = 0) -> str:
+        """A stream chunk's JSON up to its delta: the same in every chunk of one choice."""
+        head = self._chunk_heads.get(index)
+        if head is None:
+            head = self._chunk_heads[index] = (
                 f'data: {{"id": {json.dumps(self.id, ensure_ascii=False)}, '
                 f'"object": "chat.completion.chunk", "created": {self.created}, '
                 f'"model": {json.dumps(self.model, ensure_ascii=False)}, '
-                f'"choices": [{{"index": 0, "delta": '
+                f'"choices": [{{"index": {index}, "delta": '
             )
-        return self._chunk_head
+        return head
 
 
 def _dropped(state: SimState, client: tuple[str, int] | None) -> Response:
@@ -353,21 +398,35 @@ def _dropped(state: SimState, client: tuple[str, int] | None) -> Response:
 
 
 async def _generate(
-    state: SimState, number: int, clock: RequestClock, emission: Emission, prompt_tokens: int
+    state: SimState, number: int, ticket: Ticket, clock: RequestClock, emission: Emission, n: int
 ) -> AsyncIterator[list[OutputToken]]:
-    """Prefill, then decode step by step, yielding the tokens of each step."""
+    """Wait to be scheduled, prefill, then decode step by step, yielding each step's tokens
+    (a preemption on the way waits and recomputes, as vLLM's scheduler does)."""
     engine = state.engine
-    await engine.prefill(prompt_tokens)
+    await ticket.admitted()
+    await engine.prefill(ticket.request, clock)
     decoder = engine.decoder(number)
-    decoder.first_token(clock)
     tokens = emission.tokens
     index = 0
     while index < len(tokens):
         count = 1 if index == 0 else await decoder.step(len(tokens) - index, clock)
+        await ticket.grow(count * n, clock)
+        if index == 0:
+            decoder.first_token(clock)
         batch = tokens[index : index + count]
         index += count
-        engine.token_emitted(number, len(batch))
+        engine.token_emitted(len(batch) * n)
         yield batch
+
+
+def _usage(meta: _ResponseMeta, completion: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": meta.prompt_tokens,
+        "total_tokens": meta.prompt_tokens + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
 
 
 async def _complete(
@@ -379,13 +438,11 @@ async def _complete(
     meta: _ResponseMeta,
     rules: list[FaultRule],
     client: tuple[str, int] | None,
-    turn: SimTurn,
 ) -> Response:
     engine = state.engine
     outcome = "abort"
     try:
-        await ticket.admitted()
-        async for _batch in _generate(state, number, clock, emission, meta.prompt_tokens):
+        async for _batch in _generate(state, number, ticket, clock, emission, meta.n):
             pass
         if stall := _rule(rules, "stall"):
             await asyncio.sleep(stall.seconds)
@@ -396,59 +453,89 @@ async def _complete(
         outcome = "length" if emission.finish_reason == "length" else "stop"
     finally:
         ticket.release()
-        engine.finished(clock, outcome)
+        engine.finished(clock, outcome, len(emission.tokens) * meta.n, ticket.preemptions)
     calls = [
         {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": args}}
         for call, args in emission.emitted_calls()
     ]
-    completion = len(emission.tokens)
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": emission.text_of("content"),
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+    }
+    if calls:  # vLLM's ChatMessage leaves an empty tool_calls out
+        message["tool_calls"] = calls
+    message["reasoning"] = emission.text_of("reasoning")
+    choices = [
+        {
+            "index": i,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": emission.finish_reason,
+            "stop_reason": None,
+            "token_ids": None,
+            "routed_experts": None,
+            "weight_versions": None,
+        }
+        for i in range(meta.n)
+    ]
     body = {
         "id": meta.id,
         "object": "chat.completion",
         "created": meta.created,
         "model": meta.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": emission.text_of("content"),
-                    "refusal": None,
-                    "annotations": None,
-                    "audio": None,
-                    "function_call": None,
-                    "tool_calls": calls,
-                    "reasoning": emission.text_of("reasoning"),
-                },
-                "logprobs": None,
-                "finish_reason": emission.finish_reason,
-                "stop_reason": None,
-            }
-        ],
+        "choices": choices,
         "service_tier": None,
-        "system_fingerprint": None,
-        "usage": {
-            "prompt_tokens": meta.prompt_tokens,
-            "total_tokens": meta.prompt_tokens + completion,
-            "completion_tokens": completion,
-            "prompt_tokens_details": None,
-        },
+        "system_fingerprint": meta.fingerprint,
+        "usage": _usage(meta, len(emission.tokens) * meta.n),
         "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
     return JSONResponse(body)
 
 
-def _chunk(meta: _ResponseMeta, delta: dict[str, Any], finish: str | None = None) -> str:
-    """One SSE chunk, the bytes ``json.dumps`` of the whole chunk would give (vLLM's fields in
-    its order); only the delta is serialized per chunk, which halves the sim's JSON work."""
+def _chunk(
+    meta: _ResponseMeta,
+    delta: dict[str, Any],
+    finish: str | None = None,
+    index: int = 0,
+    stamp: bool = True,
+) -> str:
+    """One SSE chunk, the bytes vLLM's ``model_dump_json(exclude_unset=True)`` gives (its
+    fields in its order); only the delta is serialized per chunk, which halves the sim's JSON
+    work."""
     delta_json = json.dumps(delta, ensure_ascii=False)
     if finish is None:
-        return f'{meta.chunk_head()}{delta_json}, "logprobs": null, "finish_reason": null}}]}}\n\n'
+        return (
+            f'{meta.chunk_head(index)}{delta_json}, "logprobs": null, "finish_reason": null, '
+            f'"token_ids": null}}], "kv_transfer_params": null}}\n\n'
+        )
     reason = json.dumps(finish, ensure_ascii=False)
+    # the fingerprint goes on the terminal chunk, unless a usage chunk follows (it has it)
+    fingerprint = (
+        f'"system_fingerprint": {json.dumps(meta.fingerprint)}, '
+        if stamp and meta.fingerprint is not None
+        else ""
+    )
     return (
-        f'{meta.chunk_head()}{delta_json}, "logprobs": null, "finish_reason": {reason}, '
-        f'"stop_reason": null}}]}}\n\n'
+        f'{meta.chunk_head(index)}{delta_json}, "logprobs": null, "finish_reason": {reason}, '
+        f'"stop_reason": null, "token_ids": null, "weight_versions": null}}], '
+        f'{fingerprint}"kv_transfer_params": null}}\n\n'
+    )
+
+
+def _first_chunk(meta: _ResponseMeta, index: int) -> str:
+    """The role chunk that opens each choice (with the prompt fields vLLM sends once)."""
+    return (
+        f'{meta.chunk_head(index)}{{"role": "assistant", "content": ""}}, "logprobs": null, '
+        f'"finish_reason": null}}], "prompt_token_ids": null, "prompt_text": null}}\n\n'
     )
 
 
@@ -508,6 +595,7 @@ async def _stream(
     stalled = False
     sent = 0
     outcome = "abort"
+    indexes = range(meta.n)
 
     async def faults_after_chunk() -> bool:
         """Apply mid-stream faults once `sent` chunks are out; True means the stream is cut."""
@@ -525,49 +613,53 @@ async def _stream(
         return False
 
     try:
-        await ticket.admitted()
         first = True
         # vLLM's stream interval: the first step's tokens go at once, then tokens are held
         # until `interval` of them are waiting (or the answer ends), one chunk per delta.
         held: list[OutputToken] = []
-        async for batch in _generate(state, number, clock, emission, meta.prompt_tokens):
+        async for batch in _generate(state, number, ticket, clock, emission, meta.n):
             if first:
-                yield _chunk(meta, {"role": "assistant", "content": ""})
-                sent += 1
-                if await faults_after_chunk():
-                    return
+                for i in indexes:
+                    yield _first_chunk(meta, i)
+                    sent += 1
+                    if await faults_after_chunk():
+                        return
             held.extend(batch)
             if not first and len(held) < interval:
                 continue
             first = False
             out, held = held, []
-            for delta in _deltas(out, emission):
-                yield _chunk(meta, delta)
+            for i in indexes:
+                for delta in _deltas(out, emission):
+                    yield _chunk(meta, delta, index=i)
+                    sent += 1
+                    if await faults_after_chunk():
+                        return
+        for i in indexes:
+            for delta in _deltas(held, emission):  # the last tokens, with the end
+                yield _chunk(meta, delta, index=i)
                 sent += 1
                 if await faults_after_chunk():
                     return
-        for delta in _deltas(held, emission):  # the last tokens, with the end
-            yield _chunk(meta, delta)
-            sent += 1
-            if await faults_after_chunk():
-                return
         if first:  # nothing generated at all: still open the message
-            yield _chunk(meta, {"role": "assistant", "content": ""})
+            for i in indexes:
+                yield _first_chunk(meta, i)
+                sent += 1
+                if await faults_after_chunk():
+                    return
+        for i in indexes:
+            yield _chunk(meta, {}, emission.finish_reason, index=i, stamp=not include_usage)
             sent += 1
             if await faults_after_chunk():
                 return
-        yield _chunk(meta, {}, emission.finish_reason)
-        sent += 1
-        if await faults_after_chunk():
-            return
         if include_usage:
-            completion = len(emission.tokens)
+            completion = len(emission.tokens) * meta.n
             usage = {
                 "prompt_tokens": meta.prompt_tokens,
                 "total_tokens": meta.prompt_tokens + completion,
                 "completion_tokens": completion,
             }
-            payload = {
+            payload: dict[str, Any] = {
                 "id": meta.id,
                 "object": "chat.completion.chunk",
                 "created": meta.created,
@@ -575,6 +667,8 @@ async def _stream(
                 "choices": [],
                 "usage": usage,
             }
+            if meta.fingerprint is not None:
+                payload["system_fingerprint"] = meta.fingerprint
             yield f"data: {json.dumps(payload)}\n\n"
         yield "data: [DONE]\n\n"
         outcome = "length" if emission.finish_reason == "length" else "stop"
@@ -588,4 +682,4 @@ async def _stream(
         yield "data: [DONE]\n\n"
     finally:
         ticket.release()
-        engine.finished(clock, outcome)
+        engine.finished(clock, outcome, len(emission.tokens) * meta.n, ticket.preemptions)

@@ -90,6 +90,11 @@ def sim_command(
         None, "--fatal-log", help="Print this during load, exit 1."
     ),
     log_requests: bool | None = typer.Option(None, "--log-requests/--no-log-requests"),
+    vllm_version: str | None = typer.Option(
+        None,
+        "--vllm-version",
+        help="The vLLM release to answer as where releases differ: 0.33 (default) or 0.26.",
+    ),
     config: Path | None = typer.Option(
         None, "--config", help="YAML file of SimConfig fields.", exists=True
     ),
@@ -120,6 +125,7 @@ def sim_command(
                 "seed": seed,
                 "fatal_log": fatal_log,
                 "log_requests": log_requests,
+                "vllm_version": vllm_version,
             },
         )
     except ValueError as exc:  # pydantic's ValidationError is a ValueError

@@ -15,6 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SIM_VLLM_VERSION = "0.33.0-sim"
 
+VllmFlavour = Literal["0.26", "0.33"]
+"""The vLLM release whose behaviour the sim copies where releases differ (see the README's
+"Versions"): 0.33 clamps ``max_tokens`` to the room left in the window, 0.26 refuses the
+request with its older "for a total of" 400; their startup lines differ too."""
+DEFAULT_VLLM_FLAVOUR: VllmFlavour = "0.33"
+VERSION_STRINGS: dict[str, str] = {"0.26": "0.26.0-sim", "0.33": SIM_VLLM_VERSION}
+
 FaultKind = Literal[
     "refuse",  # close the listening socket for `seconds` (real ECONNREFUSED), drop open connections
     "http_503",  # answer 503 with vLLM's queue-full body
@@ -100,12 +107,29 @@ class SimConfig(BaseModel):
     max_queue: int | None = Field(
         None, ge=0, description="Waiting requests before 503 (None: unbounded)."
     )
-    kv_cache_tokens: int = Field(262144, ge=16, description="Reported GPU KV cache size in tokens.")
+    kv_cache_tokens: int = Field(
+        262144,
+        ge=16,
+        description="GPU KV cache size in tokens: block_size-token blocks shared by the running "
+        "requests; past it the scheduler waits or preempts, as vLLM's does.",
+    )
+    block_size: int = Field(16, ge=1, description="Tokens per KV block (vLLM's --block-size).")
+    enable_prefix_caching: bool = Field(True, description="vLLM's --enable-prefix-caching.")
+    vllm_version: VllmFlavour = Field(
+        DEFAULT_VLLM_FLAVOUR,
+        description="Which vLLM release to answer as where releases differ (0.26 or 0.33).",
+    )
+    enable_auto_tool_choice: bool = Field(
+        True, description="vLLM's --enable-auto-tool-choice: without it tool_choice auto is 400."
+    )
+    tool_call_parser: str | None = Field(
+        "hermes", description="vLLM's --tool-call-parser; None: required/named choice is 400."
+    )
     timing: Timing = Field(default_factory=Timing)
     speculative: Speculative = Field(default_factory=Speculative)
     faults: list[FaultRule] = Field(default_factory=list)
     seed: int = 0
-    version: str = SIM_VLLM_VERSION
+    version: str | None = Field(None, description="/version's answer (default: the flavour's).")
     fatal_log: str | None = Field(None, description="Print this line during load, then exit 1.")
     vision: bool = Field(True, description="False: a text-only model (images get vLLM's 400).")
     allowed_local_media_path: str | None = Field(
@@ -127,6 +151,15 @@ class SimConfig(BaseModel):
     @property
     def primary_name(self) -> str:
         return self.served_names[0]
+
+    @property
+    def version_string(self) -> str:
+        """What /version and the startup lines report."""
+        return self.version or VERSION_STRINGS[self.vllm_version]
+
+    @property
+    def num_kv_blocks(self) -> int:
+        return max(1, self.kv_cache_tokens // self.block_size)
 
 
 def load_config_file(path: str | Path) -> SimConfig:

@@ -1,16 +1,25 @@
-"""The engine's time and capacity: batch slots, the waiting queue, prefill, decode steps, MTP.
+"""The engine's time and capacity: batch slots, KV blocks, the waiting queue, prefill, decode, MTP.
 
 What it models, all with asyncio sleeps so the event loop never blocks:
 
-* capacity: at most ``max_num_seqs`` requests run at once; the rest wait in FIFO order
-  (``vllm:num_requests_waiting``); with ``max_queue`` set, a request that would make the queue
-  longer than that is refused with vLLM's 503;
-* time to first token = ``ttft + ttft_per_token * prompt_tokens`` after admission;
+* the scheduler of vLLM's V1 engine (``vllm/v1/core/sched/scheduler.py``), first come first
+  served: a waiting request is admitted when a batch slot is free (``max_num_seqs``) and the
+  KV cache has the blocks its prompt needs after prefix-cache hits (``kv.py``); the queue is
+  served in order, so a head that does not fit holds the rest back. With ``max_queue`` set, a
+  request that would make the queue longer than that is refused with vLLM's 503;
+* preemption with recompute: a running request that needs a new block when none is free
+  preempts the most recently admitted running request (itself when it is that one), whose
+  blocks go back to the pool (still cached) and which rejoins the queue's front; readmitted,
+  it prefills its prompt and its output so far again, minus what the prefix cache still holds
+  (``vllm:num_preemptions``);
+* time to first token = ``ttft + ttft_per_token * computed prompt tokens`` after admission,
+  where cached prefix tokens cost nothing;
 * decoding in steps of ``itl`` seconds; each step emits one token, plus, with speculative
   decoding on, the accepted prefix of ``k`` drafted tokens (each position accepted with
   probability ``acceptance`` while all before it were). So MTP shows as more tokens per second
   and in the ``vllm:spec_decode_*`` counters, like the real thing;
-* the metrics vLLM exposes for all of this (see ``metrics_text``).
+* the metric families vLLM 0.33 exposes by default (``vllm/v1/metrics/loggers.py``), with its
+  names, help texts, labels and buckets (``metrics_text`` writes them).
 
 It knows nothing of HTTP, chat or policies.
 """
@@ -20,11 +29,11 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from brain.sim.config import SimConfig
 from brain.sim.errors import queue_full
+from brain.sim.kv import Allocation, KVCache
 from brain.sim.metrics_text import MetricsRegistry
 
 TTFT_BUCKETS = (
@@ -39,7 +48,26 @@ E2E_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
-FINISH_REASONS = ("stop", "length", "abort", "error")
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+"""``FinishReason`` in ``vllm/v1/engine/__init__.py``, in its order."""
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+
+
+def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
+    """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50, ... up to ``max_value``."""
+    out: list[int] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_value:
+                return tuple(out)
+            out.append(mantissa * scale)
+        scale *= 10
 
 
 @dataclass
@@ -47,75 +75,228 @@ class RequestClock:
     """Timestamps of one request, for the latency histograms."""
 
     arrival: float
+    scheduled: float | None = None
     first_token: float | None = None
     last_token: float | None = None
 
 
+@dataclass
+class _Request:
+    """One request's scheduler state."""
+
+    request_id: int
+    prompt_tokens: int
+    hashes: tuple[int, ...]
+    future: asyncio.Future[None]
+    generated: int = 0
+    alloc: Allocation | None = None
+    preemptions: int = 0
+    preempted: bool = False
+    hit_tokens: int = 0
+    first_schedule: bool = True
+    done: bool = False
+    computed: list[int] = field(default_factory=list)
+
+
 class SimEngine:
-    """One engine core: scheduler state, timing, speculative decoding and metrics."""
+    """One engine core: scheduler, KV cache, timing, speculative decoding and metrics."""
 
     def __init__(self, config: SimConfig):
         self.config = config
         self.dead = False
-        self._running = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._kv_tokens: dict[int, int] = {}
+        self.kv = KVCache(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        self._running: list[_Request] = []
+        self._waiting: list[_Request] = []
         self.metrics = self._declare_metrics()
 
     # ----------------------------------------------------------------- metrics
 
     def _declare_metrics(self) -> MetricsRegistry:
-        reg = MetricsRegistry({"model_name": self.config.primary_name, "engine": "0"})
-        reg.declare(
-            "vllm:num_requests_running", "Number of requests in model execution batches.", "gauge"
+        config = self.config
+        reg = MetricsRegistry({"model_name": config.primary_name, "engine": "0"})
+        tokens = build_1_2_5_buckets(config.max_model_len)
+        gauges = (
+            ("vllm:num_requests_running", "Number of requests in model execution batches."),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
         )
+        for name, text in gauges:
+            reg.declare(name, text, "gauge")
+            reg.ensure(name)
         reg.declare(
-            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge"
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+            "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
+            "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+            "gauge",
         )
+        for reason in ("capacity", "deferred"):
+            reg.ensure("vllm:num_requests_waiting_by_reason", {"reason": reason})
+        reg.declare(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
+            "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
+            "level 2.",
+            "gauge",
+        )
+        for state in ("awake", "weights_offloaded", "discard_all"):
+            reg.set(
+                "vllm:engine_sleep_state", 1.0 if state == "awake" else 0.0, {"sleep_state": state}
+            )
         reg.declare(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge"
         )
-        reg.declare(
-            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", "counter"
+        reg.ensure("vllm:kv_cache_usage_perc")
+        counters = (
+            (
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+            ),
+            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
+            (
+                "vllm:external_prefix_cache_queries",
+                "External prefix cache queries from KV connector cross-instance cache sharing, "
+                "in terms of number of queried tokens.",
+            ),
+            (
+                "vllm:external_prefix_cache_hits",
+                "External prefix cache hits from KV connector cross-instance cache sharing, in "
+                "terms of number of cached tokens.",
+            ),
+            (
+                "vllm:mm_cache_queries",
+                "Multi-modal cache queries, in terms of number of queried items.",
+            ),
+            ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
+            ("vllm:num_preemptions", "Cumulative number of preemption from the engine."),
+            ("vllm:prompt_tokens", "Number of prefill tokens processed."),
         )
-        reg.declare("vllm:prompt_tokens", "Number of prefill tokens processed.", "counter")
+        for name, text in counters:
+            reg.declare(name, text, "counter")
+            reg.ensure(name)
+        reg.declare("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", "counter")
+        for source in PROMPT_SOURCES:
+            reg.ensure("vllm:prompt_tokens_by_source", {"source": source})
+        reg.declare(
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            "counter",
+        )
+        reg.ensure("vllm:prompt_tokens_cached")
+        reg.declare(
+            "vllm:prompt_tokens_cached_by_source",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), "
+            "host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+            "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+            "vllm:external_prefix_cache_hits.",
+            "counter",
+        )
+        for source in CACHE_HIT_SOURCES:
+            reg.ensure("vllm:prompt_tokens_cached_by_source", {"source": source})
         reg.declare("vllm:generation_tokens", "Number of generation tokens processed.", "counter")
+        reg.ensure("vllm:generation_tokens")
         reg.declare("vllm:request_success", "Count of successfully processed requests.", "counter")
-        reg.declare(
-            "vllm:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            "histogram",
-            TTFT_BUCKETS,
-        )
-        reg.declare(
-            "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            "histogram",
-            ITL_BUCKETS,
-        )
-        reg.declare(
-            "vllm:e2e_request_latency_seconds",
-            "Histogram of e2e request latency in seconds.",
-            "histogram",
-            E2E_BUCKETS,
-        )
-        for name in (
-            "vllm:num_requests_running",
-            "vllm:num_requests_waiting",
-            "vllm:kv_cache_usage_perc",
-        ):
-            reg.ensure(name)
-        for name in ("vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens"):
-            reg.ensure(name)
         for reason in FINISH_REASONS:
             reg.ensure("vllm:request_success", {"finished_reason": reason})
-        for name in (
-            "vllm:time_to_first_token_seconds",
-            "vllm:inter_token_latency_seconds",
-            "vllm:e2e_request_latency_seconds",
-        ):
+        reg.declare(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            "counter",
+            base=False,
+        )
+        for reason in ADMISSION_REASONS:
+            reg.ensure(
+                "vllm:admission_rejections", {"model_name": config.primary_name, "reason": reason}
+            )
+        histograms = (
+            ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens),
+            ("vllm:request_generation_tokens", "Number of generation tokens processed.", tokens),
+            (
+                "vllm:iteration_tokens_total",
+                "Histogram of number of tokens per engine_step.",
+                ITERATION_TOKENS_BUCKETS,
+            ),
+            (
+                "vllm:request_max_num_generation_tokens",
+                "Histogram of maximum number of requested generation tokens.",
+                tokens,
+            ),
+            ("vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N_BUCKETS),
+            (
+                "vllm:request_params_max_tokens",
+                "Histogram of the max_tokens request parameter.",
+                tokens,
+            ),
+            (
+                "vllm:time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                TTFT_BUCKETS,
+            ),
+            (
+                "vllm:inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+                ITL_BUCKETS,
+            ),
+            (
+                "vllm:request_time_per_output_token_seconds",
+                "Histogram of time_per_output_token_seconds per request.",
+                ITL_BUCKETS,
+            ),
+            (
+                "vllm:e2e_request_latency_seconds",
+                "Histogram of e2e request latency in seconds.",
+                E2E_BUCKETS,
+            ),
+            (
+                "vllm:request_queue_time_seconds",
+                "Histogram of time spent in WAITING phase for request.",
+                E2E_BUCKETS,
+            ),
+            (
+                "vllm:request_inference_time_seconds",
+                "Histogram of time spent in RUNNING phase for request.",
+                E2E_BUCKETS,
+            ),
+            (
+                "vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
+                E2E_BUCKETS,
+            ),
+            (
+                "vllm:request_decode_time_seconds",
+                "Histogram of time spent in DECODE phase for request.",
+                E2E_BUCKETS,
+            ),
+            (
+                "vllm:request_num_preemptions",
+                "Histogram of the number of times a request was preempted.",
+                PREEMPTIONS_BUCKETS,
+            ),
+            (
+                "vllm:request_prefill_kv_computed_tokens",
+                "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                tokens,
+            ),
+        )
+        for name, text, buckets in histograms:
+            reg.declare(name, text, "histogram", buckets)
             reg.ensure(name)
-        spec = self.config.speculative
+        reg.declare(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            "gauge",
+            base=False,
+        )
+        reg.set(
+            "vllm:cache_config_info",
+            1.0,
+            {
+                "block_size": str(config.block_size),
+                "enable_prefix_caching": str(config.enable_prefix_caching),
+                "num_gpu_blocks": str(config.num_kv_blocks),
+                "engine": "0",
+            },
+        )
+        spec = config.speculative
         if spec.enabled:
             reg.declare("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", "counter")
             reg.declare("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", "counter")
@@ -142,66 +323,175 @@ class SimEngine:
         return self.metrics.render()
 
     def _refresh_gauges(self) -> None:
-        self.metrics.set("vllm:num_requests_running", self._running)
-        self.metrics.set("vllm:num_requests_waiting", len(self._waiters))
-        used = sum(self._kv_tokens.values())
-        self.metrics.set("vllm:kv_cache_usage_perc", min(1.0, used / self.config.kv_cache_tokens))
+        self.metrics.set("vllm:num_requests_running", len(self._running))
+        self.metrics.set("vllm:num_requests_waiting", len(self._waiting))
+        self.metrics.set(
+            "vllm:num_requests_waiting_by_reason", len(self._waiting), {"reason": "capacity"}
+        )
+        self.metrics.set("vllm:kv_cache_usage_perc", self.kv.usage)
 
     @property
     def num_running(self) -> int:
-        return self._running
+        return len(self._running)
 
     @property
     def num_waiting(self) -> int:
-        return len(self._waiters)
+        return len(self._waiting)
 
     # --------------------------------------------------------------- scheduler
 
-    def admit(self, request_id: int, prompt_tokens: int) -> Ticket:
-        """Take a batch slot now, or a place in the FIFO queue; 503 when the queue is full.
+    def admit(
+        self,
+        request_id: int,
+        prompt_tokens: int,
+        hashes: tuple[int, ...] = (),
+        *,
+        max_tokens: int | None = None,
+        n: int = 1,
+    ) -> Ticket:
+        """Schedule now, or take a place in the FIFO queue; 503 when the queue is full.
 
         Synchronous on purpose: the 503 must be decided before a streamed response starts.
         """
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        if self._running < self.config.max_num_seqs and not self._waiters:
-            self._running += 1
-            future.set_result(None)
-        else:
-            limit = self.config.max_queue
-            if limit is not None and len(self._waiters) >= limit:
+        request = _Request(request_id, prompt_tokens, hashes, loop.create_future())
+        limit = self.config.max_queue
+        if self._waiting or not self._try_schedule(request):
+            if limit is not None and len(self._waiting) >= limit:
+                self.metrics.inc(
+                    "vllm:admission_rejections",
+                    1,
+                    {"model_name": self.config.primary_name, "reason": "max_num_queued_reqs"},
+                )
                 raise queue_full()
-            self._waiters.append(future)
-        return Ticket(self, request_id, prompt_tokens, future)
+            self._waiting.append(request)
+        reg = self.metrics
+        reg.observe("vllm:request_params_n", n)
+        if max_tokens is not None:
+            reg.observe("vllm:request_params_max_tokens", max_tokens)
+            reg.observe("vllm:request_max_num_generation_tokens", max_tokens)
+        return Ticket(self, request)
 
-    def _release_slot(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the slot passes straight to the next in line
+    def _try_schedule(self, request: _Request, *, force: bool = False) -> bool:
+        """Give ``request`` a batch slot and its blocks if both are free."""
+        if len(self._running) >= self.config.max_num_seqs:
+            return False
+        tokens = request.prompt_tokens + request.generated
+        alloc = self.kv.allocate(
+            request.hashes, max(1, tokens), request.prompt_tokens, force=force or not self._running
+        )
+        if alloc is None:
+            return False
+        request.alloc = alloc
+        request.hit_tokens = alloc.hit_tokens
+        request.preempted = False
+        self._running.append(request)
+        if request.first_schedule:
+            request.first_schedule = False
+            reg = self.metrics
+            reg.inc("vllm:prefix_cache_queries", request.prompt_tokens)
+            reg.inc("vllm:prefix_cache_hits", alloc.hit_tokens)
+            reg.inc("vllm:prompt_tokens", request.prompt_tokens)
+            reg.inc("vllm:prompt_tokens_cached", alloc.hit_tokens)
+            reg.inc("vllm:prompt_tokens_cached_by_source", alloc.hit_tokens, {"source": "device"})
+            computed = request.prompt_tokens - alloc.hit_tokens
+            reg.inc("vllm:prompt_tokens_by_source", computed, {"source": "local_compute"})
+            reg.inc("vllm:prompt_tokens_by_source", alloc.hit_tokens, {"source": "local_cache_hit"})
+            reg.observe("vllm:request_prompt_tokens", request.prompt_tokens)
+            reg.observe("vllm:request_prefill_kv_computed_tokens", computed)
+        if not request.future.done():
+            request.future.set_result(None)
+        return True
+
+    def _schedule_waiting(self) -> None:
+        while self._waiting:
+            head = self._waiting[0]
+            if head.done:
+                self._waiting.pop(0)
+                continue
+            if not self._try_schedule(head):
                 return
-        self._running -= 1
+            self._waiting.pop(0)
+
+    def _preempt(self, victim: _Request) -> None:
+        """Take a running request's blocks back; it waits at the queue's front to recompute."""
+        self._running.remove(victim)
+        if victim.alloc is not None:
+            self.kv.free(victim.alloc)
+            victim.alloc = None
+        victim.preempted = True
+        victim.preemptions += 1
+        victim.future = asyncio.get_running_loop().create_future()
+        self._waiting.insert(0, victim)
+        self.metrics.inc("vllm:num_preemptions")
+
+    def grow(self, request: _Request, count: int) -> bool:
+        """Room for ``count`` new tokens of a running request; preempts others (newest first)
+        while none is free. False when the request itself had to be preempted."""
+        while True:
+            if request.preempted or request.alloc is None:
+                return False
+            if self.kv.grow(request.alloc, count, force=len(self._running) == 1):
+                request.generated += count
+                return True
+            victim = self._running[-1]
+            self._preempt(victim)
+            if victim is request:
+                return False
+
+    def release(self, request: _Request) -> None:
+        request.done = True
+        if request in self._running:
+            self._running.remove(request)
+        if request.alloc is not None:
+            self.kv.free(request.alloc)
+            request.alloc = None
+        if request in self._waiting:
+            self._waiting.remove(request)
+        if not request.future.done():
+            request.future.cancel()
+        self._schedule_waiting()
 
     # ------------------------------------------------------------------ timing
 
-    async def prefill(self, prompt_tokens: int) -> None:
+    async def prefill(self, request: _Request, clock: RequestClock) -> None:
+        """The prefill sleep: computed tokens only (cached prefix blocks cost nothing)."""
         timing = self.config.timing
-        self.metrics.inc("vllm:prompt_tokens", prompt_tokens)
-        await asyncio.sleep(timing.ttft + timing.ttft_per_token * prompt_tokens)
+        computed = request.prompt_tokens + request.generated - request.hit_tokens
+        if clock.scheduled is None:
+            clock.scheduled = time.monotonic()
+        self.metrics.observe("vllm:iteration_tokens_total", max(1, computed))
+        await asyncio.sleep(timing.ttft + timing.ttft_per_token * max(0, computed))
 
     def decoder(self, request_number: int) -> Decoder:
         rng = random.Random(f"{self.config.seed}:spec:{request_number}")
         return Decoder(self, rng)
 
-    def token_emitted(self, request_id: int, count: int) -> None:
+    def token_emitted(self, count: int) -> None:
         self.metrics.inc("vllm:generation_tokens", count)
-        if request_id in self._kv_tokens:
-            self._kv_tokens[request_id] += count
 
-    def finished(self, clock: RequestClock, reason: str) -> None:
+    def finished(
+        self, clock: RequestClock, reason: str, generated: int = 0, preemptions: int = 0
+    ) -> None:
         now = time.monotonic()
-        self.metrics.inc("vllm:request_success", 1, {"finished_reason": reason})
-        self.metrics.observe("vllm:e2e_request_latency_seconds", now - clock.arrival)
+        reg = self.metrics
+        reg.inc("vllm:request_success", 1, {"finished_reason": reason})
+        reg.observe("vllm:e2e_request_latency_seconds", now - clock.arrival)
+        if clock.scheduled is None:
+            return
+        reg.observe("vllm:request_queue_time_seconds", clock.scheduled - clock.arrival)
+        reg.observe("vllm:request_inference_time_seconds", now - clock.scheduled)
+        reg.observe("vllm:request_generation_tokens", generated)
+        reg.observe("vllm:request_num_preemptions", preemptions)
+        if clock.first_token is not None:
+            reg.observe("vllm:request_prefill_time_seconds", clock.first_token - clock.scheduled)
+            last = clock.last_token or clock.first_token
+            reg.observe("vllm:request_decode_time_seconds", last - clock.first_token)
+            if generated > 1:
+                reg.observe(
+                    "vllm:request_time_per_output_token_seconds",
+                    (last - clock.first_token) / (generated - 1),
+                )
 
 
 class Decoder:
@@ -256,30 +546,31 @@ class Decoder:
 
 
 class Ticket:
-    """One request's claim on the scheduler: wait for the slot, then release it exactly once."""
+    """One request's claim on the scheduler: wait to be scheduled, grow, release exactly once."""
 
-    def __init__(
-        self, engine: SimEngine, request_id: int, prompt_tokens: int, future: asyncio.Future[None]
-    ):
+    def __init__(self, engine: SimEngine, request: _Request):
         self._engine = engine
-        self._request_id = request_id
-        self._prompt_tokens = prompt_tokens
-        self._future = future
+        self.request = request
         self._released = False
 
     async def admitted(self) -> None:
-        await asyncio.shield(self._future)
-        self._engine._kv_tokens[self._request_id] = self._prompt_tokens
+        """Wait until the scheduler runs this request (again, after a preemption)."""
+        await asyncio.shield(self.request.future)
+
+    @property
+    def preemptions(self) -> int:
+        return self.request.preemptions
+
+    async def grow(self, count: int, clock: RequestClock) -> None:
+        """Blocks for ``count`` new tokens; if preempted meanwhile (by another request or for
+        these), wait to be rescheduled and recompute before they are emitted."""
+        engine = self._engine
+        while not engine.grow(self.request, count):
+            await self.admitted()
+            await engine.prefill(self.request, clock)
 
     def release(self) -> None:
         if self._released:
             return
         self._released = True
-        engine = self._engine
-        engine._kv_tokens.pop(self._request_id, None)
-        if self._future.done():
-            engine._release_slot()
-        else:
-            self._future.cancel()
-            if self._future in engine._waiters:
-                engine._waiters.remove(self._future)
+        self._engine.release(self.request)

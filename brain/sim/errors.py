@@ -44,26 +44,12 @@ def error_body(message: str, err_type: str, code: int, param: str | None = None)
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
-def model_not_found(name: str | None) -> SimHTTPError:
-    return SimHTTPError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
-
-
-def context_overflow(max_model_len: int, max_tokens: int, prompt_tokens: int) -> SimHTTPError:
-    """vLLM's 400 when prompt + requested output exceed the context.
-
-    vLLM tokenizes at most (max_model_len - max_tokens + 1) prompt tokens, so the prompt size it
-    reports is that lower bound ("at least"), never the true count; the sim does the same.
-    """
-    max_input = max_model_len - max_tokens
-    reported = min(prompt_tokens, max_input + 1) if max_input >= 0 else prompt_tokens
-    message = (
-        f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-        f"{max_tokens} output tokens and your prompt contains at least {reported} input tokens, "
-        f"for a total of at least {reported + max_tokens} tokens. Please reduce the length of the "
-        f"input prompt or the number of requested output tokens. "
-        f"(parameter=input_tokens, value={reported})"
-    )
-    return SimHTTPError(400, message, "BadRequestError", "input_tokens")
+def model_not_found(name: str | None, served: list[str], flavour: str = "0.33") -> SimHTTPError:
+    """vLLM's 404 (``serve/engine/serving.py``); 0.33 lists the served names, 0.26 did not."""
+    message = f"The model `{name}` does not exist."
+    if flavour != "0.26":
+        message += f" Valid aliases: {', '.join(served)}."
+    return SimHTTPError(404, message, "NotFoundError", "model")
 
 
 def bad_request(message: str, param: str | None = None) -> SimHTTPError:
@@ -89,17 +75,11 @@ async def handle_sim_error(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def handle_validation_error(_request: Request, exc: Exception) -> JSONResponse:
-    """Malformed requests: vLLM answers 400 (not FastAPI's 422) with type "Bad Request"."""
+    """Malformed requests: vLLM answers 400 (not FastAPI's 422) with type "Bad Request" and
+    the errors listed as its handler formats them (``validation.validation_answer``)."""
+    from brain.sim.validation import validation_answer
+
     assert isinstance(exc, RequestValidationError)
-    errors = list(exc.errors())
-    param = None
-    if errors and errors[0].get("loc"):
-        param = ".".join(str(part) for part in errors[0]["loc"])
-    label = "error" if len(errors) == 1 else "errors"
-    lines = [f"{len(errors)} validation {label}:"]
-    for err in errors[:10]:
-        brief = {key: err.get(key) for key in ("type", "loc", "msg") if key in err}
-        lines.append(f"  {brief}")
-    message = "\n".join(lines) if errors else "Validation error"
+    message, param = validation_answer(list(exc.errors()))
     body = error_body(message, HTTPStatus.BAD_REQUEST.phrase, 400, param)
     return JSONResponse(body, status_code=400)

@@ -41,6 +41,7 @@ class _Family:
     buckets: tuple[float, ...] = ()
     values: dict[Labels, float] = field(default_factory=dict)
     hist: dict[Labels, list[float]] = field(default_factory=dict)  # bucket counts + [sum, count]
+    base: bool = True  # the registry's base labels come first (False: the family names its own)
 
 
 class MetricsRegistry:
@@ -50,23 +51,38 @@ class MetricsRegistry:
         self._base: Labels = tuple(base_labels.items())
         self._families: dict[str, _Family] = {}
 
-    def declare(self, name: str, help_text: str, kind: str, buckets: Sequence[float] = ()) -> None:
-        self._families[name] = _Family(name, help_text, kind, tuple(buckets))
+    def declare(
+        self,
+        name: str,
+        help_text: str,
+        kind: str,
+        buckets: Sequence[float] = (),
+        *,
+        base: bool = True,
+    ) -> None:
+        self._families[name] = _Family(name, help_text, kind, tuple(buckets), base=base)
 
-    def _key(self, extra: Mapping[str, str] | None) -> Labels:
-        return self._base + tuple((extra or {}).items())
+    def _key(self, family: _Family, extra: Mapping[str, str] | None) -> Labels:
+        own = tuple((extra or {}).items())
+        return self._base + own if family.base else own
 
     def set(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
-        self._families[name].values[self._key(labels)] = float(value)
-
-    def inc(self, name: str, amount: float = 1.0, labels: Mapping[str, str] | None = None) -> None:
         family = self._families[name]
-        key = self._key(labels)
+        family.values[self._key(family, labels)] = float(value)
+
+    def inc(
+        self,
+        name: str,
+        amount: float = 1.0,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        family = self._families[name]
+        key = self._key(family, labels)
         family.values[key] = family.values.get(key, 0.0) + float(amount)
 
     def observe(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
         family = self._families[name]
-        key = self._key(labels)
+        key = self._key(family, labels)
         slots = family.hist.setdefault(key, [0.0] * (len(family.buckets) + 2))
         for i, bound in enumerate(family.buckets):
             if value <= bound:
@@ -77,7 +93,7 @@ class MetricsRegistry:
     def ensure(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """Make a series exist at zero, so scrapers see it before the first event."""
         family = self._families[name]
-        key = self._key(labels)
+        key = self._key(family, labels)
         if family.kind == "histogram":
             family.hist.setdefault(key, [0.0] * (len(family.buckets) + 2))
         else:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from brain.sim.tokenizer import content_text
 
@@ -46,24 +46,52 @@ class SimChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None
-    messages: list[SimMessage] = Field(min_length=1)
+    messages: list[SimMessage]
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = True
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
     n: int | None = 1
-    stream_interval: int | None = Field(None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = None
+    stream_interval: int | None = None
     """Tokens per streamed chunk for this request (vLLM >= 0.33; clamped up to the server's)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_before_validators(cls, data: Any) -> Any:
+        """vLLM's own before-validators of the chat request (``validation.check_raw_chat``)."""
+        from brain.sim.validation import check_raw_chat
+
+        return check_raw_chat(data) if isinstance(data, dict) else data
 
     @property
     def output_limit(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
+        """What the request asks for (``max_completion_tokens`` wins, as in vLLM)."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
 
     def message_dicts(self) -> list[dict[str, Any]]:
         return [m.model_dump(exclude_none=True) for m in self.messages]
+
+    def tool_parameters(self, name: str) -> object:
+        """The JSON schema of the offered tool called ``name`` (None when there is none)."""
+        for tool in self.tools or []:
+            function = tool.get("function") or {}
+            if isinstance(function, dict) and function.get("name") == name:
+                return function.get("parameters")
+        return None
 
     def tool_names(self) -> list[str]:
         names = []

@@ -32,6 +32,7 @@ from brain.sim.config import SimConfig
 from brain.sim.logs import (
     LogFn,
     engine_config_lines,
+    listening_line,
     ready_lines,
     silent_log,
     uvicorn_line,
@@ -175,12 +176,7 @@ class SimServer:
             self.log(line)
         sock = self._sock or _bind(self.host, self.port)
         self._sock = None
-        self.log(
-            vllm_line(
-                f"Starting vLLM API server 0 on http://{self.host}:{self.port}",
-                "api_server.py:1895",
-            )
-        )
+        self.log(listening_line(self.config, self.host, self.port))
         uv_config = uvicorn.Config(
             self.app,
             log_config=None,

@@ -1,16 +1,21 @@
 """From a policy's turn to the exact output tokens the server sends, as vLLM would shape them.
 
 Applied in this order: the request's tool options (no tools offered or ``tool_choice: none``
-drop calls; ``required`` and a named tool force one; ``parallel_tool_calls: false`` keeps the
-first), then content faults (malformed arguments, unknown tool, empty turn, forced ``length``),
-then the output limit (``max_completion_tokens``/``max_tokens``, else the room left in the
-context), which cuts the token stream, tool-call arguments included, with finish_reason
-``length``. A tool call costs one token for its header (id, name) plus its argument pieces.
+drop calls; ``required`` and a named tool force calls to offered tools, as vLLM's structured
+output over the tools' schemas does, with arguments that hold every required property when
+the policy gave none; ``parallel_tool_calls: false`` keeps the first), then content faults
+(malformed arguments, unknown tool, empty turn, forced ``length``), then the output limit
+(the sampling ``max_tokens`` the server settled on, ``validation.output_limit``), which cuts
+the token stream, tool-call arguments included, with finish_reason ``length``. A tool call
+costs one token for its header (id, name) plus its argument pieces. The finish reason follows
+``resolve_finish_reason`` (``serve/utils/tool_calls_utils.py``): ``tool_calls`` when calls were
+made and the model stopped on its own, except for a named tool choice, which is ``stop``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -63,6 +68,44 @@ class Emission:
         return out
 
 
+_PLACEHOLDERS: dict[str, object] = {
+    "string": "",
+    "integer": 0,
+    "number": 0,
+    "boolean": False,
+    "array": [],
+    "object": {},
+    "null": None,
+}
+
+
+def schema_arguments(schema: object) -> str:
+    """Arguments JSON holding every required property of ``schema`` (a JSON schema object),
+    each with the plainest value of its type (its ``enum``'s first, its ``default``)."""
+    if not isinstance(schema, dict):
+        return "{}"
+    properties = schema.get("properties") or {}
+    out: dict[str, object] = {}
+    for name in schema.get("required") or []:
+        prop = properties.get(name) if isinstance(properties, dict) else None
+        prop = prop if isinstance(prop, dict) else {}
+        if "default" in prop:
+            out[name] = prop["default"]
+        elif prop.get("enum"):
+            out[name] = prop["enum"][0]
+        elif prop.get("type") == "object":
+            out[name] = json.loads(schema_arguments(prop))
+        else:
+            kind = prop.get("type")
+            kind = kind[0] if isinstance(kind, list) and kind else kind
+            out[name] = _PLACEHOLDERS.get(str(kind), "")
+    return json.dumps(out, ensure_ascii=False)
+
+
+def _forced_call(request: SimChatRequest, name: str) -> tuple[str, str]:
+    return name, schema_arguments(request.tool_parameters(name))
+
+
 def _apply_tool_options(
     turn: SimTurn, request: SimChatRequest
 ) -> tuple[str | None, list[tuple[str, str]]]:
@@ -75,11 +118,13 @@ def _apply_tool_options(
             names = ", ".join(name for name, _ in calls)
             content = f"(sim) I would call {names}, but no tool may be called here."
         calls = []
-    elif choice == "required" and not calls:
-        calls = [(offered[0], "{}")]
+    elif choice == "required":
+        calls = [c for c in calls if c[0] in offered] or [_forced_call(request, offered[0])]
+        content = None  # the output is the calls' JSON, nothing else
     elif isinstance(choice, dict):
         forced = str((choice.get("function") or {}).get("name", ""))
-        calls = [c for c in calls if c[0] == forced][:1] or [(forced, "{}")]
+        calls = [c for c in calls if c[0] == forced][:1] or [_forced_call(request, forced)]
+        content = None
     if request.parallel_tool_calls is False:
         calls = calls[:1]
     return content, calls
@@ -107,12 +152,12 @@ def shape_turn(
     turn: SimTurn,
     request: SimChatRequest,
     *,
-    prompt_tokens: int,
-    max_model_len: int,
+    max_tokens: int,
     faults: Iterable[str] = (),
     id_seed: str = "",
 ) -> Emission:
-    """The tokens to send for ``turn`` under ``request``'s options, limits and ``faults``."""
+    """The tokens to send for ``turn`` under ``request``'s options, the sampling
+    ``max_tokens`` and ``faults``."""
     active = {f for f in faults if f in CONTENT_FAULTS}
     if turn.fault in CONTENT_FAULTS:
         active.add(turn.fault)
@@ -128,7 +173,7 @@ def shape_turn(
         tokens.append(OutputToken("tool", "", index, header=True))
         tokens += [OutputToken("tool", p, index) for p in split_pieces(args)]
 
-    finish = turn.finish_reason or ("tool_calls" if calls else "stop")
+    finish = turn.finish_reason or "stop"
     if "length" in active:
         cut = len(tokens) // 2
         if calls:
@@ -137,8 +182,9 @@ def shape_turn(
             cut = header + 1 + max(1, arg_count // 2) if arg_count > 1 else header + 1
         tokens, finish = tokens[: max(1, cut)], "length"
 
-    room = max_model_len - prompt_tokens
-    limit = min(request.output_limit or room, room)
-    if len(tokens) > limit:
-        tokens, finish = tokens[: max(0, limit)], "length"
+    if len(tokens) > max_tokens:
+        tokens, finish = tokens[: max(0, max_tokens)], "length"
+    named = isinstance(request.tool_choice, dict)
+    if finish == "stop" and any(t.header for t in tokens) and not named:
+        finish = "tool_calls"
     return Emission(tokens=tokens, calls=outs, finish_reason=finish, faults=active)

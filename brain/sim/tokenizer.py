@@ -17,8 +17,10 @@ The rule, which everything in the sim (the 400 context check, ``usage``, ``/toke
   ``IMAGE_TOKENS = 256`` tokens whatever its size, the fixed per-image cost of Gemma 3's and
   Gemma 4's default vision budget. Budgets, usage and ``/tokenize`` all include it.
 * Text is encoded as UTF-8 and cut into 4-byte chunks; each chunk is one token, so a text of
-  B bytes has ceil(B / 4) tokens. Token ids are ``int.from_bytes(b"\\x01" + chunk, "big")``, which
-  makes ``/detokenize`` the exact inverse of ``/tokenize``.
+  B bytes has ceil(B / 4) tokens. A chunk's id is a hash of it in ``[FIRST_ID, VOCAB_SIZE)``,
+  the range of a real vocabulary (Gemma's size), the same in every process; ``/detokenize``
+  turns ids back into the chunks this server has encoded (a :class:`Vocabulary`), and any
+  other id into U+FFFD, as a real tokenizer would for an id it has no piece for.
 * Generated text is cut into pieces of whole characters holding at least 4 bytes each (the last
   may hold fewer); each piece is one output token and one unit of streaming.
 
@@ -27,6 +29,7 @@ Counting the same messages therefore gives the same number in any process.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -39,24 +42,50 @@ IMAGE_TEXT = _IMAGE_OPEN + "." * (IMAGE_TOKENS * BYTES_PER_TOKEN - 30) + _IMAGE_
 tokens wherever it falls (ceil((B + 4n) / 4) = ceil(B / 4) + n)."""
 
 
-def encode(text: str) -> list[int]:
-    """Token ids for ``text`` (see the module docstring)."""
+VOCAB_SIZE = 262144
+FIRST_ID = 256
+"""Ids below this stand for special tokens and are never given to a chunk."""
+
+
+def _chunks(text: str) -> list[bytes]:
     data = text.encode("utf-8")
-    return [
-        int.from_bytes(b"\x01" + data[i : i + BYTES_PER_TOKEN], "big")
-        for i in range(0, len(data), BYTES_PER_TOKEN)
-    ]
+    return [data[i : i + BYTES_PER_TOKEN] for i in range(0, len(data), BYTES_PER_TOKEN)]
 
 
-def decode(tokens: Iterable[int]) -> str:
-    """Text for token ids made by :func:`encode`; unknown ids decode to U+FFFD."""
-    out = bytearray()
-    for token in tokens:
-        if token <= 0:
-            continue
-        raw = token.to_bytes((token.bit_length() + 7) // 8, "big")
-        out += raw[1:] if raw[:1] == b"\x01" else b"\xef\xbf\xbd"
-    return out.decode("utf-8", errors="replace")
+def chunk_id(chunk: bytes) -> int:
+    """The id of one 4-byte chunk: stable across processes, inside the vocabulary."""
+    digest = int.from_bytes(hashlib.blake2b(chunk, digest_size=8).digest(), "big")
+    return FIRST_ID + digest % (VOCAB_SIZE - FIRST_ID)
+
+
+class Vocabulary:
+    """The chunks a server has encoded, so ``/detokenize`` can invert ``/tokenize``.
+
+    Bounded: past ``max_entries`` the oldest are forgotten (their ids then decode to U+FFFD).
+    """
+
+    def __init__(self, max_entries: int = 1 << 20):
+        self._pieces: dict[int, bytes] = {}
+        self._max = max_entries
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids for ``text`` (see the module docstring), remembered for decoding."""
+        ids = []
+        for chunk in _chunks(text):
+            token = chunk_id(chunk)
+            if token not in self._pieces:
+                if len(self._pieces) >= self._max:
+                    self._pieces.pop(next(iter(self._pieces)))
+                self._pieces[token] = chunk
+            ids.append(token)
+        return ids
+
+    def decode(self, tokens: Iterable[int]) -> str:
+        """Text for ids this vocabulary gave out; any other id decodes to U+FFFD."""
+        out = bytearray()
+        for token in tokens:
+            out += self._pieces.get(token, b"\xef\xbf\xbd")
+        return out.decode("utf-8", errors="replace")
 
 
 def count_text(text: str) -> int:

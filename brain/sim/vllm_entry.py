@@ -4,13 +4,17 @@ The brain's Docker tests build a fake ``vllm/vllm-openai`` image whose entrypoin
 module, so the brain's real ``vllm serve`` command line must start the sim. Flags that map are
 honoured (``--served-model-name``, ``--max-model-len``, ``--host``, ``--port``, ``--api-key``,
 ``--max-num-seqs``, ``--max-num-queued-reqs``, ``--speculative-config``, ``--seed``,
-``--allowed-local-media-path``, ``--stream-interval``); every other flag is accepted and
-ignored with one log line, as the sim has no GPU to apply it to.
+``--allowed-local-media-path``, ``--stream-interval``, ``--enable-auto-tool-choice``,
+``--tool-call-parser``, ``--block-size``, ``--[no-]enable-prefix-caching``); every other
+flag is accepted and ignored with one log line, as the sim has no GPU to apply it to. As with
+vLLM, without ``--enable-auto-tool-choice`` and ``--tool-call-parser`` a request
+with tools (``tool_choice`` "auto" by default) is refused with vLLM's 400.
 
 Sim-only settings come from the environment, since vLLM's argv has no room for them:
 ``BRAIN_SIM_CONFIG`` (YAML of SimConfig fields, the base), ``BRAIN_SIM_POLICY``,
 ``BRAIN_SIM_LOAD_DELAY``, ``BRAIN_SIM_FATAL_LOG``, ``BRAIN_SIM_FAULTS`` (``;``-separated fault
-specs). ``VLLM_API_KEY`` is read like vLLM does.
+specs), ``BRAIN_SIM_VLLM_VERSION`` (``0.26`` or ``0.33``: the release to answer as).
+``VLLM_API_KEY`` is read like vLLM does.
 """
 
 from __future__ import annotations
@@ -58,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--allowed-local-media-path", default=None)
     parser.add_argument("--stream-interval", type=int, default=None)
+    parser.add_argument("--enable-auto-tool-choice", action="store_true", default=False)
+    parser.add_argument("--tool-call-parser", default=None)
+    parser.add_argument("--block-size", type=int, default=None)
+    parser.add_argument(
+        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None
+    )
     return parser
 
 
@@ -83,7 +93,15 @@ def config_from_vllm_argv(
         "stream_interval": known.stream_interval,
         "policy": env.get("BRAIN_SIM_POLICY"),
         "fatal_log": env.get("BRAIN_SIM_FATAL_LOG"),
+        "vllm_version": env.get("BRAIN_SIM_VLLM_VERSION"),
+        "block_size": known.block_size,
+        "enable_prefix_caching": known.enable_prefix_caching,
     }
+    # vLLM's tool flags: what the command line says, never the sim's own defaults
+    data = {"enable_auto_tool_choice": known.enable_auto_tool_choice}
+    data["tool_call_parser"] = known.tool_call_parser
+    if data["enable_auto_tool_choice"] and not data["tool_call_parser"]:
+        raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")
     if known.max_model_len is not None:
         overrides["max_model_len"] = parse_max_model_len(known.max_model_len)
     keys = list(known.api_key or []) or ([env["VLLM_API_KEY"]] if env.get("VLLM_API_KEY") else [])
@@ -101,7 +119,8 @@ def config_from_vllm_argv(
     if env.get("BRAIN_SIM_FAULTS"):
         extra = [parse_fault_spec(s) for s in env["BRAIN_SIM_FAULTS"].split(";") if s.strip()]
         overrides["faults"] = [f.model_dump() for f in (*base.faults, *extra)]
-    return build_config(base, overrides), ignored
+    config = build_config(base, overrides)
+    return config.model_copy(update=data), ignored
 
 
 def main(argv: Sequence[str] | None = None) -> int:
