@@ -60,6 +60,11 @@ BOUND_MESSAGE_SLACK = 32
 BOUND_CALL_FACTOR = 2
 """A tool call's JSON may be re-serialized by the template with spaces: at most twice its bytes."""
 IDENTITY_CACHE = 4096
+PROBE: dict[str, Any] = {"role": "user", "content": ""}
+"""An empty user turn, counted when the server refuses an empty request: vLLM's chat template
+(transformers' ``apply_chat_template``) answers 400 "Cannot apply chat template to an empty
+conversation" to ``/tokenize`` with ``messages: []``. The fixed costs are then read from one
+and two probes: ``overhead = 2 * count([PROBE]) - count([PROBE, PROBE])``."""
 """Messages remembered by identity (each entry keeps its dict alive): more than a context
 window holds, few enough that compacted-away tool output is not kept for the whole run. A
 message evicted while still in the history is found again by its content key."""
@@ -191,6 +196,8 @@ class TokenCounter:
         its id cannot be reused)."""
         self._tools_bytes: tuple[list[Message], int] | None = None
         self._overhead: int | None = None
+        self._fixed: dict[str, int | None] = {}  # fixed costs asked without ``shared``
+        self._empty_refused = False  # the server refuses an empty request: use the probes
         self._server: bool | None = None  # None: not yet known; False: no /tokenize
         self._limit = asyncio.Semaphore(concurrency)
         self._max_cache = max_cache
@@ -220,13 +227,18 @@ class TokenCounter:
             self._server = True
         return count
 
-    async def _ask_shared(self, key: str, tools: list[Message] | None) -> int | None:
-        """An empty request (with ``tools``) counted: once per process when ``shared``."""
+    async def _ask_shared(
+        self, key: str, tools: list[Message] | None, messages: list[Message] | None = None
+    ) -> int | None:
+        """An empty request, or ``messages`` (probes), with ``tools``, counted: once per
+        process when ``shared``."""
         if self._shared is None:
-            return await self._ask([], tools)
+            if key not in self._fixed:
+                self._fixed[key] = await self._ask(list(messages or []), tools)
+            return self._fixed[key]
 
         async def ask() -> tuple[int | None, bool | None]:
-            return await self._ask([], tools), self._server
+            return await self._ask(list(messages or []), tools), self._server
 
         count, server = await self._shared.once(self.model, key, ask)
         if server is not None:
@@ -234,9 +246,16 @@ class TokenCounter:
         return count
 
     async def overhead(self) -> int:
-        """Tokens of an empty request (generation prompt, BOS): measured once."""
+        """Tokens of an empty request (generation prompt, BOS): measured once; from the
+        probes (:data:`PROBE`) when the server refuses an empty request, as vLLM does."""
         if self._overhead is None:
             count = await self._ask_shared("overhead", None)
+            if count is None and self._server is not False:
+                self._empty_refused = True
+                one = await self._ask_shared("probe", None, [PROBE])
+                two = await self._ask_shared("probe2", None, [PROBE, PROBE])
+                if one is not None and two is not None:
+                    count = max(0, 2 * one - two)
             self._overhead = count if count is not None else 0
         return self._overhead
 
@@ -347,7 +366,14 @@ class TokenCounter:
         hit = self._tools.get(key)
         if hit is None:
             overhead = await self.overhead()
-            count = await self._ask_shared(f"tools:{key}", tools)
+            count = None
+            if not self._empty_refused:
+                count = await self._ask_shared(f"tools:{key}", tools)
+            if count is None and self._server is not False:  # an empty request refused
+                with_tools = await self._ask_shared(f"tools-probe:{key}", tools, [PROBE])
+                alone = await self._ask_shared("probe", None, [PROBE])
+                if with_tools is not None and alone is not None:
+                    count = with_tools - alone + overhead
             if count is None:
                 hit = (estimate_tools_tokens(tools), False)
             else:

@@ -192,6 +192,10 @@ def test_upper_bound_is_never_below_the_real_count(
     asyncio.run(check())
 
 
+FIXED_COST_CALLS = 4
+"""An empty request (refused, as vLLM refuses it), two probes, the tool schemas with a probe."""
+
+
 @pytest.mark.anyio
 async def test_far_from_the_limit_a_new_step_costs_no_tokenize_call() -> None:
     async with sim_client() as client:
@@ -199,9 +203,9 @@ async def test_far_from_the_limit_a_new_step_costs_no_tokenize_call() -> None:
         counter = TokenCounter(calls, MODEL)
         messages = conversation(10)
         first = await counter.upper_bound(messages[:-2], TOOLS)
-        assert calls.calls == 2  # the fixed overhead and the tool schemas, once
+        assert calls.calls == FIXED_COST_CALLS  # the fixed overhead and the tool schemas, once
         second = await counter.upper_bound(messages, TOOLS)
-        assert calls.calls == 2
+        assert calls.calls == FIXED_COST_CALLS
         assert first is not None and second is not None and second > first
         assert second >= await client.count_tokens(MODEL, messages, TOOLS)
 
@@ -252,14 +256,29 @@ async def test_runs_sharing_server_counts_ask_the_fixed_costs_once() -> None:
         counters = [TokenCounter(calls, MODEL, shared=shared) for _ in range(16)]
         messages = conversation(4)
         bounds = await asyncio.gather(*(c.upper_bound(messages, TOOLS) for c in counters))
-        assert calls.calls == 2  # the overhead and the tool schemas, for all sixteen runs
+        assert calls.calls == FIXED_COST_CALLS  # overhead and tool schemas, for all sixteen
         assert len(set(bounds)) == 1 and bounds[0] is not None
         assert all(c.uses_server is True for c in counters)
         alone = TokenCounter(calls, MODEL)  # a counter that shares nothing asks for itself
         assert await alone.upper_bound(messages, TOOLS) == bounds[0]
-        assert calls.calls == 4
+        assert calls.calls == 2 * FIXED_COST_CALLS
         other_tools = await counters[0].upper_bound(messages, TOOLS[:1])
-        assert calls.calls == 5 and other_tools is not None
+        assert calls.calls == 2 * FIXED_COST_CALLS + 1 and other_tools is not None
+
+
+@pytest.mark.anyio
+async def test_a_server_refusing_an_empty_request_still_gives_exact_fixed_costs() -> None:
+    """vLLM answers 400 "Cannot apply chat template to an empty conversation" to an empty
+    /tokenize (recorded from 0.26; the sim does the same): the fixed costs come from probes,
+    exactly, so counts stay exact instead of falling back to estimates."""
+    async with sim_client() as client:
+        with pytest.raises(BadRequest, match="empty conversation"):
+            await client.count_tokens(MODEL, [], None)
+        counter = TokenCounter(client.count_tokens, MODEL)
+        assert await counter.overhead() == count_chat([], None)
+        result = await counter.count(conversation(3), TOOLS)
+        assert result.exact
+        assert result.tools == count_chat([], TOOLS) - count_chat([], None)
 
 
 @pytest.mark.anyio

@@ -100,7 +100,7 @@ def test_fatal_log_is_printed_and_exits_1():
     process = start([*BRAIN_SIM, "--port", str(free_port()), "--fatal-log", fatal])
     output, _ = process.communicate(timeout=20)
     assert process.returncode == 1
-    assert fatal in output and "Starting vLLM API server" not in output
+    assert fatal in output and "Starting vLLM server" not in output
 
 
 def test_exit_fault_kills_the_process():

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, PrivateAttr
@@ -154,6 +154,7 @@ def create_app(
     app.state.sim = state
     app.add_exception_handler(errors.SimHTTPError, errors.handle_sim_error)
     app.add_exception_handler(RequestValidationError, errors.handle_validation_error)
+    app.add_exception_handler(validation.VLLMValidationError, _handle_vllm_validation_error)
     if config.api_keys:
         app.add_middleware(AuthMiddleware, tokens=list(config.api_keys))
 
@@ -202,15 +203,28 @@ def create_app(
         _check_model(state, body.model)
         return {"prompt": state.vocab.decode(body.tokens)}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", dependencies=[Depends(_json_only)])
     async def chat_completions(body: SimChatRequest, request: Request) -> Response:
         return await _chat(state, body, request)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", dependencies=[Depends(_json_only)])
     async def completions(body: SimCompletionRequest) -> Response:
         return await complete_text(state, body)
 
     return app
+
+
+async def _handle_vllm_validation_error(_request: Request, exc: Exception) -> Response:
+    """vLLM's handler for its own errors (``create_error_response``): 400 with the text."""
+    assert isinstance(exc, validation.VLLMValidationError)
+    return exc.http().response()
+
+
+async def _json_only(request: Request) -> None:
+    """vLLM's ``validate_json_request``: anything but an application/json body is a 400."""
+    media = request.headers.get("content-type", "").lower().split(";", maxsplit=1)[0]
+    if media != "application/json":
+        raise RequestValidationError(errors=[validation.UNSUPPORTED_MEDIA_TYPE])
 
 
 def _model_card(state: SimState, name: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 __all__ = ["SimProcess"]
 
-_READY = re.compile(r"Starting vLLM API server 0 on http://[\d.]+:(\d+)")
+_READY = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on http://[\d.]+:(\d+)")
 
 
 class SimProcess:

@@ -4,9 +4,12 @@ Three layers, as in vLLM:
 
 1. The request model's ``mode="before"`` validators (``entrypoints/openai/chat_completion/
    protocol.py``: ``validate_stream_options``, ``check_logprobs``, ``check_tool_usage``). They
-   raise a ``VLLMValidationError`` inside pydantic, so the answer is the validation handler's
-   400 with type ``Bad Request``, the error listed as pydantic reports it, and ``param`` taken
-   from the error (``serve/exception_handling/handlers/validation.py``).
+   raise a ``VLLMValidationError``, which is no ``ValueError``, so pydantic does not wrap it:
+   it leaves the request model as it is, and vLLM's handler for its own errors answers 400
+   ``BadRequestError`` with the error's text and parameter
+   (``serve/exception_handling/register.py``, ``error_response.py``). Pydantic's own errors
+   (a missing field, broken JSON) get the validation handler's 400 with type ``Bad Request``
+   and the errors listed (``serve/exception_handling/handlers/validation.py``).
 2. The renderer's checks (``renderers/online_renderer.py``: tool flags;
    ``renderers/params.py``: ``max_tokens`` above the window, a prompt over the window), then
    ``get_max_tokens`` (``serve/utils/api_utils.py``), which clamps ``max_tokens`` to the room
@@ -15,8 +18,7 @@ Three layers, as in vLLM:
    top_k, min_p, max_tokens, stream_interval. These answer 400 ``BadRequestError`` with the
    error's text (``(parameter=..., value=...)`` appended when it names them).
 
-The sim's own exception carries vLLM's class name, because the validation handler's message
-shows the error's ``repr`` in ``ctx``.
+The sim's own exception carries vLLM's class name and, like vLLM's, is no ``ValueError``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ EMPTY_CONVERSATION = (
 """transformers' ``apply_chat_template`` text, which vLLM answers with 400 (recorded from 0.26)."""
 
 
-class VLLMValidationError(ValueError):
-    """vLLM's ``VLLMValidationError``: a message plus the parameter and value it is about."""
+class VLLMValidationError(Exception):
+    """vLLM's ``VLLMValidationError``: a message plus the parameter and value it is about.
+
+    Not a ``ValueError`` (vLLM's derives from ``VLLMClientError(VLLMError(Exception))``), so a
+    pydantic validator raising it is not turned into a validation error."""
 
     def __init__(self, message: str, *, parameter: str | None = None, value: Any = None):
         super().__init__(message)
@@ -200,7 +205,9 @@ def _summarize(value: object) -> object:
     return text[:_MAX_INPUT_CHARS] + "...[truncated]" if len(text) > _MAX_INPUT_CHARS else text
 
 
-def _format_error(err: Mapping[str, Any]) -> str:
+def _format_error(err: object) -> str:
+    if not isinstance(err, Mapping):
+        return str(err)
     shown = dict(err)
     if "input" in shown:
         shown["input"] = _summarize(shown["input"])
@@ -210,16 +217,18 @@ def _format_error(err: Mapping[str, Any]) -> str:
     return text[:_MAX_ERROR_CHARS] + "...[truncated]" if len(text) > _MAX_ERROR_CHARS else text
 
 
-def validation_answer(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str | None]:
+def validation_answer(errors: Sequence[object]) -> tuple[str, str | None]:
     """(message, param) of vLLM's 400 for a request that failed its model's validation."""
     param = None
     for err in errors:
-        ctx_error = (err.get("ctx") or {}).get("error")
+        ctx = err.get("ctx") if isinstance(err, Mapping) else None
+        ctx_error = ctx.get("error") if isinstance(ctx, Mapping) else None
         if isinstance(ctx_error, VLLMValidationError):
             param = ctx_error.parameter
             break
-    if param is None and errors and errors[0].get("loc"):
-        param = clean_loc(errors[0]["loc"])
+    first = errors[0] if errors else None
+    if param is None and isinstance(first, Mapping) and first.get("loc"):
+        param = clean_loc(first["loc"])
     if not errors:
         return "Validation error", param
     label = "error" if len(errors) == 1 else "errors"
@@ -232,6 +241,10 @@ def validation_answer(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str | N
 
 
 # --------------------------------------------------------- layer 2: the renderer and the clamp
+
+
+UNSUPPORTED_MEDIA_TYPE = "Unsupported Media Type: Only 'application/json' is allowed"
+"""``validate_json_request`` (``serve/utils/api_utils.py``), a dependency of the generate routes."""
 
 
 def tool_flags_error(
