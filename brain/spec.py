@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from brain import vllm_choices
+
 # The vLLM image this project is tested against. Pinned because flags, log lines and error
 # texts drift between releases (see reference/vllm.md); vLLM 0.33.0 is the version whose
 # source and argument parser the brain's argv was checked with.
@@ -31,69 +33,9 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 # The port vLLM listens on inside the container; the spec's port is the published one.
 CONTAINER_PORT = 8000
 
-# vllm/tool_parsers/__init__.py (_TOOL_PARSERS_TO_REGISTER) in vLLM 0.33.0.
-KNOWN_TOOL_CALL_PARSERS: frozenset[str] = frozenset(
-    {
-        "apertus",
-        "beam",
-        "cohere_command3",
-        "cohere_command4",
-        "deepseek_v3",
-        "deepseek_v31",
-        "deepseek_v32",
-        "deepseek_v4",
-        "deepseek_v41",
-        "dots",
-        "ernie45",
-        "functiongemma",
-        "gemma4",
-        "gigachat3",
-        "glm45",
-        "glm47",
-        "granite",
-        "granite-20b-fc",
-        "granite4",
-        "hermes",
-        "hf",
-        "hunyuan_a13b",
-        "hy_v3",
-        "hy_v4",
-        "inkling",
-        "internlm",
-        "jamba",
-        "k2_horizon",
-        "kimi_k2",
-        "kimi_k3",
-        "lfm2",
-        "ling3",
-        "llama3_json",
-        "llama4_json",
-        "llama4_pythonic",
-        "longcat",
-        "mimo",
-        "minicpm5",
-        "minimax_m2",
-        "minimax_m3",
-        "mistral",
-        "muse",
-        "muse_glimmer",
-        "musespark1x",
-        "olmo3",
-        "openai",
-        "phi4_mini_json",
-        "plamo3",
-        "poolside_v1",
-        "pythonic",
-        "qwen3_coder",
-        "qwen3_json",
-        "qwen3_xml",
-        "seed_oss",
-        "step3",
-        "step3p5",
-        "step5",
-        "xlam",
-    }
-)
+# vllm/tool_parsers/__init__.py (_TOOL_PARSERS_TO_REGISTER) in vLLM 0.33.0; the other lists of
+# accepted values are in brain/vllm_choices.py.
+KNOWN_TOOL_CALL_PARSERS: frozenset[str] = vllm_choices.TOOL_CALL_PARSERS
 
 # Quantizations whose vLLM 0.33 methods set ``supports_pre_processed_weights`` (fp8 linear and
 # MoE, ModelOpt NVFP4 MoE, MXFP4 MoE); anything else raises UnsupportedQuantForIPCError.
@@ -535,6 +477,7 @@ def structural_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
             p.append((f"speculative.extra.{key}", "not allowed here.", fix))
         p += _container_path_problem(spec, "speculative.model", sp.model)
 
+    p += _choice_problems(spec)
     if spec.enable_auto_tool_choice and not spec.tool_call_parser:
         p.append(
             (
@@ -627,6 +570,33 @@ def structural_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
 
 
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+
+
+def _choice_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
+    """Values vLLM would refuse at parse or engine-config time (``brain/vllm_choices.py``)."""
+    c = vllm_choices
+    plugin = any(a.startswith("--reasoning-parser-plugin") for a in spec.extra_args)
+    checks = [
+        c.choice_problem("dtype", spec.dtype, c.DTYPES),
+        c.choice_problem("kv_cache_dtype", spec.kv_cache_dtype, c.KV_CACHE_DTYPES),
+        c.choice_problem(
+            "attention_backend", spec.attention_backend, c.ATTENTION_BACKENDS, upper=True
+        ),
+        c.choice_problem("quantization", spec.quantization, c.QUANTIZATION_METHODS),
+        None
+        if plugin
+        else c.choice_problem(
+            "reasoning_parser",
+            spec.reasoning_parser,
+            c.REASONING_PARSERS,
+            plugin="--reasoning-parser-plugin",
+        ),
+    ]
+    if spec.speculative is not None and spec.speculative.method:
+        checks.append(
+            c.choice_problem("speculative.method", spec.speculative.method, c.SPECULATIVE_METHODS)
+        )
+    return [problem for problem in checks if problem is not None]
 
 
 def _distributed_problems(spec: ServerSpec, d: DistributedSpec) -> list[tuple[str, str, str]]:

@@ -454,3 +454,22 @@ def test_the_expected_answers_are_vllms_own() -> None:
         found = mismatches(bare, answer, case, None)
         problems += [f"{case.id}: {p}" for p in found]
     assert not problems, "\n".join(problems)
+
+
+def test_the_brains_value_lists_are_vllms() -> None:
+    """``brain/vllm_choices.py`` holds exactly what the installed vLLM accepts."""
+    python = _vllm_python()
+    if python is None:
+        pytest.skip("no installed vLLM: set MARATHON_VLLM_PYTHON to a Python with vllm 0.33")
+    from brain import vllm_choices
+
+    done = subprocess.run(
+        [python, str(HERE / "vllm_lists.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name, values in json.loads(done.stdout).items():
+        assert getattr(vllm_choices, name) == frozenset(values), name
