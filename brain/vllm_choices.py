@@ -15,9 +15,9 @@ Taken from the installed vLLM 0.33.0 package (the lite recipe of the reference `
   "Reasoning parser ... not found"; ``--reasoning-parser-plugin`` may register more);
 * ``tool_call_parser``: ``ToolParserManager.list_registered()`` (``vllm/tool_parsers``).
 
-A newer vLLM may accept more: refresh these lists from its package (the script in the
-``tests/conformance/vllm_lists.py`` prints them; the optional conformance test compares) and
-bump :data:`VLLM_VERSION`.
+A newer vLLM may accept more: refresh these lists from its package
+(``tests/conformance/vllm_lists.py`` prints them; the optional conformance test compares them
+with these) and bump :data:`VLLM_VERSION`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Print, as JSON, the value lists an installed vLLM accepts for the fields ``brain/vllm_choices.py``
-records (run in a Python that has vLLM; the optional conformance test compares the two).
+"""Print, as JSON, the value lists an installed vLLM accepts for the fields that
+``brain/vllm_choices.py`` records (run in a Python that has vLLM; the optional conformance test
+compares the two).
 
 Nothing of the project is imported: this file only reads vLLM.
 """
