@@ -3,10 +3,11 @@
 The daemon loads the weights once and hands them to servers started with ``--load-format
 ipc_cache``; the brain starts servers with ``fallback: false`` so a mismatched daemon is an
 error, and checks first, naming the fields that differ (what vLLM would report as
-``WeightCacheKey mismatch on fields: [...]``). The fingerprint uses vLLM's key fields
-(model_loader/weight_cache: checkpoint, model_arch, tp_size, dtype, quantization, revision,
-vllm_version) plus the GPUs and the draft model; offline, the architecture is read from a
-local config.json or stands in as the model id.
+``WeightCacheKey mismatch on fields: [...]``). The fingerprint holds all 22 fields of vLLM
+0.33's ``WeightCacheKey`` (``model_loader/weight_cache/protocol.py:308``), each as the spec
+determines it (the ranks as the set a spec runs, the quantization and RoPE hashes from a local
+config.json and the overriding flags), plus the GPUs and the draft model; offline, the
+architecture is read from a local config.json or stands in as the model id.
 
 The daemon runs through the same kind of launcher as the server: a second container sharing
 the host's IPC and PID namespaces and the socket directory, or a local process. For the sim
@@ -44,12 +45,27 @@ KEY_FIELDS = (
     "checkpoint",
     "model_arch",
     "tp_size",
+    "tp_rank",
     "dtype",
     "quantization",
+    "quant_config_hash",
+    "rope_parameters_hash",
+    "kv_cache_dtype",
+    "kv_cache_dtype_skip_layers",
     "revision",
     "vllm_version",
+    "pp_size",
+    "pp_rank",
+    "is_draft",
+    "dp_size",
+    "dp_rank",
+    "enable_expert_parallel",
+    "expert_placement_strategy",
+    "moe_backend",
+    "linear_backend",
+    "linear_backend_per_quant",
 )
-"""vLLM's WeightCacheKey fields (tp_rank and quant_config_hash follow from the others)."""
+"""vLLM 0.33's WeightCacheKey fields, in its order (``weight_cache/protocol.py:308``)."""
 EXTRA_FIELDS = ("gpus", "draft_model", "socket_dir")
 """Not in the key, but a difference still breaks reuse: another GPU ("Daemon GPU X != engine
 GPU Y"), a drafter with no daemon group, sockets the server cannot find."""
@@ -100,14 +116,99 @@ def _model_arch(spec: ServerSpec) -> str:
     return f"(unknown offline: {spec.model})"
 
 
-def _revision(spec: ServerSpec) -> str | None:
+def _flag(spec: ServerSpec, *names: str) -> str | None:
+    """The value of a vLLM flag in ``extra_args`` (``--flag v`` or ``--flag=v``), or None."""
     args = spec.extra_args
     for i, a in enumerate(args):
-        if a == "--revision" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--revision="):
-            return a.split("=", 1)[1]
+        for name in names:
+            if a == name and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(name + "="):
+                return a.split("=", 1)[1]
     return None
+
+
+def _revision(spec: ServerSpec) -> str | None:
+    return _flag(spec, "--revision")
+
+
+def _local_config(spec: ServerSpec) -> dict[str, Any]:
+    local = _local_model_dir(spec)
+    if local is None:
+        return {}
+    try:
+        data = json.loads((local / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _digest(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _int_flag(spec: ServerSpec, default: int, *names: str) -> int:
+    value = _flag(spec, *names)
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def _kernel(spec: ServerSpec, key: str, flag: str) -> Any:
+    """A KernelConfig value: its own flag, else ``--kernel-config`` JSON, else vLLM's default."""
+    value = _flag(spec, flag) if flag else None
+    if value is not None:
+        return value.lower().replace("-", "_")
+    try:
+        config = json.loads(_flag(spec, "--kernel-config") or "{}")
+    except ValueError:
+        config = {}
+    default: Any = [] if key == "linear_backend_per_quant" else "auto"
+    found = config.get(key, default) if isinstance(config, dict) else default
+    return [list(kv) for kv in sorted(found.items())] if isinstance(found, dict) else found
+
+
+def _key_fields(spec: ServerSpec) -> dict[str, Any]:
+    """vLLM's WeightCacheKey as far as the spec fixes it (see ``from_model_config``)."""
+    config = _local_config(spec)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    tp = spec.tensor_parallel_size
+    pp = spec.distributed.pipeline_parallel_size if spec.distributed else 1
+    pp = _int_flag(spec, pp, "--pipeline-parallel-size", "-pp")
+    dp = _int_flag(spec, 1, "--data-parallel-size", "-dp")
+    skip = _flag(spec, "--kv-cache-dtype-skip-layers")
+    return {
+        "tp_rank": list(range(tp)),
+        "quant_config_hash": _digest(
+            {
+                "checkpoint": config.get("quantization_config"),
+                "runtime": _flag(spec, "--quantization-config"),
+            }
+        ),
+        "rope_parameters_hash": _digest(
+            {
+                "rope_parameters": text.get("rope_parameters") or text.get("rope_scaling"),
+                "rope_theta": text.get("rope_theta"),
+                "max_position_embeddings": text.get("max_position_embeddings"),
+                "hf_overrides": _flag(spec, "--hf-overrides"),
+            }
+        ),
+        "kv_cache_dtype": spec.kv_cache_dtype or "auto",
+        "kv_cache_dtype_skip_layers": sorted(set((skip or "").replace(",", " ").split())),
+        "pp_size": pp,
+        "pp_rank": list(range(pp)),
+        "is_draft": False,
+        "dp_size": dp,
+        "dp_rank": list(range(dp)),
+        "enable_expert_parallel": any(
+            a in ("--enable-expert-parallel", "-ep") for a in spec.extra_args
+        ),
+        "expert_placement_strategy": _flag(spec, "--expert-placement-strategy") or "linear",
+        "moe_backend": _kernel(spec, "moe_backend", "--moe-backend"),
+        "linear_backend": _kernel(spec, "linear_backend", "--linear-backend"),
+        "linear_backend_per_quant": _kernel(spec, "linear_backend_per_quant", ""),
+    }
 
 
 def _vllm_version(spec: ServerSpec) -> str:
@@ -133,6 +234,7 @@ def fingerprint(spec: ServerSpec) -> dict[str, Any]:
         "quantization": spec.quantization,
         "revision": _revision(spec),
         "vllm_version": _vllm_version(spec),
+        **_key_fields(spec),
         "gpus": spec.gpus if spec.gpus == "all" else [str(g) for g in spec.gpus],
         "draft_model": spec.speculative.model if spec.speculative else None,
         "socket_dir": spec.preload.socket_dir,
@@ -140,7 +242,13 @@ def fingerprint(spec: ServerSpec) -> dict[str, Any]:
 
 
 def mismatched_fields(daemon: dict[str, Any], server: dict[str, Any]) -> list[str]:
-    return [f for f in (*KEY_FIELDS, *EXTRA_FIELDS) if daemon.get(f) != server.get(f)]
+    """The fields whose values differ; a daemon recorded before a field was fingerprinted
+    (no such key in its record) is not judged on it."""
+    return [
+        f
+        for f in (*KEY_FIELDS, *EXTRA_FIELDS)
+        if (f in daemon or f in EXTRA_FIELDS) and daemon.get(f) != server.get(f)
+    ]
 
 
 def explain_mismatch(daemon: dict[str, Any], server: dict[str, Any]) -> PreloadMismatch:

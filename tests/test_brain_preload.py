@@ -17,6 +17,7 @@ from brain.preload import (
     check_preload,
     checkpoint_identity,
     fingerprint,
+    mismatched_fields,
     preload_status,
     start_preload,
     stop_preload,
@@ -72,7 +73,7 @@ def test_a_server_with_other_engine_args_is_refused_naming_the_fields(tmp_path):
         )
         with pytest.raises(PreloadMismatch) as exc:
             check_preload(server, registry)
-        assert set(exc.value.fields) == {"tp_size", "dtype", "gpus"}
+        assert set(exc.value.fields) == {"tp_size", "tp_rank", "dtype", "gpus"}
         text = str(exc.value)
         assert "WeightCacheKey mismatch on fields" in text
         assert "tp_size: daemon 1 vs server 2" in text
@@ -132,3 +133,44 @@ def test_docker_fingerprint_carries_the_image_tag_as_vllm_version():
     other = spec.model_copy(update={"tag": "v0.32.0"})
     assert fingerprint(spec)["vllm_version"] == "vllm/vllm-openai:v0.33.0"
     assert fingerprint(spec)["vllm_version"] != fingerprint(other)["vllm_version"]
+
+
+def test_the_fingerprint_holds_all_22_weightcachekey_fields_of_vllm_033():
+    """``WeightCacheKey`` in vLLM 0.33 (model_loader/weight_cache/protocol.py:308) has 22
+    fields; a daemon and a server differing in any of them fail with "WeightCacheKey mismatch"."""
+    from brain.preload import KEY_FIELDS
+
+    assert len(KEY_FIELDS) == 22 and len(set(KEY_FIELDS)) == 22
+    spec = ServerSpec(name="k", backend="process", model="org/m")
+    assert set(KEY_FIELDS) <= set(fingerprint(spec))
+
+
+@pytest.mark.parametrize(
+    ("update", "field"),
+    [
+        ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype"),
+        ({"extra_args": ["--moe-backend", "triton"]}, "moe_backend"),
+        ({"extra_args": ["--enable-expert-parallel"]}, "enable_expert_parallel"),
+        ({"extra_args": ["--data-parallel-size", "2"]}, "dp_size"),
+        ({"extra_args": ["--kv-cache-dtype-skip-layers", "0,1"]}, "kv_cache_dtype_skip_layers"),
+        ({"extra_args": ["--hf-overrides", '{"rope_theta": 1}']}, "rope_parameters_hash"),
+        ({"extra_args": ["--kernel-config", '{"linear_backend": "cutlass"}']}, "linear_backend"),
+    ],
+)
+def test_a_daemon_and_server_differing_in_one_key_field_are_caught_before_launch(update, field):
+    daemon = ServerSpec(name="k", backend="process", model="org/m")
+    server = daemon.model_copy(update=update)
+    assert field in mismatched_fields(fingerprint(daemon), fingerprint(server))
+
+
+def test_a_recorded_fingerprint_matches_itself_after_a_json_round_trip():
+    spec = ServerSpec(
+        name="k",
+        backend="process",
+        model="org/m",
+        extra_args=["--kernel-config", '{"linear_backend_per_quant": {"fp8": "cutlass"}}'],
+    )
+    stored = json.loads(json.dumps(fingerprint(spec)))
+    assert mismatched_fields(stored, fingerprint(spec)) == []
+    old = {k: v for k, v in stored.items() if k != "kv_cache_dtype"}  # an older brain's record
+    assert mismatched_fields(old, fingerprint(spec)) == []
