@@ -21,6 +21,7 @@ import pytest
 from brain.sim.config import FaultRule, SimConfig, Speculative
 from brain.sim.script_policy import ScriptPolicy
 from brain.sim.server import RunningSim, running_sim
+from brain.sim.tokenizer import count_chat
 from pilot import model as pilot_model
 from pilot.errors import (
     BadRequest,
@@ -234,6 +235,32 @@ async def test_context_overflow_is_typed_with_the_limit():
     assert info.value.max_tokens is None
     assert info.value.prompt_tokens == 257
     assert waits.events == []
+
+
+async def test_a_request_over_the_window_is_clamped_by_vllm_033_and_cut_by_length():
+    """vLLM 0.33 serves prompt + max_tokens over the window with max_tokens clamped to the
+    room left: the pilot gets an answer cut with finish_reason "length" and the usage 0.33
+    sends (no 400), which its loop treats as any cut answer."""
+    asked = request("plain-answer", tools=None, tool_choice=None)
+    window = count_chat(asked.messages) + 3  # room for 3 of the answer's 8 tokens
+    with sim(max_model_len=max(window, 16)) as running:
+        client = client_for(running)
+        answer = await client.complete(asked.model_copy(update={"max_tokens": window}))
+        await client.aclose()
+    assert answer.finish_reason == "length"
+    assert answer.usage is not None
+    assert answer.usage.prompt_tokens + answer.usage.completion_tokens == window
+
+
+async def test_the_026_flavour_refuses_it_and_the_pilot_gets_its_typed_overflow():
+    with sim(max_model_len=64, vllm_version="0.26") as running:
+        client = client_for(running)
+        with pytest.raises(ContextOverflow) as info:
+            await client.complete(
+                request("plain-answer", tools=None, tool_choice=None, max_tokens=60)
+            )
+        await client.aclose()
+    assert (info.value.max_model_len, info.value.max_tokens) == (64, 60)
 
 
 async def test_missing_api_key_is_a_configuration_error_naming_the_setting():
