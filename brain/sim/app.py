@@ -5,9 +5,11 @@ Connection-level faults (dropping a connection, refusing new ones, exiting) need
 underneath, reached through the small ``SimControl`` protocol the server provides; a bare app
 falls back to what ASGI can do (raising, which closes the connection mid-stream).
 
-The order of work for one chat request: number it, pick its faults, validate (model name,
-``n``, context length), ask the policy, apply process and HTTP faults, reserve a batch slot (or
-503), then prefill, decode and send, streamed or not.
+The order of work for one chat request: number it, pick its faults, validate as vLLM 0.33 does
+(the request model's checks, the model name, the tool flags, the window and the clamp of
+``max_tokens``, the sampling parameters: ``validation.py``), ask the policy, apply process and
+HTTP faults, queue for a batch slot and KV blocks (or 503), then prefill, decode and send,
+streamed or not.
 """
 
 from __future__ import annotations
