@@ -10,7 +10,7 @@ app = typer.Typer(
     name="brain",
     help="Run and watch the vLLM model server: launch, readiness, diagnosis, restarts, metrics.",
     no_args_is_help=True,
-    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 

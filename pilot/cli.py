@@ -23,13 +23,15 @@ from rich.console import Console
 from rich.table import Table
 
 from pilot import __version__
-from pilot.errors import MarathonError, WorkflowError
+from pilot.cli_errors import DURABILITIES, NoDatabase, UserErrorGroup, open_store
+from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 
 app = typer.Typer(
     name="pilot",
     help="Run coding agents for hours against your own model server; resume after any crash.",
     no_args_is_help=True,
-    add_completion=False,
+    cls=UserErrorGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 
@@ -89,17 +91,30 @@ def _user_errors() -> Iterator[None]:
 
 
 def _endpoints(values: list[str]) -> list[str] | None:
-    """``--endpoint`` given any number of times, each maybe a comma-separated list."""
+    """``--endpoint`` given any number of times, each maybe a comma-separated list; each must
+    be an http(s) URL (a ConfigurationError says which is not)."""
     from pilot.launch import split_endpoints
+    from pilot.workflow_schema import check_endpoint_url
 
-    return split_endpoints(values) or None
+    urls = split_endpoints(values)
+    for url in urls:
+        try:
+            check_endpoint_url(url)
+        except ValueError as exc:
+            raise ConfigurationError(f"--endpoint: {exc}") from None
+    return urls or None
 
 
-def _store(db: str | None, durability: str = "normal"):
+def _notes(console: Console, json_lines: bool) -> Console:
+    """Where notes for a person go: stderr in JSON mode, whose stdout is JSON lines only."""
+    return Console(stderr=True, highlight=False, soft_wrap=True) if json_lines else console
+
+
+def _store(db: str | None, durability: str = "normal", *, create: bool = True):
+    """The store, or a ConfigurationError naming what is wrong (see ``pilot.cli_errors``)."""
     from pilot.environ import protect_environment
-    from pilot.store import EventStore
 
-    store = EventStore(db, durability=durability)
+    store = open_store(db, durability, create=create)
     protect_environment()  # before any tool runs: /proc/<pid>/environ shows no secret
     return store
 
@@ -115,7 +130,7 @@ def run(
     matrix: Path | None = typer.Option(
         None, "--matrix", help="YAML list of param sets: one run per set."
     ),
-    parallel: int = typer.Option(1, "--parallel", "-j", help="Runs driven at once."),
+    parallel: int = typer.Option(1, "--parallel", "-j", min=1, help="Runs driven at once."),
     db: str | None = DB_OPTION,
     endpoint: list[str] = ENDPOINT_OPTION,
     dry_run: bool = typer.Option(
@@ -129,24 +144,36 @@ def run(
     ),
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
     durability: str = typer.Option(
-        "normal", "--durability", help="normal (survives any process death) or full (fsync)."
+        "normal",
+        "--durability",
+        help=f"{' or '.join(DURABILITIES)}: normal survives any process death, full also a "
+        "power cut (fsync).",
     ),
 ) -> None:
     """Start a run of WORKFLOW and drive it until it ends (Ctrl-C pauses; resume later)."""
-    from pilot.launch import DryRun, load_for_run, start_run
+    from pilot.launch import DryRun, check_workflow_file, load_for_run, preflight, start_run
 
     console = _console()
     if detach:
         raise typer.Exit(_detach(console, sys.argv[1:]))
-    with _user_errors(), DryRun.maybe(dry_run, workflow, param, console, matrix) as dry:
+    # Nothing is made (store, sample repository, sim) for a file that cannot run.
+    with _user_errors():
+        _endpoints(endpoint)
+        if matrix is None:
+            check_workflow_file(workflow, param, params_file)
         store = _store(db, durability)
+    with (
+        _user_errors(),
+        DryRun.maybe(dry_run, workflow, param, _notes(console, json_lines), matrix) as dry,
+    ):
         target = dry.endpoint or _endpoints(endpoint)
         if matrix is None and parallel <= 1:
             loaded = load_for_run(workflow, param, params_file, extra_params=dry.params)
+            checked = preflight(loaded, store, endpoint=target)
             code = _drive(
                 console,
                 json_lines,
-                lambda runner: start_run(runner, loaded, endpoint=target),
+                lambda runner: start_run(runner, loaded, endpoint=target, checked=checked),
                 store,
             )
         else:
@@ -237,9 +264,9 @@ def resume(
 
     console = _console()
     with _user_errors():
-        store = _store(db)
+        store = _store(db, create=False)
         record = store.find_run(run_id)
-        with DryRun.maybe(dry_run, None, [], console) as dry:
+        with DryRun.maybe(dry_run, None, [], _notes(console, json_lines)) as dry:
             outcome = _drive(
                 console,
                 json_lines,
@@ -256,14 +283,14 @@ def _install_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     signals = {"count": 0}
 
-    def on_signal() -> None:
+    def on_signal(signum: int) -> None:
         signals["count"] += 1
         if signals["count"] > 1:
-            os._exit(130)
+            os._exit(128 + signum)  # the shell's code for death by this signal (130, 143)
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
+        loop.add_signal_handler(sig, on_signal, sig)
 
 
 def _drive_many(
@@ -354,27 +381,79 @@ def _drive(console: Console, json_lines: bool, start: Any, store: Any) -> int:
 def list_runs(
     db: str | None = DB_OPTION,
     limit: int = typer.Option(30, "--limit", "-n", help="How many runs to show."),
+    json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""
     from pilot.ui import format_duration, local_time
 
-    store = _store(db)
-    table = Table(box=None, header_style="bold")
-    for column in ("id", "workflow", "status", "phase", "steps", "tokens", "started", "elapsed"):
-        table.add_column(column)
-    for record in store.list_runs(limit=limit):
-        elapsed = (record.updated_at - record.created_at).total_seconds()
-        table.add_row(
-            record.id,
-            record.workflow_name,
-            record.status,
-            record.phase or "-",
-            str(record.steps),
-            str(record.prompt_tokens + record.completion_tokens),
-            local_time(record.created_at),
-            format_duration(elapsed),
+    records = _records(db, lambda store: store.list_runs(limit=limit))
+    columns = ("id", "workflow", "status", "phase", "steps", "tokens", "started", "elapsed")
+    rows = [
+        (
+            r.id,
+            r.workflow_name,
+            r.status,
+            r.phase or "-",
+            str(r.steps),
+            str(r.prompt_tokens + r.completion_tokens),
+            local_time(r.created_at),
+            format_duration((r.updated_at - r.created_at).total_seconds()),
         )
-    _console().print(table)
+        for r in records
+    ]
+    _print_records(records, columns, rows, json_lines)
+
+
+def _records(db: str | None, read: Any) -> list[Any]:
+    """Records from the store, none when the default database does not exist yet (a first
+    day's `pilot runs`); a ``--db`` naming a missing file is an error."""
+    try:
+        store = _store(db, create=False)
+    except NoDatabase:
+        if db is not None or os.environ.get("MARATHON_DB"):
+            raise
+        return []
+    return list(read(store))
+
+
+def _record_json(record: Any) -> str:
+    return json.dumps(
+        {
+            "id": record.id,
+            "workflow": record.workflow_name,
+            "workflow_path": record.workflow_path,
+            "status": record.status,
+            "status_reason": record.status_reason,
+            "phase": record.phase,
+            "steps": record.steps,
+            "prompt_tokens": record.prompt_tokens,
+            "completion_tokens": record.completion_tokens,
+            "workspace": record.workspace,
+            "worker": record.lease_owner,
+            "origin": record.origin,
+            "created_at": record.created_at.isoformat(),
+            "updated_at": record.updated_at.isoformat(),
+        }
+    )
+
+
+def _print_records(
+    records: Sequence[Any], columns: Sequence[str], rows: Sequence[Sequence[str]], as_json: bool
+) -> None:
+    """JSON lines, or a table; in a pipe the table is as wide as its cells (nothing cut)."""
+    if as_json:
+        for record in records:
+            print(_record_json(record))
+        return
+    console = _console()
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=True, width=100_000)
+    table = Table(box=None, header_style="bold")
+    for column in columns:
+        table.add_column(column, no_wrap=True, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 @app.command()
@@ -388,7 +467,7 @@ def show(
 
     console = _console()
     with _user_errors():
-        store = _store(db)
+        store = _store(db, create=False)
         record = store.find_run(run_id)
         server = store.server_events(since=record.created_at, until=record.updated_at)
         for seq, event in store.iter_events(record.id):
@@ -429,7 +508,7 @@ def logs(
 
     console = _console()
     with _user_errors():
-        store = _store(db)
+        store = _store(db, create=False)
         record = store.find_run(run_id)
         last = 0
         while True:
@@ -450,7 +529,7 @@ def cancel(
     from pilot.runner import request_cancel
 
     with _user_errors():
-        store = _store(db)
+        store = _store(db, create=False)
         record = store.find_run(run_id)
         _console().print(request_cancel(store, record.id))
 
@@ -466,7 +545,7 @@ def diff(
     from pilot.state import fold
 
     with _user_errors():
-        store = _store(db)
+        store = _store(db, create=False)
         record = store.find_run(run_id)
         state = fold(store.load_events(record.id))
         if state.started is None or not state.started.base_snapshot or not state.snapshot:
@@ -500,43 +579,47 @@ def queue_add(
 
 
 @queue_app.command("ls")
-def queue_ls(db: str | None = DB_OPTION) -> None:
+def queue_ls(
+    db: str | None = DB_OPTION,
+    json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
+) -> None:
     """Queued runs and queue runs still in progress."""
     from pilot.ui import local_time
 
-    table = Table(box=None, header_style="bold")
-    for column in ("id", "workflow", "status", "phase", "steps", "worker", "added"):
-        table.add_column(column)
-    for record in _store(db).list_queue():
-        table.add_row(
-            record.id,
-            record.workflow_name,
-            record.status,
-            record.phase or "-",
-            str(record.steps),
-            record.lease_owner or "-",
-            local_time(record.created_at),
+    records = _records(db, lambda store: store.list_queue())
+    columns = ("id", "workflow", "status", "phase", "steps", "worker", "added")
+    rows = [
+        (
+            r.id,
+            r.workflow_name,
+            r.status,
+            r.phase or "-",
+            str(r.steps),
+            r.lease_owner or "-",
+            local_time(r.created_at),
         )
-    _console().print(table)
+        for r in records
+    ]
+    _print_records(records, columns, rows, json_lines)
 
 
 @app.command()
 def worker(
-    parallel: int = typer.Option(1, "--parallel", "-j", help="Runs driven at once."),
+    parallel: int = typer.Option(1, "--parallel", "-j", min=1, help="Runs driven at once."),
     db: str | None = DB_OPTION,
     endpoint: list[str] = ENDPOINT_OPTION,
     exit_when_idle: bool = typer.Option(
         False, "--exit-when-idle", help="Stop when the queue is empty instead of waiting."
     ),
-    poll: float = typer.Option(1.0, "--poll", help="Seconds between queue checks."),
+    poll: float = typer.Option(1.0, "--poll", min=0.01, help="Seconds between queue checks."),
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
     """Claim queued (and paused or orphaned queue) runs and drive them; SIGTERM pauses them."""
     from pilot.queue import work
 
     console = _console()
-    targets = _endpoints(endpoint)
     with _user_errors():
+        targets = _endpoints(endpoint)
         store = _store(db)
         code = _drive_many(
             console,

@@ -21,7 +21,7 @@ from pilot.errors import ConfigurationError
 from pilot.images import MediaPlan
 from pilot.plan import Limits, ModelPlan, NotifyPlan, PhasePlan, RunPlan
 from pilot.runner import Runner, RunOutcome
-from pilot.store import RunRecord, state_dir
+from pilot.store import EventStore, RunRecord, state_dir
 from pilot.workflow import (
     LoadedWorkflow,
     RunContext,
@@ -76,11 +76,56 @@ def load_for_run(
     return load_workflow(workflow, params, tool_names=tool_names())
 
 
+SAMPLE_VALUES: dict[str, Any] = {
+    "string": "sample",
+    "integer": 1,
+    "number": 1.0,
+    "boolean": True,
+    "path": ".",
+    "list": ["sample"],
+}
+"""What `pilot validate` renders a required param it was not given with (a choice: its first)."""
+
+
+def sample_params(loaded: LoadedWorkflow) -> dict[str, Any]:
+    """The given params, and a sample value for each required one that was not given."""
+    values = {k: v for k, v in loaded.params.items() if v is not None}
+    for name, spec in loaded.workflow.params.items():
+        if name not in values and spec.required:
+            values[name] = spec.choices[0] if spec.choices else SAMPLE_VALUES[spec.type]
+    return values
+
+
+def check_workflow_file(
+    workflow: Path, assignments: Sequence[str], params_file: Path | None = None
+) -> None:
+    """The file's own problems, and its params' (required ones may still be missing: a dry
+    run supplies ``repo``), before a run makes anything."""
+    params = collect_params(assignments, params_file)
+    load_workflow(workflow, params, tool_names=tool_names(), require_params=False)
+
+
 def validate_workflow(workflow: Path, assignments: Sequence[str]) -> str:
-    """Load the file as a run would (params optional) and say what it holds."""
+    """Every check `pilot run` makes before it starts, workspace aside: the file, its params
+    (a sample value for each required one not given), and every template rendered into the
+    run's plan as a run would render it."""
     params = parse_param_assignments(assignments)
     # Without --param, a missing required param is not a problem of the file itself.
     loaded = load_workflow(workflow, params, tool_names=tool_names(), require_params=bool(params))
+    if not params:
+        sampled = {
+            k: str(v) if not isinstance(v, list) else ",".join(v)
+            for k, v in sample_params(loaded).items()
+        }
+        loaded = load_workflow(workflow, sampled, tool_names=tool_names())
+    fleet = loaded.workflow.model.fleet
+    build_plan(
+        loaded,
+        "validate",
+        started_at=datetime.now().astimezone().isoformat(timespec="seconds"),
+        endpoint="http://127.0.0.1:8000/v1" if fleet else None,
+        check_env=False,
+    )
     wf = loaded.workflow
     return f"{workflow}: {wf.name}, {len(wf.phases)} phase(s), tools: {', '.join(wf.tool_names)}"
 
@@ -92,8 +137,10 @@ def build_plan(
     started_at: str = "",
     endpoint: EndpointOverride = None,
     workspace: str | None = None,
+    check_env: bool = True,
 ) -> RunPlan:
-    """Render everything the run needs from the workflow, once its id is known."""
+    """Render everything the run needs from the workflow, once its id is known
+    (``check_env=False``: an API key variable not set here is not an error)."""
     wf = loaded.workflow
     run = RunContext(id=run_id, started_at=started_at)
     workspace_path = workspace or str(render_workspace_path(loaded, run))
@@ -104,7 +151,7 @@ def build_plan(
     api_key = None
     if model.api_key_env:
         api_key = os.environ.get(model.api_key_env)
-        if not api_key:
+        if not api_key and check_env:
             raise ConfigurationError(
                 f"model.api_key_env names {model.api_key_env}, which is not set; export it "
                 "with the server's API key"
@@ -233,11 +280,42 @@ def _profile_endpoint(profile: str | None) -> str:
     return f"http://{host}:{spec.port}/v1"
 
 
+@dataclass(frozen=True)
+class Preflight:
+    """A run checked before anything is recorded: its id and start time, fixed so the plan
+    it was checked with is the plan it runs."""
+
+    run_id: str
+    started_at: str
+
+
+def preflight(
+    loaded: LoadedWorkflow, store: EventStore, *, endpoint: EndpointOverride = None
+) -> Preflight:
+    """Refuse a run that cannot start (its plan does not render, its workspace is missing, not
+    a git repository, or used by a live run) before any record of it is written."""
+    from pilot.snapshot import check_repository
+    from pilot.store import new_run_id
+
+    ticket = Preflight(new_run_id(), datetime.now().astimezone().isoformat(timespec="seconds"))
+    plan = build_plan(loaded, ticket.run_id, started_at=ticket.started_at, endpoint=endpoint)
+    check_repository(Path(plan.workspace), init=plan.init_workspace)
+    store.check_workspace_free(ticket.run_id, plan.workspace)
+    return ticket
+
+
 async def start_run(
-    runner: Runner, loaded: LoadedWorkflow, *, endpoint: EndpointOverride = None
+    runner: Runner,
+    loaded: LoadedWorkflow,
+    *,
+    endpoint: EndpointOverride = None,
+    checked: Preflight | None = None,
 ) -> RunOutcome:
-    started_at = datetime.now().astimezone().isoformat(timespec="seconds")
+    started_at = (
+        checked.started_at if checked else datetime.now().astimezone().isoformat(timespec="seconds")
+    )
     return await runner.start(
+        run_id=checked.run_id if checked else None,
         workflow_name=loaded.workflow.name,
         workflow_path=str(loaded.path or loaded.filename),
         workflow_text=loaded.text,

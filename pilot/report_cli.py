@@ -19,8 +19,9 @@ _DB_HELP = (
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code)
+    from pilot.cli_errors import fail
+
+    return fail(message, code)
 
 
 def register(app: typer.Typer) -> None:
@@ -42,18 +43,19 @@ def register(app: typer.Typer) -> None:
 
         Built only from the recorded events and git, never from the model's own account.
         """
+        from pilot.cli_errors import open_store
         from pilot.errors import MarathonError
         from pilot.report import build_report, parse_since, render
-        from pilot.store import EventStore
 
+        if fmt not in ("md", "html"):
+            raise _fail(f"unknown --format {fmt!r}; use md (Markdown) or html")
         if (run_id is None) == (since is None):
             raise _fail("give either a RUN id or --since (e.g. --since 12h)")
-        if fmt not in ("md", "html"):
-            raise _fail(f"unknown --format {fmt!r}; use md or html")
         try:
-            store = EventStore(db)
-            if since is not None:
-                data = build_report(store, since=parse_since(since))
+            window = parse_since(since) if since is not None else None
+            store = open_store(db, create=False)
+            if window is not None:
+                data = build_report(store, since=window)
             else:
                 data = build_report(store, [run_id or ""])
             text = render(data, fmt)
@@ -80,17 +82,17 @@ def register(app: typer.Typer) -> None:
         db: str | None = typer.Option(None, "--db", envvar="MARATHON_DB", help=_DB_HELP),
     ) -> None:
         """Remove old finished runs: events, artifacts, snapshot refs; then vacuum the store."""
+        from pilot.cli_errors import open_store
         from pilot.gc import describe
         from pilot.gc import gc as collect
         from pilot.report import parse_age
-        from pilot.store import EventStore
 
         try:
             age = parse_age(older_than)
         except ValueError as exc:
             raise _fail(str(exc)) from None
         result = collect(
-            EventStore(db),
+            open_store(db, create=False),
             age,
             keep_failed=keep_failed,
             include_paused=include_paused,

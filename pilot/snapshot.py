@@ -166,8 +166,9 @@ class GitRepo:
         return str(head.target).removeprefix("refs/heads/") or None
 
 
-def ensure_repository(root: Path, *, init: bool) -> GitRepo:
-    """The workspace must be a git repository (snapshots and the work branch need one)."""
+def check_repository(root: Path, *, init: bool) -> GitRepo | None:
+    """Refuse a workspace a run cannot use, changing nothing: the repository, or None when
+    ``init`` allows making one there."""
     if not root.is_dir():
         raise ConfigurationError(
             f"workspace {root} does not exist or is not a directory; create it or pass another "
@@ -187,6 +188,15 @@ def ensure_repository(root: Path, *, init: bool) -> GitRepo:
             f"workspace {root} is not a git repository; run `git init` there, or set "
             "`workspace.init: true` in the workflow to let Marathon do it"
         )
+    return None
+
+
+def ensure_repository(root: Path, *, init: bool) -> GitRepo:
+    """The workspace must be a git repository (snapshots and the work branch need one)."""
+    repo = check_repository(root, init=init)
+    if repo is not None:
+        return repo
+    repo = GitRepo(root)
     repo.git("init", "-q")
     repo.git("add", "-A")
     repo.git("commit", "-q", "--allow-empty", "-m", "Initial state (marathon: git init)")

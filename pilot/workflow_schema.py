@@ -291,8 +291,22 @@ def coerce_param(spec: ParamSpec, value: Any) -> Any:
 
 def check_endpoint_url(value: str) -> str:
     """An OpenAI base URL (``http(s)://host[:port]/...``), without its trailing slash."""
+    if "{{" in value or "{%" in value:
+        raise ValueError(
+            f"endpoint {value!r} is not a template (only prompts, checks, system, workspace and "
+            "images are); write the URL itself, or give it with `pilot run --endpoint URL`"
+        )
     if not re.match(r"^https?://[^\s/]+", value):
         raise ValueError(f"endpoint {value!r} must be an http(s) URL like {DEFAULT_ENDPOINT!r}")
+    from urllib.parse import urlsplit
+
+    try:
+        urlsplit(value).port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError(
+            f"endpoint {value!r} has a port that is not a number; write it like "
+            f"{DEFAULT_ENDPOINT!r}"
+        ) from None
     return value.rstrip("/")
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
+import yaml
+from pydantic import ValidationError
 
 from brain.sim.config import SimConfig, load_config_file
 from brain.sim.faults import parse_fault_spec
@@ -128,7 +130,80 @@ def sim_command(
                 "vllm_version": vllm_version,
             },
         )
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+    except ValidationError as exc:
+        typer.echo(f"brain sim: {_validation_text(exc)}", err=True)
+        raise typer.Exit(2) from None
+    except yaml.YAMLError as exc:
+        typer.echo(f"brain sim: --config {config} is not valid YAML ({_yaml_text(exc)})", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as exc:
         typer.echo(f"brain sim: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise typer.Exit(2) from None
+    problem = policy_problem(resolved.policy) or port_problem(resolved.host, resolved.port)
+    if problem:
+        typer.echo(f"brain sim: {problem}", err=True)
+        raise typer.Exit(2)
     raise typer.Exit(serve_in_foreground(resolved))
+
+
+def _validation_text(exc: ValidationError) -> str:
+    """pydantic's errors as one line: where, then what (the first three)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:3]
+    )
+
+
+def _yaml_text(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    return f"{getattr(exc, 'problem', None) or 'bad YAML'}{where}"
+
+
+def policy_problem(spec: str) -> str | None:
+    """What is wrong with ``--policy`` (a missing or broken script, an unknown name), found
+    before the server starts, or None."""
+    from brain.sim.policy import load_policy
+
+    path = spec.strip().removeprefix("script:")
+    try:
+        load_policy(spec)
+    except OSError as exc:
+        return (
+            f"--policy {spec}: cannot read {path} ({exc.strerror}); give the path of a YAML "
+            "script of conversations (see brain/sim/README.md)"
+        )
+    except yaml.YAMLError as exc:
+        return f"--policy {spec}: {path} is not valid YAML ({_yaml_text(exc)}); fix the file"
+    except ValidationError as exc:
+        return (
+            f"--policy {spec}: {path} is not a script ({_validation_text(exc)}); a script is "
+            "`conversations: [{key: ..., turns: [...]}]` (see brain/sim/README.md)"
+        )
+    except ValueError as exc:
+        return f"--policy: {exc}"
+    return None
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """A port another process already listens on, named with its holder, or None."""
+    import errno
+    import socket
+
+    if port == 0:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port"
+        else:
+            return None
+    from brain.launchers.ports import port_holder
+
+    return (
+        f"{host}:{port} is already in use by {port_holder(port)}; stop it, or pick another "
+        "--port (0 picks a free one)"
+    )

@@ -1,0 +1,340 @@
+"""The bad-input matrix: every wrong flag, URL, environment or file a user can give `pilot` and
+`brain` ends in a short message that says what is wrong and how to fix it, never a traceback.
+
+Each case runs the real command line in a subprocess (its own MARATHON_HOME) and checks the exit
+code, that no "Traceback" is printed, and that the words naming the fix are there. Cases that
+need a fixture (a busy port, a PostgreSQL server) are tests of their own below the matrix.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from pilot_harness import make_repo
+
+from pilot.store import EventStore
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+WORKFLOW = """\
+name: bad-inputs
+params:
+  repo: {type: path, required: true}
+model: {endpoint: "http://127.0.0.1:9/v1", name: auto, server_wait: 1}
+workspace: {path: "{{ params.repo }}"}
+tools: [read_file, finish]
+phases:
+  - name: a
+    prompt: "hi"
+"""
+
+FILES = {
+    "wf.yaml": WORKFLOW,
+    "typo.yaml": WORKFLOW.replace("phases:", "phaces:"),
+    "divide.yaml": WORKFLOW.replace(
+        "repo: {type: path, required: true}",
+        "repo: {type: path, required: true}\n  n: {type: integer, required: true}",
+    ).replace('prompt: "hi"', 'prompt: "{{ params.n / 0 }}"'),
+    "sandbox.yaml": WORKFLOW.replace('prompt: "hi"', 'prompt: "{{ params.repo.__class__ }}"'),
+    "endpoint.yaml": WORKFLOW.replace(
+        "repo: {type: path, required: true}",
+        "repo: {type: path, required: true}\n  port: {type: integer, default: 8000}",
+    ).replace("127.0.0.1:9/v1", "127.0.0.1:{{ params.port }}/v1"),
+    "notyaml.yaml": "name: [unclosed\n",
+    "bad_script.yaml": "conversations: [\n",
+    "not_a_script.yaml": "conversations: 3\n",
+    "sim_config.yaml": "port: [\n",
+    "home_file": "I am a file, not a folder\n",
+    "params.yaml": "- not\n- a mapping\n",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: list[str]
+    expect: list[str]
+    """Words the message must hold (what is wrong and the fix), case-insensitive."""
+    code: int = 2
+    env: dict[str, str] = field(default_factory=dict)
+    absent: list[str] = field(default_factory=list)
+    """Paths (relative to the test's folder) that must not exist afterwards."""
+
+
+P, B = "pilot", "brain"
+CASES = [
+    # -- the store's URL and environment
+    Case("db-unknown-dialect", [P, "runs", "--db", "notadb://x"], ["notadb", "sqlite:///"]),
+    Case("db-malformed", [P, "runs", "--db", "://nonsense"], ["not a database url"]),
+    Case(
+        "db-env-malformed",
+        [P, "runs"],
+        ["MARATHON_DB", "not a database url"],
+        env={"MARATHON_DB": "::"},
+    ),
+    Case(
+        "db-postgres-unreachable",
+        [P, "runs", "--db", f"postgresql+psycopg://u:secret@127.0.0.1:{closed_port()}/x"],
+        ["cannot connect", "postgresql running"],
+    ),
+    Case(
+        "db-plain-postgres-unreachable",
+        [P, "runs", "--db", f"postgresql://u@127.0.0.1:{closed_port()}/x"],
+        ["cannot connect"],
+    ),
+    Case(
+        "db-psycopg2-missing",
+        [P, "runs", "--db", "postgresql+psycopg2://u@127.0.0.1/x"],
+        ["marathon[postgres]"],
+    ),
+    Case(
+        "db-psycopg-missing",
+        [P, "runs", "--db", "postgresql://u@127.0.0.1/x"],
+        ["marathon[postgres]", "psycopg"],
+        env={"PYTHONPATH": "{tmp}/no_psycopg"},
+    ),
+    Case(
+        "db-missing-sqlite-folder",
+        [P, "runs", "--db", "sqlite:///{tmp}/nowhere/x.db"],
+        ["no database at", "--db"],
+        absent=["nowhere"],
+    ),
+    Case(
+        "db-missing-for-show",
+        [P, "show", "abc", "--db", "sqlite:///{tmp}/none.db"],
+        ["no database at"],
+        absent=["none.db"],
+    ),
+    Case(
+        "db-unknown-dialect-run",
+        [P, "run", "wf.yaml", "-p", "repo=repo", "--db", "x://y"],
+        ["no database driver"],
+    ),
+    Case(
+        "durability-bogus",
+        [P, "run", "wf.yaml", "-p", "repo=repo", "--durability", "bogus"],
+        ["normal", "full"],
+    ),
+    Case(
+        "home-is-a-file-runs",
+        [P, "runs"],
+        ["is a file", "MARATHON_HOME"],
+        env={"MARATHON_HOME": "{tmp}/home_file"},
+    ),
+    Case(
+        "home-is-a-file-run",
+        [P, "run", "wf.yaml", "-p", "repo=repo"],
+        ["is a file", "MARATHON_HOME"],
+        env={"MARATHON_HOME": "{tmp}/home_file"},
+    ),
+    Case(
+        "home-is-a-file-queue",
+        [P, "queue", "ls"],
+        ["is a file"],
+        env={"MARATHON_HOME": "{tmp}/home_file"},
+    ),
+    # -- flags
+    Case(
+        "parallel-zero",
+        [P, "run", "wf.yaml", "-p", "repo=repo", "--parallel", "0"],
+        ["--parallel", "1"],
+    ),
+    Case("worker-parallel-zero", [P, "worker", "-j", "0"], ["--parallel"]),
+    Case("worker-endpoint-ftp", [P, "worker", "--endpoint", "ftp://x"], ["--endpoint", "http"]),
+    Case(
+        "run-endpoint-ftp",
+        [P, "run", "wf.yaml", "-p", "repo=repo", "--endpoint", "ftp://x"],
+        ["--endpoint", "http"],
+    ),
+    Case(
+        "run-endpoint-bad-port",
+        [P, "run", "wf.yaml", "-p", "repo=repo", "--endpoint", "http://h:port/v1"],
+        ["port", "not a number"],
+    ),
+    Case("report-format-bogus", [P, "report", "--format", "bogus"], ["md", "html"]),
+    Case("report-no-run", [P, "report"], ["--since"]),
+    Case("report-since-bogus", [P, "report", "--since", "yesterday-ish"], ["12h"]),
+    Case("gc-age-bogus", [P, "gc", "--older-than", "soon"], ["30d"]),
+    Case(
+        "param-unknown",
+        [P, "run", "wf.yaml", "-p", "repo=repo", "-p", "nope=1"],
+        ["unknown param", "nope"],
+    ),
+    Case("param-no-equals", [P, "run", "wf.yaml", "-p", "repo"], ["NAME=VALUE"]),
+    Case("params-file-missing", [P, "run", "wf.yaml", "--params-file", "nope.yaml"], ["nope.yaml"]),
+    Case(
+        "params-file-not-mapping",
+        [P, "run", "wf.yaml", "--params-file", "params.yaml"],
+        ["params.yaml"],
+    ),
+    # -- workflow files
+    Case("workflow-missing", [P, "run", "missing.yaml"], ["no such file"]),
+    Case("workflow-not-yaml", [P, "validate", "notyaml.yaml"], ["notyaml.yaml:"]),
+    Case(
+        "workflow-typo-dry-run",
+        [P, "run", "typo.yaml", "--dry-run"],
+        ["phaces"],
+        absent=["home/dry-runs", "home/marathon.db"],
+    ),
+    Case("validate-divide-by-zero", [P, "validate", "divide.yaml"], ["division by zero"]),
+    Case("validate-sandbox", [P, "validate", "sandbox.yaml"], ["sandbox forbids"]),
+    Case(
+        "validate-endpoint-template",
+        [P, "validate", "endpoint.yaml"],
+        ["not a template", "--endpoint"],
+    ),
+    # -- runs that cannot start: refused before any record is written
+    Case(
+        "workspace-missing",
+        [P, "run", "wf.yaml", "-p", "repo=nothere"],
+        ["does not exist", "--param repo"],
+    ),
+    Case("workspace-not-git", [P, "run", "wf.yaml", "-p", "repo=plain"], ["git init"]),
+    Case("run-id-unknown", [P, "show", "ffff"], ["ffff"], env={"MARATHON_HOME": "{tmp}/seeded"}),
+    Case("resume-unknown", [P, "resume", "ffff"], ["ffff"], env={"MARATHON_HOME": "{tmp}/seeded"}),
+    # -- brain sim
+    Case(
+        "sim-script-missing",
+        [B, "sim", "--policy", "script:nope.yaml"],
+        ["cannot read", "nope.yaml"],
+    ),
+    Case(
+        "sim-script-not-yaml",
+        [B, "sim", "--policy", "script:bad_script.yaml"],
+        ["not valid yaml", "line"],
+    ),
+    Case(
+        "sim-script-invalid",
+        [B, "sim", "--policy", "script:not_a_script.yaml"],
+        ["not a script", "conversations"],
+    ),
+    Case("sim-policy-unknown", [B, "sim", "--policy", "bogus"], ["unknown policy", "demo"]),
+    Case("sim-config-not-yaml", [B, "sim", "--config", "sim_config.yaml"], ["not valid yaml"]),
+    Case("sim-config-missing", [B, "sim", "--config", "nope.yaml"], ["does not exist"]),
+    # -- help
+    Case("pilot-h", [P, "-h"], ["usage"], code=0),
+    Case("pilot-run-h", [P, "run", "-h"], ["--dry-run"], code=0),
+    Case("brain-h", [B, "-h"], ["usage"], code=0),
+]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    make_repo(tmp_path / "repo")
+    (tmp_path / "plain").mkdir()
+    # A psycopg that cannot be imported, as on a machine without the postgres extra.
+    blocker = tmp_path / "no_psycopg" / "psycopg"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'psycopg'\", name='psycopg')\n"
+    )
+    EventStore(f"sqlite:///{tmp_path / 'seeded' / 'marathon.db'}").close()
+    return tmp_path
+
+
+def run_case(case: Case, folder: Path) -> subprocess.CompletedProcess[str]:
+    def fill(text: str) -> str:
+        return text.replace("{tmp}", str(folder))
+
+    script = Path(sys.executable).with_name(case.argv[0])
+    command = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", f"from {case.argv[0]}.cli import app; app()"]
+    )
+    env = {**os.environ, "MARATHON_HOME": str(folder / "home"), "COLUMNS": "200"}
+    env.pop("MARATHON_DB", None)
+    env.update({k: fill(v) for k, v in case.env.items()})
+    if "PYTHONPATH" in case.env:
+        env["PYTHONPATH"] = f"{env['PYTHONPATH']}{os.pathsep}{REPO}"
+    return subprocess.run(
+        [*command, *(fill(a) for a in case.argv[1:])],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, folder: Path) -> None:
+    proc = run_case(case, folder)
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out
+    assert proc.returncode == case.code, out
+    for words in case.expect:
+        assert words.lower() in out.lower(), f"{words!r} not in:\n{out}"
+    assert "secret" not in out, out  # a password in a URL is never printed
+    for path in case.absent:
+        assert not (folder / path).exists(), f"{path} was created for a command that failed"
+
+
+def test_runs_that_cannot_start_leave_no_record(folder: Path) -> None:
+    """Missing workspace, not a repository, workspace in use: exit 2 and no run in the store."""
+    db = folder / "home" / "marathon.db"
+    for repo in ("nothere", "plain"):
+        proc = run_case(Case("x", [P, "run", "wf.yaml", "-p", f"repo={repo}"], []), folder)
+        assert proc.returncode == 2, proc.stderr
+    assert EventStore(f"sqlite:///{db}").list_runs() == []
+    store = EventStore(f"sqlite:///{db}")
+    busy = store.create_run(
+        workflow_name="other",
+        workflow_path="other.yaml",
+        workflow_text="",
+        params={},
+        workspace=str((folder / "repo").resolve()),
+        owner="someone",
+    )
+    store.set_workspace(busy, str((folder / "repo").resolve()))
+    proc = run_case(Case("x", [P, "run", "wf.yaml", "-p", "repo=repo"], []), folder)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"pilot cancel {busy}" in proc.stderr
+    assert [r.id for r in store.list_runs()] == [busy]
+
+
+def test_sim_port_in_use_names_the_holder(folder: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = run_case(Case("x", [B, "sim", "--port", str(port)], []), folder)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert f"127.0.0.1:{port} is already in use by pid {os.getpid()}" in proc.stderr
+    assert "--port" in proc.stderr
+
+
+def test_postgres_database_missing(folder: Path) -> None:
+    url = os.environ.get("MARATHON_TEST_PG_URL")
+    url_file = REPO / ".ci" / "build" / "postgres.url"
+    if not url and url_file.exists():
+        url = url_file.read_text().strip()
+    if not url:
+        pytest.skip("no PostgreSQL: run `.ci/services start` or set MARATHON_TEST_PG_URL")
+    missing = url.rsplit("/", 1)[0] + "/marathon_no_such_database"
+    proc = run_case(Case("x", [P, "runs", "--db", missing], []), folder)
+    if "cannot connect" in proc.stderr:
+        pytest.skip(f"PostgreSQL at {url} is not reachable")
+    assert proc.returncode == 2, proc.stderr
+    assert "does not exist" in proc.stderr and "createdb" in proc.stderr
+
+
+def test_matrix_size() -> None:
+    """The closing note counts these; keep it honest."""
+    assert len(CASES) + 3 >= 45
