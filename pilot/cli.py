@@ -64,6 +64,8 @@ def main(
     ),
 ) -> None:
     """Run coding agents for hours against your own model server; resume after any crash."""
+    if not sys.stdout.isatty() and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # a log file is written as lines come
 
 
 def _console() -> Console:
@@ -175,6 +177,7 @@ def run(
                 json_lines,
                 lambda runner: start_run(runner, loaded, endpoint=target, checked=checked),
                 store,
+                server_wait=loaded.workflow.model.server_wait,
             )
         else:
             from pilot.launch import build_plan
@@ -293,6 +296,25 @@ def _install_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, on_signal, sig)
 
 
+def _plain_lines(console: Console, *, with_run_id: bool) -> Any:
+    """An observer printing each event as a line, flushed at once: a log file (a worker's, a
+    matrix run's) holds every event up to the moment its process was killed."""
+    from rich.text import Text
+
+    from pilot.ui import event_line, line_width
+
+    width = line_width(console)
+
+    def observe(run_id: str, _seq: int, event: Any, _state: Any) -> None:
+        line = event_line(event, width=width)
+        if with_run_id:
+            line = Text.assemble(f"{run_id} ", line)
+        console.print(line)
+        console.file.flush()
+
+    return observe
+
+
 def _drive_many(
     console: Console,
     json_lines: bool,
@@ -311,9 +333,11 @@ def _drive_many(
     view: MultiRunView | None = None
     if json_lines:
         runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
-    else:
+    elif console.is_terminal:
         view = MultiRunView(console, endpoints=endpoints)
         runner.observers.append(view)
+    else:
+        runner.observers.append(_plain_lines(console, with_run_id=True))
 
     async def main() -> Any:
         _install_signals(stop)
@@ -335,7 +359,13 @@ def _drive_many(
     return max(codes)
 
 
-def _drive(console: Console, json_lines: bool, start: Any, store: Any) -> int:
+def _drive(
+    console: Console,
+    json_lines: bool,
+    start: Any,
+    store: Any,
+    server_wait: float | None = None,
+) -> int:
     """Drive one run with signal handling and a view; returns the exit code."""
     from pilot.heap import settle_startup_heap
     from pilot.runner import Runner
@@ -347,12 +377,10 @@ def _drive(console: Console, json_lines: bool, start: Any, store: Any) -> int:
     if json_lines:
         runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
     elif console.is_terminal:
-        view = LiveView(console)
+        view = LiveView(console, server_wait=server_wait)
         runner.observers.append(view)
     else:
-        from pilot.ui import event_line
-
-        runner.observers.append(lambda _rid, _seq, e, _s: console.print(event_line(e)))
+        runner.observers.append(_plain_lines(console, with_run_id=False))
 
     async def main() -> Any:
         _install_signals(stop)
@@ -463,7 +491,7 @@ def show(
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
     """The run's timeline, from its events."""
-    from pilot.ui import event_json, event_line
+    from pilot.ui import event_json, event_line, line_width
 
     console = _console()
     with _user_errors():
@@ -476,7 +504,7 @@ def show(
             if json_lines:
                 print(event_json(record.id, seq, event))
             else:
-                console.print(event_line(event))
+                console.print(event_line(event, width=line_width(console)))
         for item in server:
             _print_server_event(console, json_lines, *item)
         if not json_lines:
@@ -504,7 +532,7 @@ def logs(
     """Print the run's events (with -f, follow them as another process appends them)."""
     import time
 
-    from pilot.ui import event_line
+    from pilot.ui import event_line, line_width
 
     console = _console()
     with _user_errors():
@@ -513,7 +541,7 @@ def logs(
         last = 0
         while True:
             for seq, event in store.iter_events(record.id, after_seq=last):
-                console.print(event_line(event))
+                console.print(event_line(event, width=line_width(console)))
                 last = seq
             if not follow or store.get_run(record.id).status not in ("running", "cancelling"):
                 break

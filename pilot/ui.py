@@ -22,7 +22,9 @@ from pilot.state import RunState
 
 
 def event_line(event: ev.Event, *, width: int = 110) -> Text:
-    """One readable line per event, for the live view, `pilot show` and `pilot logs`."""
+    """One readable line per event, for the live view, `pilot show` and `pilot logs`; long
+    fields are cut to fit ``width`` (the terminal's; a pipe's is unlimited, see
+    :func:`line_width`)."""
     stamp = event.at.astimezone().strftime("%H:%M:%S")
     text = Text(f"{stamp} ", style="dim")
     match event:
@@ -43,7 +45,7 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             if event.endpoint:
                 text.append(f" @{short_endpoint(event.endpoint)}", style="dim")
             if event.content:
-                text.append(f"  {_short(event.content, 60)}", style="italic")
+                text.append(f"  {_short(event.content, max(60, width - 70))}", style="italic")
             if event.repairs:
                 text.append(f"  (repaired: {'; '.join(event.repairs)})", style="yellow")
         case ev.ToolStarted():
@@ -65,7 +67,28 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             if event.reason:
                 text.append(f": {event.reason}")
         case ev.ServerUnavailable():
-            text.append(f"server unavailable, waiting: {_short(event.error, 70)}", style="yellow")
+            text.append(
+                f"server unavailable, waiting: {_short(event.error, width - 40)}", style="yellow"
+            )
+        case ev.Compaction():
+            text.append(
+                f"context compacted ({event.reason}): {event.replaced_count} messages -> "
+                f"summary ({event.summary_source}), {event.tokens_before} -> "
+                f"{event.tokens_after} tokens",
+                style="cyan",
+            )
+            if event.summary_error:
+                text.append(f"  summary error: {_short(event.summary_error, width - 60)}")
+        case ev.Question():
+            text.append(f"step {event.step}: the model asked: ", style="yellow")
+            text.append(_short(event.text, max(40, width // 2 - 20)))
+            text.append(f"  answered: {_short(event.reply, max(30, width // 2 - 30))}", "dim")
+        case ev.LoopDetected():
+            text.append(f"loop detected ({event.kind}, {event.action}): ", style="yellow")
+            text.append(_short(event.detail or event.message, width - 40))
+        case ev.ImageFallback():
+            verb = "resent as a data URL" if event.action == "data_url" else "dropped"
+            text.append(f"image {verb}: {_short(event.error, width - 40)}", style="yellow")
         case ev.ServerBack():
             text.append(f"server back after {event.waited_s:.1f}s", style="green")
         case ev.WorkspaceRestored():
@@ -82,6 +105,11 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             if event.reason:
                 text.append(f": {event.reason}")
     return text
+
+
+def line_width(console: Console) -> int:
+    """How wide an event line may be: the terminal's width, or no limit in a pipe or file."""
+    return console.width if console.is_terminal else 100_000
 
 
 def short_endpoint(url: str) -> str:
@@ -101,58 +129,110 @@ def event_json(run_id: str, seq: int, event: ev.Event) -> str:
 
 
 class LiveView:
-    """A rich live panel (status line + recent events) while a run is driven."""
+    """A rich live panel (status line + recent events) while a run is driven.
 
-    def __init__(self, console: Console, *, recent: int = 12) -> None:
+    Rendered at each refresh, not only at each event, so the clock and the wait for a server
+    move while nothing happens. The token rate counts only this process's tokens (a resumed
+    run's earlier ones were not made in this elapsed time).
+    """
+
+    def __init__(
+        self, console: Console, *, recent: int = 12, server_wait: float | None = None
+    ) -> None:
         self.console = console
-        self.recent: list[Text] = []
+        self.recent: list[ev.Event] = []
         self.keep = recent
         self.run_id = ""
         self.state: RunState | None = None
         self.last_tool = "-"
+        self.last_phase = "-"
         self.server = "ok"
+        self.server_wait = server_wait
+        self.waiting_since: float | None = None
+        self.tokens_before: int | None = None
         self.started = time.monotonic()
-        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+        self.live = Live(
+            console=console, get_renderable=self._render, refresh_per_second=4, transient=False
+        )
 
     def __enter__(self) -> LiveView:
         self.live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.live.update(self._render())
+        self.live.refresh()
         self.live.__exit__(*exc)  # type: ignore[arg-type]
 
     def __call__(self, run_id: str, seq: int, event: ev.Event, state: RunState) -> None:
         self.run_id, self.state = run_id, state
+        if self.tokens_before is None:
+            before = isinstance(event, ev.RunResumed | ev.RunStarted)
+            self.tokens_before = state.completion_tokens if before else 0
+        if state.phase is not None:
+            self.last_phase = state.phase.name
         if isinstance(event, ev.ToolStarted):
             self.last_tool = event.name
         elif isinstance(event, ev.ServerUnavailable):
             self.server = "waiting"
+            if self.waiting_since is None:
+                self.waiting_since = time.monotonic()
         elif isinstance(event, ev.ServerBack | ev.AssistantMessage):
             self.server = "ok"
+            self.waiting_since = None
         if not isinstance(event, ev.ModelRequest | ev.ToolStarted):
-            self.recent.append(event_line(event))
+            self.recent.append(event)
             self.recent = self.recent[-self.keep :]
-        self.live.update(self._render())
+        self.live.refresh()
+
+    def rate(self, elapsed: float) -> float:
+        """Completion tokens a second made by this process."""
+        if self.state is None or elapsed <= 0:
+            return 0.0
+        return max(0, self.state.completion_tokens - (self.tokens_before or 0)) / elapsed
+
+    def waiting_line(self) -> Text | None:
+        """How long the run has waited for its server, how long it will, and what to do."""
+        if self.waiting_since is None:
+            return None
+        waited = time.monotonic() - self.waiting_since
+        where = ""
+        if self.state is not None and self.state.started is not None:
+            where = f" at {short_endpoint(self.state.started.endpoint)}"
+        limit = (
+            f"up to {format_duration(self.server_wait)} (model.server_wait), then the run "
+            "pauses (exit 75)"
+            if self.server_wait
+            else "up to model.server_wait, then the run pauses (exit 75)"
+        )
+        return Text(
+            f"waiting for the model server{where}: {format_duration(waited)} so far, {limit}. "
+            "Start or fix the server (brain up / brain status), or press Ctrl-C to pause now "
+            "and `pilot resume` later.",
+            style="yellow",
+        )
 
     def _render(self) -> Group:
         state = self.state
         table = Table.grid(padding=(0, 2))
         elapsed = time.monotonic() - self.started
         if state is not None:
-            phase = state.phase.name if state.phase else "-"
-            tokens = state.total_tokens
-            rate = state.completion_tokens / elapsed if elapsed > 0 else 0.0
+            phase = state.phase.name if state.phase else self.last_phase
+            server = self.server
+            if self.waiting_since is not None:
+                server = f"waiting {format_duration(time.monotonic() - self.waiting_since)}"
             table.add_row(
                 Text(f"run {self.run_id}", style="bold"),
                 f"phase {phase}",
                 f"step {state.steps}",
                 f"last tool {self.last_tool}",
-                f"{tokens} tok ({rate:.0f} out/s)",
-                f"{elapsed:.0f}s",
-                Text(f"server {self.server}", style="green" if self.server == "ok" else "yellow"),
+                f"{state.total_tokens} tok ({self.rate(elapsed):.0f} out/s)",
+                format_duration(elapsed),
+                Text(f"server {server}", style="green" if self.server == "ok" else "yellow"),
             )
-        return Group(table, *self.recent)
+        width = self.console.width
+        lines = [event_line(e, width=width) for e in self.recent]
+        waiting = self.waiting_line()
+        return Group(table, *lines, *([waiting] if waiting is not None else []))
 
 
 def format_duration(seconds: float) -> str:
@@ -223,7 +303,9 @@ class MultiRunView:
         self.recent: list[Text] = []
         self.keep = recent
         self.started = time.monotonic()
-        self.live = Live(self._render(), console=console, refresh_per_second=2, transient=False)
+        self.live = Live(
+            console=console, get_renderable=self._render, refresh_per_second=2, transient=False
+        )
 
     def __enter__(self) -> MultiRunView:
         self.live.__enter__()
@@ -232,7 +314,7 @@ class MultiRunView:
     def __exit__(self, *exc: object) -> None:
         for server in self.servers:
             server.stop()
-        self.live.update(self._render())
+        self.live.refresh()
         self.live.__exit__(*exc)  # type: ignore[arg-type]
 
     def __call__(self, run_id: str, seq: int, event: ev.Event, state: RunState) -> None:
@@ -252,9 +334,9 @@ class MultiRunView:
             row["status"] = event.status
         if isinstance(event, ev.PhaseFinished | ev.RunFinished | ev.RunPaused):
             line = Text(f"{run_id} ")
-            line.append_text(event_line(event))
+            line.append_text(event_line(event, width=self.console.width - len(line)))
             self.recent = [*self.recent, line][-self.keep :]
-        self.live.update(self._render())
+        self.live.refresh()
 
     def _render(self) -> Group:
         table = Table(box=None, header_style="bold", padding=(0, 2))
