@@ -497,7 +497,7 @@ def show(
     with _user_errors():
         store = _store(db, create=False)
         record = store.find_run(run_id)
-        server = store.server_events(since=record.created_at, until=record.updated_at)
+        server = _run_server_events(store, record)
         for seq, event in store.iter_events(record.id):
             while server and server[0][0] <= event.at:
                 _print_server_event(console, json_lines, *server.pop(0))
@@ -509,6 +509,21 @@ def show(
             _print_server_event(console, json_lines, *item)
         if not json_lines:
             console.print(f"[bold]{record.id}[/] {record.status} {record.status_reason}")
+
+
+def _run_server_events(store: Any, record: Any) -> list[Any]:
+    """The brain's events, in the run's window, of the servers on the run's own endpoints."""
+    from pilot.events import RunStarted
+    from pilot.report import run_servers
+
+    endpoints: list[str] = []
+    for _seq, event in store.iter_events(record.id):
+        if isinstance(event, RunStarted):
+            endpoints = [event.endpoint, *event.endpoints]
+        break
+    mine = run_servers(store, endpoints, record.updated_at)
+    events = store.server_events(since=record.created_at, until=record.updated_at)
+    return [e for e in events if mine is None or e[1] in mine]
 
 
 def _print_server_event(

@@ -288,6 +288,8 @@ class RunReport:
     """Answered requests per server (``assistant_message.endpoint``), when recorded."""
     routed: bool = False
     """The run was routed over several endpoints (``model.endpoints``)."""
+    endpoints: list[str] = field(default_factory=list)
+    """The servers the run was given (its ``run_started`` endpoint and endpoints)."""
     step_times: list[datetime] = field(default_factory=list)
     phase_marks: list[tuple[datetime, str]] = field(default_factory=list)
     next_commands: list[str] = field(default_factory=list)
@@ -415,6 +417,9 @@ class _Folder:
             case ev.RunStarted():
                 self.started = event
                 r.routed = r.routed or bool(event.endpoints)
+                for url in (event.endpoint, *event.endpoints):
+                    if url not in r.endpoints:
+                        r.endpoints.append(url)
                 self.head, self.snapshot = event.base_head, event.base_snapshot
                 for index, name in enumerate(event.phases):
                     self.phases.setdefault(index, PhaseReport(index=index, name=name))
@@ -654,10 +659,61 @@ def _next_commands(report: RunReport, db_option: str) -> list[str]:
     return commands
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 file``, ``2 files``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def endpoint_port(url: str) -> int | None:
+    """The TCP port of an endpoint URL (its scheme's default when it names none)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+
+
+def server_ports(store: EventStore, until: datetime) -> dict[str, int]:
+    """Each brain server's port, from its latest event naming one (``starting`` does)."""
+    ports: dict[str, int] = {}
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(ServerEventRow.server, ServerEventRow.payload)
+            .where(ServerEventRow.at <= until, ServerEventRow.type == "starting")
+            .order_by(ServerEventRow.at)
+        ).all()
+    for server, payload in rows:
+        try:
+            port = json.loads(payload).get("port")
+        except (TypeError, ValueError):
+            continue
+        if isinstance(port, int):
+            ports[server] = port
+    return ports
+
+
+def run_servers(store: EventStore, endpoints: Sequence[str], until: datetime) -> set[str] | None:
+    """The brain servers a run with these endpoints talked to (matched on port), or None when
+    the run names no endpoint (then every server is shown). A server whose port was never
+    recorded is kept: nothing says it is another one."""
+    ports = {p for p in (endpoint_port(u) for u in endpoints) if p is not None}
+    if not ports:
+        return None
+    known = server_ports(store, until)
+    with store.engine.connect() as conn:
+        names = set(conn.execute(select(ServerEventRow.server).distinct()).scalars())
+    return {n for n in names if known.get(n) is None or known[n] in ports}
+
+
 def _brain_events(store: EventStore, report: RunReport) -> None:
-    """The brain's server events inside the run's time window: restarts, deaths, downtime."""
+    """The brain's server events inside the run's time window, of the servers the run used
+    (its endpoints' ports): restarts, deaths, downtime. Another port's server is not this
+    run's trouble."""
     start, end = report.first_at, report.last_at
     assert start is not None and end is not None
+    mine = run_servers(store, report.endpoints, end)
     down_since: dict[str, datetime] = {}
     # Was a server already down when the run began? Its latest event before the window says.
     with store.engine.connect() as conn:
@@ -665,15 +721,17 @@ def _brain_events(store: EventStore, report: RunReport) -> None:
             select(ServerEventRow.server, ServerEventRow.type)
             .where(ServerEventRow.at < start)
             .order_by(ServerEventRow.at.desc())
-            .limit(50)
+            .limit(200)
         ).all()
     seen: set[str] = set()
     for server, type_ in before:
-        if server not in seen:
+        if server not in seen and (mine is None or server in mine):
             seen.add(server)
             if type_ in _SERVER_DOWN:
                 down_since[server] = start
     for at, server, type_, payload in store.server_events(since=start, until=end):
+        if mine is not None and server not in mine:
+            continue
         report.server_notes.append(ServerNote(at, server, type_, _server_detail(type_, payload)))
         if type_ == "restarting":
             report.server_restarts += 1
@@ -835,7 +893,7 @@ def change_summary(run: RunReport) -> str:
         return "-"
     if git.note and not git.stat:
         return "unknown"
-    return f"{git.files_changed} files +{git.insertions} -{git.deletions}"
+    return f"{plural(git.files_changed, 'file')} +{git.insertions} -{git.deletions}"
 
 
 def endpoint_summary(run: RunReport) -> str:
@@ -989,8 +1047,8 @@ def _run_markdown(run: RunReport) -> list[str]:
         out.append("")
         if git.stat:
             out.append(
-                f"Diff of the workspace, first to last snapshot: {git.files_changed} file(s), "
-                f"+{git.insertions} -{git.deletions}"
+                "Diff of the workspace, first to last snapshot: "
+                f"{plural(git.files_changed, 'file')}, +{git.insertions} -{git.deletions}"
             )
             out += ["", "```", git.stat, "```", ""]
         elif not git.note:

@@ -8,6 +8,7 @@ boundaries marked) is SVG written here. Only renders ``pilot.report.Report``; re
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from html import escape
 
@@ -17,6 +18,7 @@ from pilot.report import (
     Report,
     RunReport,
     endpoint_summary,
+    plural,
     summary_rows,
 )
 from pilot.ui import format_duration
@@ -202,7 +204,7 @@ def _changes(run: RunReport) -> str:
         )
     if git.stat:
         html += (
-            f"<p>Diff, first to last snapshot: {git.files_changed} file(s), "
+            f"<p>Diff, first to last snapshot: {plural(git.files_changed, 'file')}, "
             f"+{git.insertions} -{git.deletions}</p><pre>{escape(git.stat)}</pre>"
         )
     return html
@@ -237,6 +239,26 @@ def _interventions(run: RunReport) -> str:
     if details:
         html += "<ul>" + "".join(f"<li>{escape(d)}</li>" for d in details) + "</ul>"
     return html
+
+
+_LABEL_ROW = 13
+_CHAR_W = 6.5
+"""Row height and a generous character width of the 11 px labels, to keep them apart."""
+
+
+def label_rows(marks: Sequence[tuple[datetime, str]], x: Callable[[datetime], float]) -> list[int]:
+    """The row of each phase label: the first row where it starts after the end of that row's
+    last label (so labels of phases started close together never overlap)."""
+    ends: list[float] = []
+    rows = []
+    for at, name in marks:
+        left = x(at) + 3
+        row = next((i for i, end in enumerate(ends) if left >= end + 4), len(ends))
+        if row == len(ends):
+            ends.append(0.0)
+        ends[row] = left + len(name) * _CHAR_W
+        rows.append(row)
+    return rows
 
 
 def _server(run: RunReport) -> str:
@@ -329,14 +351,14 @@ def timeline_svg(run: RunReport) -> str:
         f'fill="#57606a">wall time ({escape(format_duration(span))})</text>'
     )
 
-    # Phase boundaries.
-    for at, name in run.phase_marks:
+    # Phase boundaries; a label that would run into the previous one goes a row lower.
+    for (at, name), row in zip(run.phase_marks, label_rows(run.phase_marks, x), strict=True):
         px = x(at)
         parts.append(
             f'<line class="phase" x1="{px}" y1="{_TOP}" x2="{px}" y2="{base_y}" '
             f'stroke="#8250df" stroke-dasharray="4 3"><title>{escape(name)}</title></line>'
-            f'<text x="{px + 3}" y="{_TOP + 11}" font-size="11" fill="#8250df">'
-            f"{escape(name)}</text>"
+            f'<text x="{px + 3}" y="{_TOP + 11 + row * _LABEL_ROW}" font-size="11" '
+            f'fill="#8250df">{escape(name)}</text>'
         )
 
     # The step curve, as stairs: the count rises at each assistant message.

@@ -296,7 +296,7 @@ def test_markdown_report_states_the_facts(store: EventStore, workspace: GitRepo)
     ) in text
     assert "brain `gemma` died: process exited with code 137" in text
     assert "1 commit(s) on `marathon/aaaa1111`" in text
-    assert "Diff of the workspace, first to last snapshot: 1 file(s), +1 -1" in text
+    assert "Diff of the workspace, first to last snapshot: 1 file, +1 -1" in text
     assert f"- `pilot diff aaaa1111 --db {store.url}`" in text
 
 
@@ -377,7 +377,7 @@ def test_since_report_has_a_summary_table_of_every_run_active_in_the_window(
     text = render_markdown(report)
     assert "1 failed, 1 succeeded" in text
     assert (
-        "| aaaa1111 | refactor | failed | 1/2 | 7 | 2 ok / 2 failed | 1 | 1 files +1 -1 | "
+        "| aaaa1111 | refactor | failed | 1/2 | 7 | 2 ok / 2 failed | 1 | 1 file +1 -1 | "
         f"1000 / 100 | 17m00s | 1m00s | pilot show aaaa1111 --db {store.url} |"
     ) in text
     assert "| dddd4444 | refactor | succeeded | 0/1 | 0 | - | - | - | 0 / 0 | 5s | 0s |  |" in text
@@ -499,3 +499,50 @@ def test_pilot_report_command_writes_markdown_and_html(
     result = CliRunner().invoke(app, ["report", "--db", store.url])
     assert result.exit_code == 2
     assert "give either a RUN id or --since" in result.output
+
+
+def test_server_events_are_matched_to_the_runs_own_endpoint(
+    store: EventStore, workspace: GitRepo
+) -> None:
+    """A server on another port (another fleet's) dying during the run is not this run's
+    trouble: no death, no red band, no note; the run's own server (port 8000) still counts."""
+    write_failed_run(store, workspace)
+    with store.engine.begin() as conn:
+        for seconds, type_, payload in (
+            (-5000, "starting", {"port": 8001}),
+            (-4990, "ready", {}),
+            (300, "died", {"summary": "exit 137"}),
+        ):
+            conn.execute(
+                insert(ServerEventRow).values(
+                    server="other-fleet-r0", at=at(seconds), type=type_, payload=json.dumps(payload)
+                )
+            )
+        conn.execute(
+            insert(ServerEventRow).values(
+                server="gemma", at=at(-90000), type="starting", payload=json.dumps({"port": 8000})
+            )
+        )
+    (run,) = build_report(store, ["aaaa"]).runs
+    assert (run.server_deaths, run.server_restarts, run.downtime_s) == (1, 1, 59)
+    assert all(n.source != "other-fleet-r0" for n in run.server_notes)
+    html = render_html(build_report(store, ["aaaa"]))
+    assert "other-fleet-r0" not in html
+
+
+def test_phase_labels_started_close_together_get_their_own_rows() -> None:
+    from pilot.report_html import label_rows
+
+    marks = [(at(0), "implement"), (at(1), "verify"), (at(2), "docs"), (at(500), "late")]
+    rows = label_rows(marks, lambda t: (t - at(0)).total_seconds())
+    assert rows == [0, 1, 2, 0]
+
+
+def test_one_file_is_one_file() -> None:
+    from pilot.report import plural
+
+    assert (plural(1, "file"), plural(2, "file"), plural(0, "file")) == (
+        "1 file",
+        "2 files",
+        "0 files",
+    )
