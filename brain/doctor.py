@@ -169,7 +169,13 @@ def check_port(spec: ServerSpec) -> list[Check]:
     try:
         ensure_port_free(spec.host, spec.port)
     except PortInUse as exc:
-        return [Check("fail", "port", str(exc))]
+        message = str(exc)
+        if exc.holder in (None, "another process"):
+            message += (
+                f" Its process is not visible to this user (another user's, or in a container): "
+                f"`sudo ss -ltnp 'sport = :{spec.port}'` names it."
+            )
+        return [Check("fail", "port", message)]
     return [Check("ok", "port", f"{spec.host}:{spec.port} is free")]
 
 
@@ -178,11 +184,27 @@ def check_media(spec: ServerSpec) -> list[Check]:
     if not path:
         return []
     p = _host_path(spec, path)
-    if not p.is_dir():
+    if p.is_dir():
+        return [Check("ok", "media path", f"{p} exists")]
+    if spec.backend == "docker" and str(p) != path:
+        # A bind mount's missing host folder is made (empty, owned by root) by Docker at the
+        # first start; nothing fails until the user wants to put images there.
         return [
-            Check("fail", "media path", f"{p} is not an existing directory: create or mount it")
+            Check(
+                "warn",
+                "media path",
+                f"{p} (mounted at {path}) does not exist yet: Docker creates it empty, owned "
+                f"by root; to give the agent images, create it yourself first: mkdir -p {p}",
+            )
         ]
-    return [Check("ok", "media path", f"{p} exists")]
+    return [
+        Check(
+            "fail",
+            "media path",
+            f"{p} is not an existing directory, and vLLM refuses to start with "
+            f"--allowed-local-media-path {path}: create it, or unset allowed_local_media_path",
+        )
+    ]
 
 
 def check_executable(spec: ServerSpec) -> list[Check]:

@@ -99,7 +99,7 @@ def test_gemma_docker_options_map_onto_the_sdk():
         "mem_limit": "32g",
         "memswap_limit": "32g",
         "mem_reservation": "24g",
-        "oom_score_adj": -500,
+        "oom_score_adj": 300,
         "ports": {"8000/tcp": ("127.0.0.1", 8000)},
         "volumes": {
             str(__import__("pathlib").Path("~/marathon/media").expanduser()): {

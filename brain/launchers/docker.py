@@ -11,6 +11,7 @@ on a machine without NVIDIA: ``--gpus`` fails there).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -34,6 +35,92 @@ def docker_unreachable(exc: BaseException) -> LaunchError:
             "you may use /var/run/docker.sock, or use --backend process / --backend sim",
         ),
     )
+
+
+_NETWORK = re.compile(
+    r"dial tcp|no such host|i/o timeout|connection refused|server misbehaving|"
+    r"Client\.Timeout|TLS handshake timeout|network is unreachable",
+    re.IGNORECASE,
+)
+_AUTH = re.compile(
+    r"pull access denied|unauthorized|authentication required|requested access to the "
+    r"resource is denied|no basic auth credentials",
+    re.IGNORECASE,
+)
+_NAME = re.compile(
+    r"manifest unknown|manifest for \S+ not found|invalid reference format|"
+    r"not found: manifest",
+    re.IGNORECASE,
+)
+
+
+def docker_api_diagnosis(text: str, spec: ServerSpec, *, pulling: bool = False) -> Diagnosis | None:
+    """The Docker daemon's refusal (a pull, a container create) read as a cause and a fix:
+    the registry out of reach, a login needed, an image or tag that does not exist, the rate
+    limit, or the container runtime (runc) refusing an option a restricted Docker forbids."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text.strip())
+    ref = spec.image_ref
+    if pulling and "toomanyrequests" in text.lower():
+        return Diagnosis(
+            "registry_rate_limited",
+            "the registry refused the pull: pull rate limit reached",
+            [line],
+            f"`docker login` (an account's limit is higher) or wait, then brain up --pull; "
+            f"or pull {ref} on another machine and `docker save`/`docker load` it here",
+        )
+    if pulling and _AUTH.search(text):
+        return Diagnosis(
+            "registry_auth",
+            "the registry refused the pull: it needs a login, or the repository does not exist",
+            [line],
+            f"check the image name in the profile ({spec.image}); for a private registry run "
+            f"`docker login {_registry(spec.image)}` first, then brain up --pull",
+        )
+    if pulling and _NAME.search(text):
+        return Diagnosis(
+            "image_not_found",
+            f"the registry has no {ref}: the image name or tag is wrong",
+            [line],
+            f"fix image/tag in the profile (e.g. a vllm/vllm-openai release tag such as "
+            f"v0.33.0; `docker search {spec.image.split('/')[-1]}` or the registry's tag list "
+            "shows what exists), then brain up --pull",
+        )
+    if pulling and _NETWORK.search(text):
+        return Diagnosis(
+            "registry_unreachable",
+            f"Docker cannot reach the registry {_registry(spec.image)} (no network, DNS or a "
+            "proxy in the way)",
+            [line],
+            "check the network and Docker's proxy settings (`docker info` shows them), or pull "
+            f"{ref} on a connected machine and bring it over with `docker save` / `docker load`",
+        )
+    if "oom_score_adj" in text and "permission denied" in text.lower():
+        value = spec.docker.oom_score_adj
+        return Diagnosis(
+            "docker_oom_score_adj_denied",
+            "this Docker may not lower the container's OOM score (rootless Docker, user "
+            "namespaces or a restricted runtime lack CAP_SYS_RESOURCE)",
+            [line],
+            f"set docker.oom_score_adj to 0 or more in the profile (now {value}; the shipped "
+            "profiles use 300: the kernel kills the server before the rest of the system), "
+            "or remove it",
+        )
+    if "OCI runtime" in text or "runc" in text:
+        return Diagnosis(
+            "docker_runtime_refused",
+            "the container runtime (runc) refused to create the container",
+            [line],
+            "a rootless or restricted Docker (user namespaces, a CI sandbox, no cgroup "
+            "delegation) forbids some options: try without docker.oom_score_adj, "
+            "docker.memory/memory_swap/memory_reservation and docker.ipc_host in the profile; "
+            "`docker info` shows the security options in force",
+        )
+    return None
+
+
+def _registry(image: str) -> str:
+    first = image.split("/", 1)[0]
+    return first if "/" in image and ("." in first or ":" in first) else "docker.io"
 
 
 class DockerLauncher:
@@ -84,8 +171,11 @@ class DockerLauncher:
                 client.images.pull(spec.image, tag=spec.tag or None)
                 return
             except docker.errors.APIError as exc:
+                text = getattr(exc, "explanation", None) or str(exc)
                 raise LaunchError(
-                    f"could not pull {spec.image_ref}", diagnose(str(exc), spec=spec)
+                    f"could not pull {spec.image_ref}: {text}",
+                    docker_api_diagnosis(str(text), spec, pulling=True)
+                    or diagnose(str(exc), spec=spec),
                 ) from exc
         raise LaunchError(
             f"image {spec.image_ref} is not present",
@@ -137,7 +227,8 @@ class DockerLauncher:
             self._remove_created(opts.name)
             text = getattr(exc, "explanation", None) or str(exc)
             raise LaunchError(
-                f"Docker refused to start {opts.name}: {text}", diagnose(str(text), spec=spec)
+                f"Docker refused to start {opts.name}: {text}",
+                docker_api_diagnosis(str(text), spec) or diagnose(str(text), spec=spec),
             ) from exc
         host, port = address or (spec.host, 0)
         return ServerHandle(
