@@ -356,11 +356,17 @@ def restart(name: str = typer.Argument(None, help="Server name (default: the onl
 
 
 @_expected_errors
-def ps() -> None:
+def ps(
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per server."),
+) -> None:
     """The servers and weight-cache daemons the brain started."""
     from brain.fleet_cli import ps_tables
 
     registry = Registry()
+    if json_out:
+        for line in _ps_json(registry):
+            print(line)
+        return
     now = time.time()
     tables = ps_tables(registry)
     for table in tables:
@@ -382,6 +388,35 @@ def ps() -> None:
                 _fmt_age(now - d.started_at),
             )
         out.print(t)
+
+
+def _ps_json(registry: Registry) -> list[str]:
+    """Each server the brain started, as a JSON line (what `brain ps` shows, for scripts)."""
+    import json
+
+    lines = []
+    for rec in sorted(registry.servers(), key=lambda r: r.name):
+        handle = ServerHandle.from_dict(rec.handle)
+        try:
+            state = _launcher_for_record(rec).status(handle).describe()
+        except Exception as exc:  # a listing reports, it does not fail on one server
+            state = f"unknown ({exc})"
+        lines.append(
+            json.dumps(
+                {
+                    "name": rec.name,
+                    "backend": rec.backend,
+                    "state": state,
+                    "url": f"{handle.base_url}/v1",
+                    "model": rec.spec.get("model"),
+                    "fleet": rec.fleet,
+                    "replica": rec.replica,
+                    "supervisor_pid": rec.supervisor_pid,
+                    "started_at": rec.started_at,
+                }
+            )
+        )
+    return lines
 
 
 def _get(url: str, api_key: str | None = None) -> Any:

@@ -62,6 +62,10 @@ def test_up_ps_status_logs_down_with_the_sim(marathon_home):
     try:
         r = brain("ps")
         assert name in r.output and "running" in r.output and str(port) in r.output
+        listed = [__import__("json").loads(ln) for ln in brain("ps", "--json").output.splitlines()]
+        assert [(s["name"], s["state"], s["url"]) for s in listed] == [
+            (name, "running", f"http://127.0.0.1:{port}/v1")
+        ]
 
         again = brain("up", *sim_args(name, port))
         assert again.exit_code == 1 and "already running" in again.output
