@@ -408,7 +408,7 @@ def _drive(
 @app.command("runs")
 def list_runs(
     db: str | None = DB_OPTION,
-    limit: int = typer.Option(30, "--limit", "-n", help="How many runs to show."),
+    limit: int = typer.Option(30, "--limit", "-n", min=1, help="How many runs to show."),
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""

@@ -107,6 +107,11 @@ def open_store(url: str | None, durability: str = "normal", *, create: bool = Tr
                 f"no database at {path} ({flag}): no run has been started with it; check the "
                 "path (--db, MARATHON_DB, MARATHON_HOME) or start a run with `pilot run FILE`"
             )
+        if path is not None and path.is_dir():
+            raise ConfigurationError(
+                f"{flag} names {path}, which is a folder: give the database file's path "
+                f"(e.g. sqlite:///{path / 'marathon.db'})"
+            )
         if path is not None and path.parent.exists() and not path.parent.is_dir():
             raise ConfigurationError(
                 f"cannot create the database {path}: {path.parent} is a file, not a folder"

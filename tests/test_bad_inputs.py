@@ -72,6 +72,8 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     absent: list[str] = field(default_factory=list)
     """Paths (relative to the test's folder) that must not exist afterwards."""
+    process: bool = False
+    """Run the console script in a process of its own (else typer's runner, in this one)."""
 
 
 P, B = "pilot", "brain"
@@ -89,6 +91,7 @@ CASES = [
         "db-postgres-unreachable",
         [P, "runs", "--db", f"postgresql+psycopg://u:secret@127.0.0.1:{closed_port()}/x"],
         ["cannot connect", "postgresql running"],
+        process=True,
     ),
     Case(
         "db-plain-postgres-unreachable",
@@ -139,6 +142,7 @@ CASES = [
         [P, "run", "wf.yaml", "-p", "repo=repo"],
         ["is a file", "MARATHON_HOME"],
         env={"MARATHON_HOME": "{tmp}/home_file"},
+        process=True,
     ),
     Case(
         "home-is-a-file-queue",
@@ -164,7 +168,7 @@ CASES = [
         [P, "run", "wf.yaml", "-p", "repo=repo", "--endpoint", "http://h:port/v1"],
         ["port", "not a number"],
     ),
-    Case("report-format-bogus", [P, "report", "--format", "bogus"], ["md", "html"]),
+    Case("report-format-bogus", [P, "report", "--format", "bogus"], ["md", "html"], process=True),
     Case("report-no-run", [P, "report"], ["--since"]),
     Case("report-since-bogus", [P, "report", "--since", "yesterday-ish"], ["12h"]),
     Case("gc-age-bogus", [P, "gc", "--older-than", "soon"], ["30d"]),
@@ -188,6 +192,7 @@ CASES = [
         [P, "run", "typo.yaml", "--dry-run"],
         ["phaces"],
         absent=["home/dry-runs", "home/marathon.db"],
+        process=True,
     ),
     Case("validate-divide-by-zero", [P, "validate", "divide.yaml"], ["division by zero"]),
     Case("validate-sandbox", [P, "validate", "sandbox.yaml"], ["sandbox forbids"]),
@@ -205,6 +210,24 @@ CASES = [
     Case("workspace-not-git", [P, "run", "wf.yaml", "-p", "repo=plain"], ["git init"]),
     Case("run-id-unknown", [P, "show", "ffff"], ["ffff"], env={"MARATHON_HOME": "{tmp}/seeded"}),
     Case("resume-unknown", [P, "resume", "ffff"], ["ffff"], env={"MARATHON_HOME": "{tmp}/seeded"}),
+    Case("matrix-missing", [P, "run", "wf.yaml", "--matrix", "nope.yaml"], ["nope.yaml"]),
+    Case("matrix-not-a-list", [P, "run", "wf.yaml", "--matrix", "params.yaml"], ["list"]),
+    Case("db-is-a-folder", [P, "runs", "--db", "sqlite:///{tmp}/plain"], ["folder", "marathon.db"]),
+    Case("queue-add-missing", [P, "queue", "add", "missing.yaml"], ["no such file"]),
+    Case("worker-db-bad", [P, "worker", "--db", "notadb://x"], ["no database driver"]),
+    Case("params-file-folder", [P, "validate", "plain"], ["is a directory"]),
+    Case("runs-limit-negative", [P, "runs", "--limit", "-5"], ["--limit"]),
+    Case(
+        "gc-missing-db",
+        [P, "gc", "--older-than", "1d", "--db", "sqlite:///{tmp}/none.db"],
+        ["no database at"],
+        absent=["none.db"],
+    ),
+    # -- brain
+    Case("brain-up-unknown-profile", [B, "up", "nosuch"], ["gemma4-e4b-mtp"], code=2),
+    Case("brain-up-bad-set", [B, "up", "sim", "--set", "port=abc"], ["port", "integer"], code=2),
+    Case("brain-status-unknown", [B, "status", "nosuch"], ["nosuch"], code=1),
+    Case("sim-port-out-of-range", [B, "sim", "--port", "99999"], ["65535"]),
     # -- brain sim
     Case(
         "sim-script-missing",
@@ -221,13 +244,18 @@ CASES = [
         [B, "sim", "--policy", "script:not_a_script.yaml"],
         ["not a script", "conversations"],
     ),
-    Case("sim-policy-unknown", [B, "sim", "--policy", "bogus"], ["unknown policy", "demo"]),
+    Case(
+        "sim-policy-unknown",
+        [B, "sim", "--policy", "bogus"],
+        ["unknown policy", "demo"],
+        process=True,
+    ),
     Case("sim-config-not-yaml", [B, "sim", "--config", "sim_config.yaml"], ["not valid yaml"]),
     Case("sim-config-missing", [B, "sim", "--config", "nope.yaml"], ["does not exist"]),
     # -- help
-    Case("pilot-h", [P, "-h"], ["usage"], code=0),
+    Case("pilot-h", [P, "-h"], ["usage"], code=0, process=True),
     Case("pilot-run-h", [P, "run", "-h"], ["--dry-run"], code=0),
-    Case("brain-h", [B, "-h"], ["usage"], code=0),
+    Case("brain-h", [B, "-h"], ["usage"], code=0, process=True),
 ]
 
 
@@ -247,7 +275,43 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_case(case: Case, folder: Path) -> subprocess.CompletedProcess[str]:
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_case(case: Case, folder: Path) -> Result:
+    """The command's exit code and output: in a subprocess when the case asks (the console
+    script itself, or an environment only a new process sees), else through typer's runner,
+    where an escaping exception (a traceback for the user) is reported as one."""
+    if case.process or "PYTHONPATH" in case.env:
+        proc = run_process(case, folder)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+    import importlib
+
+    from typer.testing import CliRunner
+
+    env = {"MARATHON_HOME": str(folder / "home"), "MARATHON_DB": None, "COLUMNS": "200"}
+    env.update({k: v.replace("{tmp}", str(folder)) for k, v in case.env.items()})
+    app = importlib.import_module(f"{case.argv[0]}.cli").app
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = CliRunner().invoke(
+            app, [a.replace("{tmp}", str(folder)) for a in case.argv[1:]], env=env
+        )
+    finally:
+        os.chdir(here)
+    error = result.exception
+    if error is not None and not isinstance(error, SystemExit):
+        trace = "".join(__import__("traceback").format_exception(error))
+        return Result(1, result.stdout, f"Traceback (escaped the CLI):\n{trace}")
+    return Result(result.exit_code, result.stdout, result.stderr)
+
+
+def run_process(case: Case, folder: Path) -> subprocess.CompletedProcess[str]:
     def fill(text: str) -> str:
         return text.replace("{tmp}", str(folder))
 
