@@ -319,7 +319,8 @@ class MultiRunView:
 
     def __call__(self, run_id: str, seq: int, event: ev.Event, state: RunState) -> None:
         row = self.runs.setdefault(run_id, {"tool": "-", "status": "running"})
-        row["phase"] = state.phase.name if state.phase else "-"
+        if state.phase is not None or "phase" not in row:
+            row["phase"] = state.phase.name if state.phase else "-"
         row["steps"] = state.steps
         row["tokens"] = state.total_tokens
         if isinstance(event, ev.ToolStarted):

@@ -125,3 +125,23 @@ def test_every_event_type_prints_something() -> None:
     assert "cannot identify image file" in event_line(samples[1]).plain
     assert "30000 -> 4000" in event_line(samples[2]).plain
     assert "read_file app.py x4" in event_line(samples[3]).plain
+
+
+def test_the_matrix_view_keeps_each_runs_last_phase() -> None:
+    from pilot.ui import MultiRunView
+
+    console, _ = terminal()
+    view = MultiRunView(console)
+    state = RunState()
+    for event in (
+        STARTED,
+        ev.PhaseStarted(index=0, name="survey", prompt="p"),
+        ev.PhaseFinished(index=0, name="survey", outcome="succeeded"),
+        ev.RunFinished(status="succeeded"),
+    ):
+        state.apply(event)
+        view("run1", state.last_seq, event, state)
+    assert view.runs["run1"]["phase"] == "survey"
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, width=160).print(view.live.get_renderable())
+    assert "survey" in out.getvalue()
