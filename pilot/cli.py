@@ -181,13 +181,16 @@ def run(
             )
         else:
             from pilot.launch import build_plan
-            from pilot.queue import load_many, run_many
+            from pilot.queue import load_many, preflight_many, run_many
 
             many = load_many(workflow, param, params_file, matrix)
+            checked = preflight_many(many, store, endpoint=target)
             code = _drive_many(
                 console,
                 json_lines,
-                lambda runner: run_many(runner, many, parallel=parallel, endpoint=target),
+                lambda runner: run_many(
+                    runner, many, parallel=parallel, endpoint=target, checked=checked
+                ),
                 store,
                 endpoints=_endpoints(target or []) or build_plan(many[0], "view").model.targets,
             )

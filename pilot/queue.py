@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
-from pilot.launch import EndpointOverride, build_plan, load_for_run
+from pilot.launch import EndpointOverride, Preflight, build_plan, load_for_run
 from pilot.runner import Runner, RunOutcome
 from pilot.store import EventStore, RunRecord
 from pilot.workflow import LoadedWorkflow
@@ -57,24 +57,45 @@ def load_many(
     return loaded
 
 
+def preflight_many(
+    loaded: Sequence[LoadedWorkflow], store: EventStore, *, endpoint: EndpointOverride = None
+) -> list[Preflight]:
+    """Every row checked as a single run is (``launch.preflight``) before any is recorded: one
+    row that cannot start refuses the matrix, naming the row."""
+    from pilot.launch import preflight
+
+    checked = []
+    for index, item in enumerate(loaded):
+        try:
+            checked.append(preflight(item, store, endpoint=endpoint))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"matrix row {index + 1}: {exc}") from None
+    return checked
+
+
 async def run_many(
     runner: Runner,
     loaded: Sequence[LoadedWorkflow],
     *,
     parallel: int,
     endpoint: EndpointOverride = None,
+    checked: Sequence[Preflight] | None = None,
 ) -> list[RunOutcome]:
-    """Start every run, at most ``parallel`` at a time, in this process."""
+    """Start every run, at most ``parallel`` at a time, in this process (with the ids and
+    start times ``checked`` by ``preflight_many``, when given)."""
     from pilot.launch import start_run
 
     gate = asyncio.Semaphore(max(1, parallel))
+    tickets: Sequence[Preflight | None] = checked or [None] * len(loaded)
 
-    async def one(item: LoadedWorkflow) -> RunOutcome:
+    async def one(item: LoadedWorkflow, ticket: Preflight | None) -> RunOutcome:
         async with gate:
-            return await start_run(runner, item, endpoint=endpoint)
+            return await start_run(runner, item, endpoint=endpoint, checked=ticket)
 
     try:
-        return list(await asyncio.gather(*(one(item) for item in loaded)))
+        return list(
+            await asyncio.gather(*(one(i, t) for i, t in zip(loaded, tickets, strict=True)))
+        )
     finally:
         await runner.aclose()
 

@@ -59,6 +59,7 @@ FILES = {
     "sim_config.yaml": "port: [\n",
     "home_file": "I am a file, not a folder\n",
     "params.yaml": "- not\n- a mapping\n",
+    "rows.yaml": "- {repo: repo}\n- {repo: plain}\n",
 }
 
 
@@ -210,6 +211,12 @@ CASES = [
     Case("workspace-not-git", [P, "run", "wf.yaml", "-p", "repo=plain"], ["git init"]),
     Case("run-id-unknown", [P, "show", "ffff"], ["ffff"], env={"MARATHON_HOME": "{tmp}/seeded"}),
     Case("resume-unknown", [P, "resume", "ffff"], ["ffff"], env={"MARATHON_HOME": "{tmp}/seeded"}),
+    Case(
+        "matrix-row-cannot-start",
+        [P, "run", "wf.yaml", "--matrix", "rows.yaml"],
+        ["matrix row 2", "git init"],
+        env={"MARATHON_HOME": "{tmp}/seeded"},
+    ),
     Case("matrix-missing", [P, "run", "wf.yaml", "--matrix", "nope.yaml"], ["nope.yaml"]),
     Case("matrix-not-a-list", [P, "run", "wf.yaml", "--matrix", "params.yaml"], ["list"]),
     Case("db-is-a-folder", [P, "runs", "--db", "sqlite:///{tmp}/plain"], ["folder", "marathon.db"]),
@@ -370,6 +377,13 @@ def test_runs_that_cannot_start_leave_no_record(folder: Path) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"pilot cancel {busy}" in proc.stderr
     assert [r.id for r in store.list_runs()] == [busy]
+
+
+def test_a_matrix_with_a_row_that_cannot_start_records_no_run(folder: Path) -> None:
+    proc = run_case(Case("x", [P, "run", "wf.yaml", "--matrix", "rows.yaml"], []), folder)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "matrix row 2" in proc.stderr
+    assert EventStore(f"sqlite:///{folder / 'home' / 'marathon.db'}").list_runs() == []
 
 
 def test_sim_port_in_use_names_the_holder(folder: Path) -> None:
