@@ -13,6 +13,7 @@ import asyncio
 import functools
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -31,7 +32,8 @@ from brain.state import Registry, ServerRecord, state_dir
 DEFAULT_PROFILE = "gemma4-e4b-mtp"
 F = TypeVar("F", bound=Callable[..., Any])
 
-out = Console(highlight=False)
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+"""Tables written to a pipe or file are as wide as their cells: nothing is cut or wrapped."""
 err = Console(stderr=True, highlight=False)
 
 

@@ -165,3 +165,34 @@ def test_a_second_sigterm_exits_143(tmp_path: Path, slow_workflow) -> None:
     time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143, log.read_text()
+
+
+def test_brain_ps_in_a_pipe_is_not_cut(tmp_path: Path) -> None:
+    from brain.state import Registry, ServerRecord
+
+    home = tmp_path / "home" / "brain"
+    home.mkdir(parents=True)
+    long_model = "an-organisation-with-a-long-name/a-model-whose-name-is-longer-than-eighty-columns"
+    Registry(home).put(
+        ServerRecord(
+            name="gone",
+            backend="process",
+            spec={"model": long_model},
+            handle={
+                "name": "gone",
+                "backend": "process",
+                "ref": "999999999",
+                "host": "127.0.0.1",
+                "port": 8123,
+            },
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", "from brain.cli import app; app()", "ps"],
+        env=env_for(tmp_path, COLUMNS="80"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert long_model in proc.stdout
