@@ -297,6 +297,8 @@ class RequestResult:
     prompt_tokens: int = 0
     output_tokens: int = 0
     usage_reported: bool = False
+    cached_tokens: int | None = None
+    """``usage.prompt_tokens_details.cached_tokens`` (vLLM with --enable-prompt-tokens-details)."""
     max_tokens: int = 0
     finish_reason: str | None = None
     chunk_times: list[float] = field(default_factory=list)
@@ -404,6 +406,9 @@ async def send_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -
                     result.prompt_tokens = int(usage.get("prompt_tokens") or 0)
                     result.output_tokens = int(usage.get("completion_tokens") or 0)
                     result.usage_reported = True
+                    details = usage.get("prompt_tokens_details")
+                    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                        result.cached_tokens = details["cached_tokens"]
                 for choice in event.get("choices") or []:
                     text = _delta_text(choice.get("delta") or {})
                     if text:

@@ -102,11 +102,57 @@ def bench_command(
     plot: Path | None = typer.Option(None, "--plot", help="Write a PNG plot (needs matplotlib)."),
     markdown: Path | None = typer.Option(None, "--markdown", help="Write the tables as Markdown."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+    replay: list[Path] = typer.Option(
+        [],
+        "--replay",
+        help="Replay recorded runs (files from `pilot replay-export`, or directories of them, "
+        "e.g. bench/replays): -c is then the runs replayed at once.",
+    ),
+    replay_runs: int | None = typer.Option(
+        None, "--replay-runs", help="Runs replayed per point (recordings cycled; default all)."
+    ),
+    think: bool = typer.Option(
+        False, "--think/--no-think", help="Wait the recorded think time between requests."
+    ),
+    replay_max_tokens: int | None = typer.Option(
+        None,
+        "--replay-max-tokens",
+        help="Answer length of every replayed request (default: recorded).",
+    ),
+    salt: bool = typer.Option(
+        True, "--salt/--no-salt", help="Tag each replayed run so no two share their prefix."
+    ),
 ) -> None:
     """Load-test an OpenAI-compatible endpoint: TTFT, TPOT, ITL, E2E, throughput, MTP acceptance."""
     names = [s.strip() for s in labels.split(",")]
     if len(names) != 2 or not all(names):
         raise typer.BadParameter("expected two names, e.g. mtp,base", param_hint="--labels")
+    if replay:
+        from brain.bench_replay_cli import replay_command
+
+        replay_command(
+            url=url,
+            compare=compare,
+            labels=(names[0], names[1]),
+            model=model,
+            compare_model=compare_model,
+            api_key=api_key,
+            paths=replay,
+            concurrency=_ints(concurrency, "--concurrency") or [1],
+            runs=replay_runs,
+            think=think,
+            max_tokens=replay_max_tokens,
+            salt=salt,
+            temperature=temperature,
+            ignore_eos=ignore_eos,
+            seed=seed,
+            timeout=timeout,
+            json_path=json_path,
+            markdown=markdown,
+            plot=plot,
+            quiet=quiet,
+        )
+        return
     try:
         config = BenchConfig(
             url=url,

@@ -115,6 +115,12 @@ class MetricsSnapshot(BaseModel):
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
     preemptions: float | None = None
+    prefix_cache_queries: float | None = None
+    """Prompt tokens looked up in the prefix cache (``vllm:prefix_cache_queries``)."""
+    prefix_cache_hits: float | None = None
+    """Of those, tokens found there: their prefill was not computed again."""
+    cache_config: dict[str, str] | None = None
+    """The labels of ``vllm:cache_config_info`` (block_size, num_gpu_blocks, ...), engine 0."""
     spec_drafts: float | None = None
     spec_draft_tokens: float | None = None
     spec_accepted_tokens: float | None = None
@@ -144,6 +150,9 @@ class MetricsSnapshot(BaseModel):
                 pos = dict(labels).get("position")
                 if pos is not None and pos.isdigit():
                     per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + v
+        cache_config = next(
+            (dict(labels) for (name, labels) in s if name == "vllm:cache_config_info"), None
+        )
         kv = _sum(s, "vllm:kv_cache_usage_perc")
         n_kv = sum(1 for (n, _) in s if n == "vllm:kv_cache_usage_perc")
         return cls(
@@ -153,6 +162,9 @@ class MetricsSnapshot(BaseModel):
             prompt_tokens=counter("vllm:prompt_tokens"),
             generation_tokens=counter("vllm:generation_tokens"),
             preemptions=counter("vllm:num_preemptions"),
+            prefix_cache_queries=counter("vllm:prefix_cache_queries"),
+            prefix_cache_hits=counter("vllm:prefix_cache_hits"),
+            cache_config=cache_config,
             spec_drafts=counter("vllm:spec_decode_num_drafts"),
             spec_draft_tokens=counter("vllm:spec_decode_num_draft_tokens"),
             spec_accepted_tokens=counter("vllm:spec_decode_num_accepted_tokens"),
@@ -165,6 +177,26 @@ class MetricsSnapshot(BaseModel):
     @classmethod
     def from_text(cls, text: str) -> MetricsSnapshot:
         return cls.from_samples(parse_prometheus_text(text))
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        """The KV cache's size in tokens from ``vllm:cache_config_info``: its
+        ``kv_cache_size_tokens`` label where the server has it, else num_gpu_blocks x
+        block_size; None when the server does not say (not vLLM, or an older one)."""
+        labels = self.cache_config or {}
+
+        def number(key: str) -> int | None:
+            try:
+                value = int(float(labels[key]))
+            except (KeyError, ValueError):
+                return None
+            return value if value > 0 else None
+
+        tokens = number("kv_cache_size_tokens")
+        if tokens is not None:
+            return tokens
+        blocks, size = number("num_gpu_blocks"), number("block_size")
+        return blocks * size if blocks is not None and size is not None else None
 
 
 class SpecDecodeStats(BaseModel):

@@ -20,6 +20,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pilot import __version__
@@ -41,6 +42,12 @@ DB_OPTION = typer.Option(
     envvar="MARATHON_DB",
     help="SQLAlchemy URL of the store (default: SQLite in "
     "the state directory, $MARATHON_HOME or ~/.local/state/marathon).",
+)
+ADMISSION_OPTION = typer.Option(
+    True,
+    "--admission/--no-admission",
+    help="Start runs only while their contexts fit the server's KV cache (read from its "
+    "/metrics), --parallel being the upper bound.",
 )
 ENDPOINT_OPTION = typer.Option(
     [],
@@ -151,6 +158,7 @@ def run(
         help=f"{' or '.join(DURABILITIES)}: normal survives any process death, full also a "
         "power cut (fsync).",
     ),
+    admission: bool = ADMISSION_OPTION,
 ) -> None:
     """Start a run of WORKFLOW and drive it until it ends (Ctrl-C pauses; resume later)."""
     from pilot.launch import DryRun, check_workflow_file, load_for_run, preflight, start_run
@@ -185,14 +193,23 @@ def run(
 
             many = load_many(workflow, param, params_file, matrix)
             checked = preflight_many(many, store, endpoint=target)
+            model = build_plan(many[0], "view").model
+            targets = _endpoints(target or []) or model.targets
             code = _drive_many(
                 console,
                 json_lines,
                 lambda runner: run_many(
-                    runner, many, parallel=parallel, endpoint=target, checked=checked
+                    runner,
+                    many,
+                    parallel=parallel,
+                    endpoint=target,
+                    checked=checked,
+                    admission=_admission(
+                        runner, admission, parallel, targets, model.api_key, console, json_lines
+                    ),
                 ),
                 store,
-                endpoints=_endpoints(target or []) or build_plan(many[0], "view").model.targets,
+                endpoints=targets,
             )
     raise typer.Exit(code)
 
@@ -360,6 +377,47 @@ def _drive_many(
     notify_queue_end(outcomes)
     codes = [o.exit_code for o in outcomes] or [0]
     return max(codes)
+
+
+def _admission(
+    runner: Any,
+    enabled: bool,
+    parallel: int,
+    endpoints: Sequence[str],
+    api_key: str | None,
+    console: Console,
+    json_lines: bool,
+) -> Any:
+    """The KV-aware admission of these runs (``pilot.admission``), None when it is off; its
+    status lines (a run waiting for room, and why) go to stderr with --json."""
+    if not enabled or not endpoints:
+        return None
+    from pilot.admission import Admission, MetricsKvSource
+
+    def tell(message: str) -> None:
+        if json_lines:
+            print(json.dumps({"admission": message}), file=sys.stderr, flush=True)
+        else:
+            console.print(f"[yellow]{escape(message)}[/]")
+
+    admission = Admission(MetricsKvSource(endpoints, api_key=api_key), parallel, on_wait=tell)
+    runner.observers.append(admission.observe)
+    return admission
+
+
+def _queued_targets(store: Any) -> list[str]:
+    """The endpoints of the oldest queued run's workflow (a worker without --endpoint)."""
+    from pilot.errors import MarathonError
+    from pilot.launch import build_plan, load_stored
+
+    queued = [r for r in store.list_runs(limit=200) if r.status == "queued"]
+    if not queued:
+        return []
+    try:
+        loaded, _ = load_stored(queued[-1])
+        return list(build_plan(loaded, "view").model.targets)
+    except MarathonError:
+        return []
 
 
 def _drive(
@@ -659,6 +717,7 @@ def worker(
     ),
     poll: float = typer.Option(1.0, "--poll", min=0.01, help="Seconds between queue checks."),
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
+    admission: bool = ADMISSION_OPTION,
 ) -> None:
     """Claim queued (and paused or orphaned queue) runs and drive them; SIGTERM pauses them."""
     from pilot.queue import work
@@ -667,6 +726,7 @@ def worker(
     with _user_errors():
         targets = _endpoints(endpoint)
         store = _store(db)
+        servers = targets or _queued_targets(store)
         code = _drive_many(
             console,
             json_lines,
@@ -676,6 +736,15 @@ def worker(
                 endpoint=targets,
                 poll_interval=poll,
                 exit_when_idle=exit_when_idle,
+                admission=_admission(
+                    runner,
+                    admission and bool(servers),
+                    parallel,
+                    servers,
+                    None,
+                    console,
+                    json_lines,
+                ),
             ),
             store,
             endpoints=targets or (),
@@ -708,9 +777,11 @@ def schema() -> None:
 
 
 def _register_more() -> None:
+    from pilot.replay_export import register as register_replay
     from pilot.report_cli import register
 
     register(app)
+    register_replay(app)
 
 
 _register_more()

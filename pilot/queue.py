@@ -12,13 +12,16 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.launch import EndpointOverride, Preflight, build_plan, load_for_run
 from pilot.runner import Runner, RunOutcome
 from pilot.store import EventStore, RunRecord
 from pilot.workflow import LoadedWorkflow
+
+if TYPE_CHECKING:
+    from pilot.admission import Admission
 
 
 def load_matrix(path: Path) -> list[dict[str, Any]]:
@@ -80,23 +83,32 @@ async def run_many(
     parallel: int,
     endpoint: EndpointOverride = None,
     checked: Sequence[Preflight] | None = None,
+    admission: Admission | None = None,
 ) -> list[RunOutcome]:
     """Start every run, at most ``parallel`` at a time, in this process (with the ids and
-    start times ``checked`` by ``preflight_many``, when given)."""
+    start times ``checked`` by ``preflight_many``, when given; with an ``admission``, only
+    while their contexts fit the server's KV cache: ``pilot.admission``)."""
     from pilot.launch import start_run
 
     gate = asyncio.Semaphore(max(1, parallel))
     tickets: Sequence[Preflight | None] = checked or [None] * len(loaded)
 
-    async def one(item: LoadedWorkflow, ticket: Preflight | None) -> RunOutcome:
+    async def one(index: int, item: LoadedWorkflow, ticket: Preflight | None) -> RunOutcome:
         async with gate:
-            return await start_run(runner, item, endpoint=endpoint, checked=ticket)
+            if admission is None:
+                return await start_run(runner, item, endpoint=endpoint, checked=ticket)
+            async with admission.slot(f"run {index + 1} of {len(loaded)}"):
+                return await start_run(runner, item, endpoint=endpoint, checked=ticket)
 
     try:
         return list(
-            await asyncio.gather(*(one(i, t) for i, t in zip(loaded, tickets, strict=True)))
+            await asyncio.gather(
+                *(one(i, item, t) for i, (item, t) in enumerate(zip(loaded, tickets, strict=True)))
+            )
         )
     finally:
+        if admission is not None:
+            await admission.aclose()
         await runner.aclose()
 
 
@@ -154,21 +166,38 @@ async def work(
     endpoint: EndpointOverride = None,
     poll_interval: float = 1.0,
     exit_when_idle: bool = False,
+    admission: Admission | None = None,
 ) -> list[RunOutcome]:
-    """Claim and drive runs until stopped (SIGTERM pauses every run cleanly, then returns)."""
+    """Claim and drive runs until stopped (SIGTERM pauses every run cleanly, then returns).
+
+    With an ``admission``, a run is claimed only while the runs' contexts fit the server's KV
+    cache (``pilot.admission``); until then it stays queued and the worker says why."""
     stop = runner.stop
     assert stop is not None, "a worker needs a stop event"
     outcomes: list[RunOutcome] = []
     active: set[asyncio.Task[RunOutcome]] = set()
+    told = ""
     try:
         while not stop.is_set():
             while len(active) < parallel and not stop.is_set():
+                if admission is not None:
+                    decision = await admission.can_admit()
+                    if not decision.admit:
+                        if decision.reason != told and admission.on_wait is not None:
+                            admission.on_wait(f"queued runs wait for room: {decision.reason}")
+                        told = decision.reason
+                        break
+                    told = ""
                 record = await asyncio.to_thread(
                     runner.store.claim_next, runner.owner, lease_seconds=runner.lease_seconds
                 )
                 if record is None:
                     break
-                active.add(asyncio.ensure_future(_safe(runner, record, endpoint)))
+                task = asyncio.ensure_future(_safe(runner, record, endpoint))
+                if admission is not None:
+                    admission.admit()
+                    task.add_done_callback(lambda _t, a=admission: a.release())
+                active.add(task)
             if not active and exit_when_idle:
                 break
             waiter = asyncio.ensure_future(stop.wait())
@@ -184,6 +213,8 @@ async def work(
     finally:
         for task in active:
             task.cancel()
+        if admission is not None:
+            await admission.aclose()
         await runner.aclose()
     return outcomes
 

@@ -1,0 +1,357 @@
+"""KV-aware admission: start another run only while the runs' contexts fit the server's KV cache.
+
+vLLM batches many runs nearly for free while their contexts fit its KV cache; past that it
+evicts their cached prefixes (each step prefills its whole prompt again) and, when the running
+requests themselves no longer fit, preempts some and recomputes them later. ``--parallel N``
+alone cannot know where that point is; this module reads it from the server and admits runs so
+that their contexts fit, with ``--parallel`` as the upper bound:
+
+* **Capacity** is the KV cache's size in tokens, from ``vllm:cache_config_info``
+  (``kv_cache_size_tokens``, else ``num_gpu_blocks x block_size``), summed over the servers.
+* **A run's context** is its peak footprint: prompt + answer, from the answers' ``usage``. Until
+  runs of this process have finished (``learn_after`` of them), the expected peak is the
+  pilot's own ceiling for a run: the compaction threshold of the window plus an answer
+  (``compact_at x max_model_len + output_reserve``); then it is the largest peak seen. A run
+  that grows past the estimate raises it at once.
+* **Admit** while (admitted + 1) x peak <= capacity x (1 - headroom) and below ``--parallel``;
+  never while the cache's live usage (``vllm:kv_cache_usage_perc``) is at ``high_water``
+  (someone else's traffic); and after the server preempted (``vllm:num_preemptions``), not
+  above one run fewer than were running then, for ``backoff_s``.
+* A server that does not say its capacity (not vLLM, or an old one) gets ``--parallel`` as is,
+  and the admission says so once.
+
+A run that waits is told through ``on_wait`` (the CLI's status line) with the reason. The
+server is read through the :class:`KvSource` Protocol: :class:`MetricsKvSource` reads
+``/metrics`` and ``/v1/models`` of the run's endpoints (every server behind the router).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import httpx
+
+from pilot import events as ev
+
+HEADROOM = 0.05
+"""Share of the KV cache left free: vLLM also holds blocks for requests being scheduled."""
+HIGH_WATER = 0.95
+"""Live KV usage at which no run is admitted, whatever the estimates say."""
+BACKOFF_S = 30.0
+"""Seconds after a preemption during which admission stays below the count that caused it."""
+OUTPUT_RESERVE = 1024
+"""Tokens of answer added to a run's prompt ceiling in the prior estimate of its peak."""
+
+
+@dataclass(frozen=True)
+class KvView:
+    """What the server(s) say about their KV cache; None where they do not say."""
+
+    capacity_tokens: int | None = None
+    usage: float | None = None
+    """0-1, the share of KV blocks held by running requests (mean over servers, by size)."""
+    preemptions: float | None = None
+    """Cumulative, summed over the servers."""
+    max_model_len: int | None = None
+    servers: int = 1
+
+
+class KvSource(Protocol):
+    """Where admission reads the server's KV capacity and use."""
+
+    async def read(self) -> KvView: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MetricsKvSource:
+    """``/metrics`` (cache config, usage, preemptions) and ``/v1/models`` (the window) of one or
+    several endpoints; an endpoint that does not answer is left out of that reading."""
+
+    def __init__(
+        self, endpoints: Sequence[str], *, api_key: str | None = None, timeout: float = 5.0
+    ) -> None:
+        if not endpoints:
+            raise ValueError("a KV source needs at least one endpoint")
+        self.endpoints = [e.rstrip("/") for e in endpoints]
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = timeout
+        self._http: httpx.AsyncClient | None = None
+        self._windows: dict[str, int] = {}
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self._timeout, headers=self._headers)
+        return self._http
+
+    async def _window(self, url: str) -> int | None:
+        if url not in self._windows:
+            from pilot.model import server_root
+
+            try:
+                response = await self._client().get(f"{server_root(url)}/v1/models")
+                data = response.json()["data"]
+                self._windows[url] = int(data[0]["max_model_len"])
+            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+                return None
+        return self._windows[url]
+
+    async def _one(self, url: str) -> tuple[KvView, bool]:
+        from brain.metrics import fetch_metrics
+
+        try:
+            snapshot = await fetch_metrics(url, self._client())
+        except (httpx.HTTPError, ValueError):
+            return KvView(), False
+        return (
+            KvView(
+                capacity_tokens=snapshot.kv_capacity_tokens,
+                usage=snapshot.kv_cache_usage,
+                preemptions=snapshot.preemptions,
+                max_model_len=await self._window(url),
+            ),
+            True,
+        )
+
+    async def read(self) -> KvView:
+        results = await asyncio.gather(*(self._one(url) for url in self.endpoints))
+        views = [view for view, ok in results if ok]
+        return combine(views)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            with contextlib.suppress(Exception):
+                await self._http.aclose()
+            self._http = None
+
+
+def combine(views: Sequence[KvView]) -> KvView:
+    """Several servers as one: capacities and preemptions add up, usage is weighted by size,
+    the window is the smallest (a run may land on any of them)."""
+    if not views:
+        return KvView(servers=0)
+    sized = [v for v in views if v.capacity_tokens]
+    capacity = sum(v.capacity_tokens or 0 for v in sized) if len(sized) == len(views) else None
+    if capacity:
+        used = [v for v in sized if v.usage is not None]
+        usage = (
+            sum((v.usage or 0.0) * (v.capacity_tokens or 0) for v in used)
+            / sum(v.capacity_tokens or 0 for v in used)
+            if used
+            else None
+        )
+    else:
+        known = [v.usage for v in views if v.usage is not None]
+        usage = sum(known) / len(known) if known else None
+    preempt = [v.preemptions for v in views if v.preemptions is not None]
+    windows = [v.max_model_len for v in views if v.max_model_len]
+    return KvView(
+        capacity_tokens=capacity,
+        usage=usage,
+        preemptions=sum(preempt) if preempt else None,
+        max_model_len=min(windows) if windows else None,
+        servers=len(views),
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    admit: bool
+    reason: str = ""
+    kv_limit: int | None = None
+    """Runs whose contexts fit at once (None: the server does not say its capacity)."""
+
+
+def kv_limit(capacity_tokens: int, peak_tokens: int, headroom: float = HEADROOM) -> int:
+    """Runs of ``peak_tokens`` each that fit ``capacity_tokens`` less the headroom (>= 1)."""
+    return max(1, math.floor(capacity_tokens * (1.0 - headroom) / max(1, peak_tokens)))
+
+
+def decide(
+    view: KvView | None,
+    *,
+    admitted: int,
+    parallel: int,
+    peak_tokens: int | None,
+    headroom: float = HEADROOM,
+    high_water: float = HIGH_WATER,
+    backoff_cap: int | None = None,
+) -> Decision:
+    """Whether one more run may start now (pure). A first run always may."""
+    if admitted >= parallel:
+        return Decision(False, f"--parallel {parallel} runs are running")
+    if admitted == 0:
+        return Decision(True)
+    limit = None
+    if view is not None and view.capacity_tokens and peak_tokens:
+        limit = kv_limit(view.capacity_tokens, peak_tokens, headroom)
+        if admitted >= limit:
+            return Decision(
+                False,
+                f"{admitted} running runs of up to ~{peak_tokens:,} tokens each fill the "
+                f"{view.capacity_tokens:,}-token KV cache",
+                limit,
+            )
+    if view is not None and view.usage is not None and view.usage >= high_water:
+        return Decision(False, f"the KV cache is {view.usage:.0%} used", limit)
+    if backoff_cap is not None and admitted >= backoff_cap:
+        return Decision(
+            False, f"the server preempted requests with {backoff_cap + 1} runs running", limit
+        )
+    return Decision(True, "", limit)
+
+
+WaitNotice = Callable[[str], None]
+
+
+@dataclass
+class Admission:
+    """The admission of one process's runs against one server or a fleet behind the router."""
+
+    source: KvSource | None
+    parallel: int
+    compact_at: float = 0.75
+    output_reserve: int = OUTPUT_RESERVE
+    headroom: float = HEADROOM
+    high_water: float = HIGH_WATER
+    backoff_s: float = BACKOFF_S
+    learn_after: int = 2
+    poll: float = 1.0
+    on_wait: WaitNotice | None = None
+    clock: Callable[[], float] = time.monotonic
+    admitted: int = 0
+    waiting: int = 0
+    view: KvView | None = None
+    _read_at: float = field(default=-math.inf, repr=False)
+    _peaks: dict[str, int] = field(default_factory=dict, repr=False)
+    _finished_peaks: list[int] = field(default_factory=list, repr=False)
+    _backoff_cap: int | None = field(default=None, repr=False)
+    _backoff_until: float = field(default=-math.inf, repr=False)
+    _changed: asyncio.Event | None = field(default=None, repr=False)
+    _told_unknown: bool = field(default=False, repr=False)
+    preemptions_seen: float = 0.0
+    """Preemptions the server counted while this admission watched it."""
+
+    # -- estimates --------------------------------------------------------------------------
+
+    def peak_estimate(self) -> int | None:
+        """Tokens a run's context is expected to reach (see the module docstring)."""
+        window = self.view.max_model_len if self.view else None
+        live = max(self._peaks.values(), default=0)
+        if len(self._finished_peaks) >= self.learn_after:
+            return max(max(self._finished_peaks), live)
+        if window:
+            prior = min(window, int(self.compact_at * window) + self.output_reserve)
+            return max(prior, live)
+        return live or None
+
+    def observe(self, run_id: str, _seq: int, event: ev.Event, _state: object = None) -> None:
+        """A ``Runner`` observer: every answer's usage is its run's footprint at that moment."""
+        if isinstance(event, ev.AssistantMessage) and event.usage is not None:
+            tokens = event.usage.prompt_tokens + event.usage.completion_tokens
+            if tokens > self._peaks.get(run_id, 0):
+                self._peaks[run_id] = tokens
+        elif isinstance(event, ev.RunFinished):
+            peak = self._peaks.pop(run_id, None)
+            if peak:
+                self._finished_peaks.append(peak)
+        elif isinstance(event, ev.RunPaused):
+            self._peaks.pop(run_id, None)
+
+    # -- the server -------------------------------------------------------------------------
+
+    async def refresh(self, force: bool = False) -> KvView | None:
+        """Read the server when the last reading is older than ``poll`` (or ``force``)."""
+        now = self.clock()
+        if self.source is None or (not force and now - self._read_at < self.poll):
+            return self.view
+        self._read_at = now
+        previous = self.view
+        view = await self.source.read()
+        if view.servers == 0:
+            return self.view  # nobody answered: keep the last reading
+        self.view = view
+        if (
+            previous is not None
+            and previous.preemptions is not None
+            and view.preemptions is not None
+            and view.preemptions > previous.preemptions
+        ):
+            self.preemptions_seen += view.preemptions - previous.preemptions
+            self._backoff_cap = max(1, self.admitted - 1)
+            self._backoff_until = now + self.backoff_s
+        if now >= self._backoff_until:
+            self._backoff_cap = None
+        if not view.capacity_tokens and not self._told_unknown and self.on_wait is not None:
+            self._told_unknown = True
+            self.on_wait(
+                "admission: the server does not report its KV cache size "
+                "(vllm:cache_config_info); admitting up to --parallel runs"
+            )
+        return view
+
+    def decision(self) -> Decision:
+        return decide(
+            self.view,
+            admitted=self.admitted,
+            parallel=self.parallel,
+            peak_tokens=self.peak_estimate(),
+            headroom=self.headroom,
+            high_water=self.high_water,
+            backoff_cap=self._backoff_cap,
+        )
+
+    async def can_admit(self) -> Decision:
+        """Whether one more run may start now, from a fresh enough reading."""
+        if self.admitted and self.admitted < self.parallel:
+            await self.refresh()
+        return self.decision()
+
+    # -- slots --------------------------------------------------------------------------------
+
+    def _event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def admit(self) -> None:
+        self.admitted += 1
+
+    def release(self) -> None:
+        self.admitted = max(0, self.admitted - 1)
+        self._event().set()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, name: str = "a run") -> AsyncIterator[None]:
+        """Wait until one more run may start, hold its place while it runs."""
+        told = ""
+        self.waiting += 1
+        try:
+            while True:
+                decision = await self.can_admit()
+                if decision.admit:
+                    break
+                if decision.reason != told and self.on_wait is not None:
+                    told = decision.reason
+                    self.on_wait(f"{name} waits for room: {decision.reason}")
+                changed = self._event()
+                changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), timeout=self.poll)
+        finally:
+            self.waiting -= 1
+        self.admit()
+        try:
+            yield
+        finally:
+            self.release()
+
+    async def aclose(self) -> None:
+        if self.source is not None:
+            await self.source.aclose()

@@ -1,0 +1,189 @@
+"""``pilot replay-export`` and ``brain bench --replay``: a real run against the sim, exported from
+its store, read back, and replayed over loopback against sims (one, or two with --compare)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from pilot_harness import make_repo, run_in_process, write_workflow
+from typer.testing import CliRunner
+
+from brain.bench import BenchError
+from brain.bench_cli import register
+from brain.bench_replay import (
+    ReplayConfig,
+    RequestRow,
+    load_replay,
+    reduce_depths,
+    run_replay,
+    salted,
+)
+from brain.sim.config import SimConfig, Speculative, Timing
+from brain.sim.policy import SimChatRequest, SimTurn
+from brain.sim.script_policy import ScriptPolicy
+from brain.sim.server import running_sim
+from pilot import events as ev
+from pilot.replay_export import export_run, write_replay
+from pilot.state import RunState
+from pilot.store import EventStore
+
+LONG_ANSWER = ScriptPolicy.from_dict({"default": {"content": "word " * 400}})
+
+
+class Reader:
+    """Reads big.txt in slices, then finishes; writes a summary when asked (no tools)."""
+
+    def __init__(self, reads: int) -> None:
+        self.reads = 0
+        self.limit = reads
+
+    def respond(self, request: SimChatRequest) -> SimTurn:
+        if not request.tools:
+            return SimTurn(
+                content="## Goal\nread big.txt\n## Progress\nslices read\n## Next step\nread on"
+            )
+        self.reads += 1
+        if self.reads > self.limit:
+            return SimTurn(tool_calls=(("finish", json.dumps({"summary": "read it all"})),))
+        args = {"path": "big.txt", "offset": 1 + 40 * (self.reads % 10), "limit": 40}
+        return SimTurn(
+            content=f"Reading slice {self.reads}.", tool_calls=(("read_file", json.dumps(args)),)
+        )
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """A real run with compactions (small window), its database and its replay file."""
+    tmp = tmp_path_factory.mktemp("replay")
+    lines = "".join(f"line {i}: " + "lorem ipsum dolor sit amet " * 3 + "\n" for i in range(400))
+    repo = make_repo(tmp / "repo", {"big.txt": lines})
+    with running_sim(SimConfig(model="m", max_model_len=6000), policy=Reader(24)) as sim:
+        workflow = write_workflow(
+            tmp / "wf.yaml",
+            key="replay-flow",
+            endpoint=sim.openai_base_url,
+            phases=[{"name": "work", "prompt": "Read big.txt."}],
+            model={"max_tokens": 512},
+            limits={"max_no_progress_steps": 100},
+        )
+        outcome = run_in_process(workflow, repo, tmp / "r.db")
+    assert outcome.status == "succeeded", outcome.reason
+    db = tmp / "r.db"
+    path = tmp / "run.jsonl.gz"
+    write_replay(export_run(EventStore(f"sqlite:///{db}"), outcome.run_id), path)
+    return db, path, outcome.run_id
+
+
+def test_the_export_holds_every_prompt_the_pilot_sent_and_the_summary_requests(recorded) -> None:
+    db, path, run_id = recorded
+    events = EventStore(f"sqlite:///{db}").load_events(run_id)
+    state = RunState()
+    sent: list[list[dict]] = []
+    for event in events:
+        if isinstance(event, ev.ModelRequest):
+            sent.append(list(state.messages))
+        state.apply(event)
+    compactions = [e for e in events if isinstance(e, ev.Compaction)]
+    answers = [e for e in events if isinstance(e, ev.AssistantMessage)]
+    assert len(compactions) >= 2
+
+    run = load_replay(path)
+    steps = [r for r in run.requests if r.kind == "step"]
+    summaries = [r for r in run.requests if r.kind == "summary"]
+    assert [r.messages for r in steps] == sent
+    assert len(summaries) == len(compactions) == run.compactions
+    assert all(not r.tools and r.messages[0]["role"] == "system" for r in summaries)
+    assert all(r.tools and r.tools[0]["type"] == "function" for r in steps)
+    assert [r.out for r in steps] == [a.usage.completion_tokens for a in answers if a.usage]
+    # between two compactions every prompt starts with the one before it, byte for byte
+    for before, after in itertools.pairwise(steps):
+        if len(after.messages) > len(before.messages):
+            assert after.messages[: len(before.messages)] == before.messages
+    # each message is stored once: the file is far smaller than the prompts it holds
+    raw = gzip.decompress(path.read_bytes())
+    assert len(raw) < len(json.dumps([r.messages for r in run.requests])) / 2
+
+
+def test_broken_replay_files_are_clear_errors(tmp_path: Path) -> None:
+    not_replay = tmp_path / "a.jsonl"
+    not_replay.write_text('{"prompt": "hi"}\n')
+    with pytest.raises(BenchError, match=r"a.jsonl:1: not a replay file.*pilot replay-export"):
+        load_replay(not_replay)
+    dangling = tmp_path / "b.jsonl"
+    dangling.write_text(
+        '{"type": "replay", "version": 1, "run": "x"}\n'
+        '{"type": "req", "spans": [[0, 2]], "out": 3}\n'
+    )
+    with pytest.raises(BenchError, match=r"b.jsonl:2: malformed req line.*defined above"):
+        load_replay(dangling)
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(
+        app, ["http://127.0.0.1:9", "--replay", str(tmp_path / "missing.jsonl")]
+    )
+    assert result.exit_code == 1, result.output
+    assert "no such replay file" in result.output and "Traceback" not in result.output
+
+
+def test_salt_keeps_system_and_tools_shared_and_the_rest_apart() -> None:
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    a, b = salted(messages, "r1"), salted(messages, "r2")
+    assert a[0] is messages[0] and a[2] is messages[2]
+    assert a[1]["content"] == "[r1] task" and b[1]["content"] == "[r2] task"
+    assert messages[1]["content"] == "task"
+
+
+def test_depth_rows_group_requests_by_position_and_weight_hits_by_tokens() -> None:
+    rows = [
+        RequestRow(run=r, n=n, kind="step", ok=True, prompt_tokens=100 * (n + 1),
+                   output_tokens=11, cached_tokens=100 * n, ttft=0.01, e2e=0.11)
+        for r in range(2) for n in range(4)
+    ]  # fmt: skip
+    first, second = reduce_depths(rows, buckets=2)
+    assert (first.label, first.requests, second.label) == ("1-2", 4, "3-4")
+    assert first.hit_rate == pytest.approx((0 + 100) / (100 + 200))
+    assert first.computed_prefill == pytest.approx(100)
+    assert first.decode_tps == pytest.approx(10 / 0.1)
+
+
+def test_replay_against_two_sims_compares_mtp_point_by_point(recorded) -> None:
+    _, path, _ = recorded
+    timing = Timing(ttft=0.002, itl=0.004)
+    mtp = SimConfig(model="m", max_model_len=6000, timing=timing,
+                    speculative=Speculative(num_tokens=2, acceptance=1.0))  # fmt: skip
+    base = SimConfig(model="m", max_model_len=6000, timing=timing)
+    with running_sim(mtp, policy=LONG_ANSWER) as a, running_sim(base, policy=LONG_ANSWER) as b:
+        config = ReplayConfig(
+            url=a.base_url,
+            compare_url=b.base_url,
+            labels=("mtp", "base"),
+            paths=[path],
+            concurrency=[1, 2],
+            runs=2,
+            max_tokens=24,
+            buckets=4,
+        )
+        report = asyncio.run(run_replay(config))
+    requests = len(load_replay(path).requests)
+    for endpoint in report.endpoints:
+        assert [p.label for p in endpoint.points] == ["c=1", "c=2"]
+        for point in endpoint.points:
+            assert (point.runs, point.requests, point.failed) == (2, 2 * requests, 0)
+            assert point.output_tokens == 24 * 2 * requests
+            assert len(point.run_wall_s) == 2 and len(point.depths) == 4
+    mtp_point = report.endpoints[0].points[0]
+    assert mtp_point.spec_decode is not None
+    assert mtp_point.spec_decode.acceptance_rate == pytest.approx(1.0)
+    assert report.endpoints[1].points[0].spec_decode is None
+    labels = [row.point for row in report.comparison]
+    assert labels[0] == "c=1" and "c=1 depth 1-" in labels[1] and "c=2" in labels
