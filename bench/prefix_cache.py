@@ -73,8 +73,9 @@ def module_text(index: int) -> str:
 # -- the simulated server (its own process) ---------------------------------------------------
 
 
-def sim_child(ready_file: str, window: int, kv_tokens: int) -> None:
-    from brain.sim.config import SimConfig, Timing
+def sim_child(ready_file: str, config_json: str) -> None:
+    """Serve the sim (``SimConfig`` fields as JSON) with this bench's policy until killed."""
+    from brain.sim.config import SimConfig
     from brain.sim.policy import SimChatRequest, SimTurn
     from brain.sim.server import running_sim
 
@@ -105,26 +106,21 @@ def sim_child(ready_file: str, window: int, kv_tokens: int) -> None:
             summary = json.dumps({"summary": f"Read {steps} modules; nothing changed."})
             return SimTurn(content="All modules read.", tool_calls=(("finish", summary),))
 
-    config = SimConfig(
-        model="sim/long-run",
-        max_model_len=window,
-        kv_cache_tokens=kv_tokens,
-        timing=Timing(ttft=0.002, itl=0.0005),
-    )
+    config = SimConfig.model_validate_json(config_json)
     with running_sim(config, policy=LongRunPolicy()) as sim:
         write_json(ready_file, {"base_url": sim.openai_base_url, "root": sim.base_url})
         while True:
             time.sleep(3600)
 
 
-def start_sim(window: int, kv_tokens: int) -> tuple[subprocess.Popen, dict[str, str]]:
+def start_sim(**config: Any) -> tuple[subprocess.Popen, dict[str, str]]:
+    """The sim in its own process (so its CPU is not the pilot's), with ``SimConfig`` fields."""
     folder = tempfile.mkdtemp(prefix="bench-prefix-sim-")
     ready = Path(folder) / "ready.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.prefix_cache", "_sim", str(ready), str(window),
-         str(kv_tokens)],
+        [sys.executable, "-m", "bench.prefix_cache", "_sim", str(ready), json.dumps(config)],
         cwd=ROOT,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 60
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -192,7 +188,12 @@ phases:
 def run_once(steps: int, window: int, kv_tokens: int, replay: Path | None) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="bench-prefix-"))
     repo = make_repo(folder)
-    sim, urls = start_sim(window, kv_tokens)
+    sim, urls = start_sim(
+        model="sim/long-run",
+        max_model_len=window,
+        kv_cache_tokens=kv_tokens,
+        timing={"ttft": 0.002, "itl": 0.0005},
+    )
     try:
         workflow = folder / "long.yaml"
         workflow.write_text(
@@ -273,6 +274,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_sim":
-        sim_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        sim_child(sys.argv[2], sys.argv[3])
     else:
         raise SystemExit(main())

@@ -39,8 +39,9 @@ import httpx
 
 from pilot import events as ev
 
-HEADROOM = 0.05
-"""Share of the KV cache left free: vLLM also holds blocks for requests being scheduled."""
+HEADROOM = 0.0
+"""Share of the KV cache left free beyond the runs' peaks (each already rounded up to whole
+blocks): a run's context is at its peak only at its end, so peaks that fit leave room."""
 HIGH_WATER = 0.95
 """Live KV usage at which no run is admitted, whatever the estimates say."""
 BACKOFF_S = 30.0
@@ -59,6 +60,7 @@ class KvView:
     preemptions: float | None = None
     """Cumulative, summed over the servers."""
     max_model_len: int | None = None
+    block_size: int = 16
     servers: int = 1
 
 
@@ -109,12 +111,17 @@ class MetricsKvSource:
             snapshot = await fetch_metrics(url, self._client())
         except (httpx.HTTPError, ValueError):
             return KvView(), False
+        try:
+            block_size = int((snapshot.cache_config or {}).get("block_size", 16))
+        except ValueError:
+            block_size = 16
         return (
             KvView(
                 capacity_tokens=snapshot.kv_capacity_tokens,
                 usage=snapshot.kv_cache_usage,
                 preemptions=snapshot.preemptions,
                 max_model_len=await self._window(url),
+                block_size=max(1, block_size),
             ),
             True,
         )
@@ -156,6 +163,7 @@ def combine(views: Sequence[KvView]) -> KvView:
         usage=usage,
         preemptions=sum(preempt) if preempt else None,
         max_model_len=min(windows) if windows else None,
+        block_size=max(v.block_size for v in views),
         servers=len(views),
     )
 
@@ -168,9 +176,13 @@ class Decision:
     """Runs whose contexts fit at once (None: the server does not say its capacity)."""
 
 
-def kv_limit(capacity_tokens: int, peak_tokens: int, headroom: float = HEADROOM) -> int:
-    """Runs of ``peak_tokens`` each that fit ``capacity_tokens`` less the headroom (>= 1)."""
-    return max(1, math.floor(capacity_tokens * (1.0 - headroom) / max(1, peak_tokens)))
+def kv_limit(
+    capacity_tokens: int, peak_tokens: int, headroom: float = HEADROOM, block_size: int = 16
+) -> int:
+    """Runs of ``peak_tokens`` each (in whole blocks) that fit ``capacity_tokens`` less the
+    headroom (>= 1)."""
+    per_run = max(1, math.ceil(peak_tokens / block_size)) * block_size
+    return max(1, math.floor(capacity_tokens * (1.0 - headroom) / per_run))
 
 
 def decide(
@@ -190,7 +202,7 @@ def decide(
         return Decision(True)
     limit = None
     if view is not None and view.capacity_tokens and peak_tokens:
-        limit = kv_limit(view.capacity_tokens, peak_tokens, headroom)
+        limit = kv_limit(view.capacity_tokens, peak_tokens, headroom, view.block_size)
         if admitted >= limit:
             return Decision(
                 False,
@@ -221,7 +233,7 @@ class Admission:
     headroom: float = HEADROOM
     high_water: float = HIGH_WATER
     backoff_s: float = BACKOFF_S
-    learn_after: int = 2
+    learn_after: int = 1
     poll: float = 1.0
     on_wait: WaitNotice | None = None
     clock: Callable[[], float] = time.monotonic
@@ -234,6 +246,7 @@ class Admission:
     _backoff_cap: int | None = field(default=None, repr=False)
     _backoff_until: float = field(default=-math.inf, repr=False)
     _changed: asyncio.Event | None = field(default=None, repr=False)
+    _reading: asyncio.Lock | None = field(default=None, repr=False)
     _told_unknown: bool = field(default=False, repr=False)
     preemptions_seen: float = 0.0
     """Preemptions the server counted while this admission watched it."""
@@ -267,16 +280,28 @@ class Admission:
     # -- the server -------------------------------------------------------------------------
 
     async def refresh(self, force: bool = False) -> KvView | None:
-        """Read the server when the last reading is older than ``poll`` (or ``force``)."""
-        now = self.clock()
-        if self.source is None or (not force and now - self._read_at < self.poll):
+        """Read the server when the last reading is older than ``poll`` (or ``force``); runs
+        asking meanwhile wait for that one reading (none decides on no reading at all)."""
+        if self.source is None:
             return self.view
-        self._read_at = now
-        previous = self.view
-        view = await self.source.read()
+        if self._reading is None:
+            self._reading = asyncio.Lock()
+        async with self._reading:
+            if not force and self.clock() - self._read_at < self.poll:
+                return self.view
+            return await self._read()
+
+    async def _read(self) -> KvView | None:
+        assert self.source is not None
+        self._read_at = self.clock()
+        return self.take(await self.source.read())
+
+    def take(self, view: KvView) -> KvView | None:
+        """Apply one reading: a rise of the preemption counter starts the backoff."""
+        now = self.clock()
         if view.servers == 0:
             return self.view  # nobody answered: keep the last reading
-        self.view = view
+        previous, self.view = self.view, view
         if (
             previous is not None
             and previous.preemptions is not None
