@@ -138,7 +138,11 @@ def run_matrix(
         for e in events
         if e.get("type") == "assistant_message" and e.get("usage")
     ]
-    waits = [json.loads(line)["admission"] for line in done.stderr.splitlines() if line.startswith('{"admission"')]
+    waits = [
+        json.loads(line)["admission"]
+        for line in done.stderr.splitlines()
+        if line.startswith('{"admission"')
+    ]
     queries = after["queries"] - before["queries"]
     hits = after["hits"] - before["hits"]
     return {

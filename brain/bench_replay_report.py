@@ -125,9 +125,9 @@ def _table(title: str, headers: list[str], rows: Iterator[list[str]]) -> Table |
 def _recordings(report: ReplayReport) -> str:
     rec = report.recordings
     steps = sum(r["requests"] for r in rec)
-    return (
-        f"{len(rec)} recording(s), {steps} requests, think {'on' if report.config.think else 'off'}"
-    )
+    runs = report.config.runs or len(rec)
+    think = "on" if report.config.think else "off"
+    return f"{len(rec)} recording(s) of {steps} requests, {runs} run(s) a point, think {think}"
 
 
 def render_rich(report: ReplayReport) -> Group:
@@ -236,6 +236,8 @@ def write_plot(report: ReplayReport, path: Path) -> None:
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend(fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "not reported by the server", ha="center", transform=ax.transAxes)
     wall.set_title("mean run wall")
     wall.set_xlabel("runs at once")
     wall.set_ylabel("s")

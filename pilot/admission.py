@@ -10,15 +10,16 @@ that their contexts fit, with ``--parallel`` as the upper bound:
   (``kv_cache_size_tokens``, else ``num_gpu_blocks x block_size``), summed over the servers.
 * **A run's context** is its peak footprint: prompt + answer, from the answers' ``usage``. Until
   runs of this process have finished (``learn_after`` of them), the expected peak is the
-  pilot's own ceiling for a run: the compaction threshold of the window plus an answer
-  (``compact_at x max_model_len + output_reserve``); then it is the largest peak seen. A run
-  that grows past the estimate raises it at once.
-* **Admit** while (admitted + 1) x peak <= capacity x (1 - headroom) and below ``--parallel``;
-  never while the cache's live usage (``vllm:kv_cache_usage_perc``) is at ``high_water``
-  (someone else's traffic); and after the server preempted (``vllm:num_preemptions``), not
-  above one run fewer than were running then, for ``backoff_s``.
+  pilot's own ceiling for a run: the compaction threshold of the window (no prompt is sent
+  above it) plus the longest answer seen so far (``output_reserve`` before the first); then it
+  is the largest peak seen. A run that grows past the estimate raises it at once.
+* **Admit** while (admitted + 1) x peak (in whole blocks) <= capacity x (1 - headroom) and
+  below ``--parallel``; after the server preempted (``vllm:num_preemptions``: someone else's
+  traffic, or runs larger than estimated), not above one run fewer than were running then, for
+  ``backoff_s``.
 * A server that does not say its capacity (not vLLM, or an old one) gets ``--parallel`` as is,
-  and the admission says so once.
+  but no run while its live usage (``vllm:kv_cache_usage_perc``) is at ``high_water``; the
+  admission says so once.
 
 A run that waits is told through ``on_wait`` (the CLI's status line) with the reason. The
 server is read through the :class:`KvSource` Protocol: :class:`MetricsKvSource` reads
@@ -210,7 +211,7 @@ def decide(
                 f"{view.capacity_tokens:,}-token KV cache",
                 limit,
             )
-    if view is not None and view.usage is not None and view.usage >= high_water:
+    if limit is None and view is not None and view.usage is not None and view.usage >= high_water:
         return Decision(False, f"the KV cache is {view.usage:.0%} used", limit)
     if backoff_cap is not None and admitted >= backoff_cap:
         return Decision(
@@ -243,11 +244,14 @@ class Admission:
     _read_at: float = field(default=-math.inf, repr=False)
     _peaks: dict[str, int] = field(default_factory=dict, repr=False)
     _finished_peaks: list[int] = field(default_factory=list, repr=False)
+    _longest_answer: int = field(default=0, repr=False)
     _backoff_cap: int | None = field(default=None, repr=False)
     _backoff_until: float = field(default=-math.inf, repr=False)
     _changed: asyncio.Event | None = field(default=None, repr=False)
     _reading: asyncio.Lock | None = field(default=None, repr=False)
     _told_unknown: bool = field(default=False, repr=False)
+    _told: str = field(default="", repr=False)
+    """The last wait reason said: each reason is said once, not once a waiting run."""
     preemptions_seen: float = 0.0
     """Preemptions the server counted while this admission watched it."""
 
@@ -260,7 +264,8 @@ class Admission:
         if len(self._finished_peaks) >= self.learn_after:
             return max(max(self._finished_peaks), live)
         if window:
-            prior = min(window, int(self.compact_at * window) + self.output_reserve)
+            answer = self._longest_answer or self.output_reserve
+            prior = min(window, int(self.compact_at * window) + answer)
             return max(prior, live)
         return live or None
 
@@ -268,6 +273,7 @@ class Admission:
         """A ``Runner`` observer: every answer's usage is its run's footprint at that moment."""
         if isinstance(event, ev.AssistantMessage) and event.usage is not None:
             tokens = event.usage.prompt_tokens + event.usage.completion_tokens
+            self._longest_answer = max(self._longest_answer, event.usage.completion_tokens)
             if tokens > self._peaks.get(run_id, 0):
                 self._peaks[run_id] = tokens
         elif isinstance(event, ev.RunFinished):
@@ -355,16 +361,16 @@ class Admission:
     @contextlib.asynccontextmanager
     async def slot(self, name: str = "a run") -> AsyncIterator[None]:
         """Wait until one more run may start, hold its place while it runs."""
-        told = ""
         self.waiting += 1
         try:
             while True:
                 decision = await self.can_admit()
                 if decision.admit:
                     break
-                if decision.reason != told and self.on_wait is not None:
-                    told = decision.reason
-                    self.on_wait(f"{name} waits for room: {decision.reason}")
+                if decision.reason != self._told and self.on_wait is not None:
+                    self._told = decision.reason
+                    others = f" (and {self.waiting - 1} more)" if self.waiting > 1 else ""
+                    self.on_wait(f"{name}{others} waits for room: {decision.reason}")
                 changed = self._event()
                 changed.clear()
                 with contextlib.suppress(TimeoutError):

@@ -24,6 +24,7 @@ from brain.bench_replay import (
     run_replay,
     salted,
 )
+from brain.bench_replay_report import render_markdown, write_plot
 from brain.sim.config import SimConfig, Speculative, Timing
 from brain.sim.policy import SimChatRequest, SimTurn
 from brain.sim.script_policy import ScriptPolicy
@@ -156,7 +157,7 @@ def test_depth_rows_group_requests_by_position_and_weight_hits_by_tokens() -> No
     assert first.decode_tps == pytest.approx(10 / 0.1)
 
 
-def test_replay_against_two_sims_compares_mtp_point_by_point(recorded) -> None:
+def test_replay_against_two_sims_compares_mtp_point_by_point(recorded, tmp_path: Path) -> None:
     _, path, _ = recorded
     timing = Timing(ttft=0.002, itl=0.004)
     mtp = SimConfig(model="m", max_model_len=6000, timing=timing,
@@ -187,3 +188,47 @@ def test_replay_against_two_sims_compares_mtp_point_by_point(recorded) -> None:
     assert report.endpoints[1].points[0].spec_decode is None
     labels = [row.point for row in report.comparison]
     assert labels[0] == "c=1" and "c=1 depth 1-" in labels[1] and "c=2" in labels
+    text = render_markdown(report)
+    assert "mtp/base" in text and "2 run(s) a point" in text
+    try:
+        import matplotlib  # noqa: F401  (the optional bench extra)
+    except ImportError:
+        return
+    write_plot(report, tmp_path / "replay.png")
+    assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_run_at_a_time_each_requests_cache_hits_come_from_the_counters(
+    recorded, tmp_path: Path
+) -> None:
+    _, path, _ = recorded
+    out = tmp_path / "r.json"
+    with running_sim(SimConfig(model="m", max_model_len=6000), policy=LONG_ANSWER) as sim:
+        app = typer.Typer()
+        register(app)
+        result = CliRunner().invoke(
+            app,
+            [sim.base_url, "--replay", str(path), "-c", "1", "--replay-max-tokens", "4",
+             "--json", str(out), "--markdown", str(tmp_path / "r.md"), "-q"],
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    (point,) = report["endpoints"][0]["points"]
+    (rows,) = report["endpoints"][0]["requests"]
+    assert all(r["cache_source"] == "counters" for r in rows)
+    assert rows[0]["cached_tokens"] == 0  # a fresh server: nothing cached yet
+    run = load_replay(path)
+    for before, after, request in zip(rows, rows[1:], run.requests[1:], strict=False):
+        if (
+            request.kind == "step"
+            and after["n"] == before["n"] + 1
+            and run.requests[before["n"]].messages
+            == request.messages[: len(run.requests[before["n"]].messages)]
+        ):
+            # the previous prompt is this one's prefix: all its full blocks but the last token
+            assert after["cached_tokens"] >= before["prompt_tokens"] - 32
+    cached = sum(r["cached_tokens"] for r in rows)
+    prompt = sum(r["prompt_tokens"] for r in rows)
+    assert point["counter_hits"] == cached and point["counter_queries"] == prompt
+    assert 0.5 < cached / prompt < 1
+    assert "hit rate" in (tmp_path / "r.md").read_text()
