@@ -157,7 +157,7 @@ def run_matrix(
         "computed_prefill": queries - hits,
         "peak_context": max(peaks, default=0),
         "admission_lines": len(waits),
-        "first_wait": waits[0] if waits else None,
+        "wait_lines": waits[:20],
         "stderr_tail": done.stderr[-400:] if done.returncode else "",
     }
 

@@ -726,7 +726,7 @@ def worker(
     with _user_errors():
         targets = _endpoints(endpoint)
         store = _store(db)
-        servers = targets or _queued_targets(store)
+        servers = targets or (_queued_targets(store) if admission else [])
         code = _drive_many(
             console,
             json_lines,

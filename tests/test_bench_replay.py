@@ -232,3 +232,21 @@ def test_one_run_at_a_time_each_requests_cache_hits_come_from_the_counters(
     assert point["counter_hits"] == cached and point["counter_queries"] == prompt
     assert 0.5 < cached / prompt < 1
     assert "hit rate" in (tmp_path / "r.md").read_text()
+
+
+def test_pilot_replay_export_writes_the_file_and_refuses_an_unknown_run(
+    recorded, tmp_path: Path
+) -> None:
+    from pilot.cli import app
+
+    db, _, run_id = recorded
+    url = f"sqlite:///{db}"
+    ok = CliRunner().invoke(app, ["replay-export", run_id[:6], "--db", url, "-o", str(tmp_path)])
+    assert ok.exit_code == 0, ok.output
+    written = tmp_path / f"{run_id}.jsonl.gz"
+    assert "compaction(s)" in ok.output and load_replay(written).name == run_id
+    unknown = CliRunner().invoke(app, ["replay-export", "zzzz", "--db", url, "-o", str(tmp_path)])
+    assert unknown.exit_code == 1 and "zzzz" in unknown.output
+    assert "Traceback" not in unknown.output
+    nothing = CliRunner().invoke(app, ["replay-export", "--db", url])
+    assert nothing.exit_code == 2 and "give run ids or --last N" in nothing.output
