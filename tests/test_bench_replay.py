@@ -250,3 +250,22 @@ def test_pilot_replay_export_writes_the_file_and_refuses_an_unknown_run(
     assert "Traceback" not in unknown.output
     nothing = CliRunner().invoke(app, ["replay-export", "--db", url])
     assert nothing.exit_code == 2 and "give run ids or --last N" in nothing.output
+
+
+def test_the_prefix_cache_bench_runs_and_reads_the_servers_hit_rate(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out, replay = tmp_path / "f.json", tmp_path / "r.jsonl.gz"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.prefix_cache", "--steps", "14", "--window", "4096",
+         "--replay", str(replay), "--json", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["status"] == "succeeded" and figures["compactions"] >= 1
+    assert figures["cached_tokens"] + figures["computed_tokens"] == figures["prompt_tokens"]
+    assert 0.5 < figures["hit_rate"] < 1
+    assert load_replay(replay).compactions == figures["compactions"]
