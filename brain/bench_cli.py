@@ -130,6 +130,24 @@ def bench_command(
     if replay:
         from brain.bench_replay_cli import replay_command
 
+        stray = [
+            name
+            for name, given in (
+                ("--request-rate", request_rate),
+                ("--depth", depth),
+                ("--dataset", dataset),
+                ("--num-prompts", num_prompts),
+            )
+            if given is not None
+        ]
+        if stray:
+            err.print(
+                f"[red]brain bench:[/red] {', '.join(stray)} do(es) not apply to --replay: a "
+                "replay sends the recorded requests; -c sets how many runs go at once",
+                soft_wrap=True,
+            )
+            raise typer.Exit(2)
+
         replay_command(
             url=url,
             compare=compare,

@@ -130,6 +130,10 @@ def test_broken_replay_files_are_clear_errors(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1, result.output
     assert "no such replay file" in result.output and "Traceback" not in result.output
+    mixed = CliRunner().invoke(
+        app, ["http://127.0.0.1:9", "--replay", str(dangling), "--depth", "0,4096"]
+    )
+    assert mixed.exit_code == 2 and "--depth do(es) not apply to --replay" in mixed.output
 
 
 def test_salt_keeps_system_and_tools_shared_and_the_rest_apart() -> None:
