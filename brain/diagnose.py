@@ -1,7 +1,8 @@
 """Log text (and container state) -> Diagnosis(cause, evidence, remedy).
 
 Table-driven: one rule per known failure, matched against vLLM's real messages (checked in
-vLLM 0.33.0's source), most specific first. A remedy names the spec field to change and, when
+vLLM 0.33.0's source and in logs of a real vLLM 0.26.0, tests/fixtures/vllm-0.26), most
+specific first. A remedy names the spec field to change and, when
 the spec and the log give numbers, the value to change it to. Pure: no I/O.
 """
 
@@ -88,9 +89,23 @@ def _kv_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str
 
 
 def _free_memory_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    free, total, util = _num(m["free"]), _num(m["total"]), _num(m["util"])
-    suggest = math.floor(free / total * 100) / 100 - 0.01
+    free, total, util, req = _num(m["free"]), _num(m["total"]), _num(m["util"]), _num(m["req"])
+    # The preload variant asks for the engine's budget: util x total less the weights the
+    # daemon already holds on this GPU. Those stay held whatever this server asks for, so the
+    # utilization that fits is (free + held) / total, not free / total.
+    held = max(0.0, util * total - req) if m["budget"] else 0.0
+    suggest = math.floor((free + held) / total * 100) / 100 - 0.01
     details = {"free_gib": free, "total_gib": total, "requested_utilization": util}
+    if held:
+        details["externally_held_gib"] = round(held, 2)
+        details["suggested_utilization"] = round(suggest, 2)
+        return (
+            f"{free:g} of {total:g} GiB free, and this server's budget after the "
+            f"{held:.2f} GiB of weights the preload daemon holds is {req:g} GiB: set "
+            f"gpu_memory_utilization={suggest:.2f} (the budget includes the daemon's weights) "
+            "or free the GPU (nvidia-smi shows who holds it).",
+            details,
+        )
     details["suggested_utilization"] = round(suggest, 2)
     if suggest <= 0.05:
         return (
@@ -118,7 +133,7 @@ def _shm_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[st
 
 def _model_path(m: re.Match[str]) -> str | None:
     g = m.groupdict()
-    return g.get("path") or g.get("path2")
+    return g.get("path") or g.get("path2") or g.get("path3")
 
 
 def _is_draft(m: re.Match[str], spec: ServerSpec | None) -> bool:
@@ -140,6 +155,13 @@ def _model_remedy(field_name: str) -> Remedy:
             "a path must be the container-side path of a mounted directory containing "
             "config.json."
         )
+        if path.startswith(("/", "./", "../", "~")):
+            text = (
+                f"{field_name} {path!r} is not a directory on this machine, so vLLM took it "
+                "for a Hugging Face repo id, which it cannot be: fix the path (a directory "
+                "containing config.json; for the docker backend, the container-side path of a "
+                "mounted directory) or use the model's HF id."
+            )
         if "snapshots/" in path:
             text += (
                 " The path is inside an HF snapshots/ directory, whose files are symlinks into "
@@ -179,6 +201,97 @@ def _port_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[s
     )
 
 
+def _derived_len_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    want = int(m["want"])
+    nums = re.findall(r"=(\d+(?:\.\d+)?)", m["derived"])
+    limit = int(float(nums[0])) if nums else None
+    details: dict[str, Any] = {"max_model_len": want, "model_limit": limit}
+    head = f"set max_model_len <= {limit}" if limit else "lower max_model_len"
+    return (
+        f"the model's config allows {limit if limit else 'fewer'} positions, not {want}: {head}"
+        " (or leave it unset: vLLM then takes the model's own limit). Only if the model's RoPE "
+        "scaling really supports more, set env.VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+        details,
+    )
+
+
+def _bad_argument_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    args = m["args"].strip()
+    flags = [a for a in args.split() if a.startswith("-")]
+    in_extra = bool(spec and any(a.split("=", 1)[0] in spec.extra_args for a in flags))
+    where = "remove it from extra_args" if in_extra or spec is None else "remove it"
+    return (
+        f"this vLLM does not know {args!r}: {where}, or check the spelling against "
+        "`vllm serve --help` for the installed version (flags differ between releases; "
+        "brain doctor shows the version).",
+        {"arguments": args, "flags": flags},
+    )
+
+
+# vLLM flag -> the spec field that sets it, for argparse's invalid-choice message.
+_FLAG_FIELDS = {
+    "--dtype": "dtype",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--quantization": "quantization",
+    "-q": "quantization",
+    "--load-format": "load_format",
+    "--tool-call-parser": "tool_call_parser",
+    "--reasoning-parser": "reasoning_parser",
+    "--attention-backend": "attention_backend",
+}
+
+
+def _choice_list(text: str | None) -> list[str]:
+    return [x for x in re.findall(r"'([^']*)'", text or "")] or [
+        x for x in re.split(r"[\s,\[\]{}]+", text or "") if x
+    ]
+
+
+def _invalid_choice_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    flag, value = m["flag"], m["value"]
+    choices = _choice_list(m["choices"])
+    field_name = _FLAG_FIELDS.get(flag, flag.lstrip("-").replace("-", "_"))
+    return (
+        f"{field_name}={value} is not a value this vLLM accepts: set {field_name} to one of "
+        f"{', '.join(choices)}.",
+        {"field": field_name, "value": value, "choices": choices},
+    )
+
+
+def _config_value_remedy(field_name: str) -> Remedy:
+    def remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+        value = m["value"]
+        choices = _choice_list(m.groupdict().get("choices"))
+        listed = f" to one of {', '.join(choices)}" if choices else " to a value this vLLM lists"
+        return (
+            f"{field_name}={value} is refused when vLLM builds its engine config: set "
+            f"{field_name}{listed}, or unset it to let vLLM choose.",
+            {"field": field_name, "value": value, "choices": choices},
+        )
+
+    return remedy
+
+
+def _architecture_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    archs = re.findall(r"'([^']*)'", m["archs"])
+    return (
+        f"this vLLM has no implementation of {', '.join(archs) or m['archs']}: use a vLLM "
+        "release that supports the model (a newer image tag, or upgrade the installed vllm), or "
+        "add extra_args [--model-impl, transformers] to run it through the Transformers backend.",
+        {"architectures": archs},
+    )
+
+
+def _preload_budget_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    return (
+        "the weights the preload daemon holds already use more than gpu_memory_utilization "
+        "of the GPU: raise gpu_memory_utilization so it covers the daemon's weights and the "
+        "KV cache (the budget counts both), or run the daemon and the server on a GPU with "
+        "room for both.",
+        {},
+    )
+
+
 # --------------------------------------------------------------------------- the table
 
 _R = re.compile
@@ -212,6 +325,32 @@ RULES: list[Rule] = [
         _fixed("disable preload (only CUDA and ROCm support it)."),
     ),
     Rule(
+        "preload_budget_exceeded",
+        _R(r"Externally held weights on device[^\n]*"),
+        "the preload daemon's weights leave nothing of this server's memory budget",
+        _preload_budget_remedy,
+    ),
+    Rule(
+        "preload_wrong_gpu",
+        _R(r"Daemon GPU (?P<daemon>\S+) != engine GPU (?P<engine>[^\s,;.]+)[^\n]*"),
+        "the weight-cache daemon holds its weights on another GPU than this server",
+        lambda m, s: (
+            f"the daemon is on GPU {m['daemon']}, the server on {m['engine']}: start both with "
+            "the same gpus (the same CUDA_VISIBLE_DEVICES), or start a daemon for this GPU.",
+            {"daemon_gpu": m["daemon"], "engine_gpu": m["engine"]},
+        ),
+    ),
+    Rule(
+        "preload_daemon_failed",
+        _R(r"Weight cache daemon rank\(s\) exited during startup[^\n]*"),
+        "the weight-cache daemon died while loading the weights",
+        _fixed(
+            "read the daemon's log above this line (brain logs <name>-preload) for the root "
+            "cause: a missing model, too little GPU memory for the weights, or a quantization "
+            "the cache cannot hold; fix it and run brain preload again."
+        ),
+    ),
+    Rule(
         "kv_cache_too_small",
         _R(
             r"max seq len \((?P<len>[\d,]+)\),?\s*\(?(?P<need>[\d.,]+) GiB KV\s+cache is needed, "
@@ -238,7 +377,8 @@ RULES: list[Rule] = [
         "gpu_memory_in_use",
         _R(
             r"Free memory on device (?P<dev>\S+) \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on "
-            r"startup is less than (?:desired GPU memory utilization|the engine's budget[^(]*)"
+            r"startup is less than (?:desired GPU memory utilization|(?P<budget>the engine's "
+            r"budget)[^(]*)"
             r"\s*\((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)"
         ),
         "less GPU memory is free than gpu_memory_utilization asks for",
@@ -278,10 +418,141 @@ RULES: list[Rule] = [
     ),
     Rule(
         "draft_model_not_found",
-        _R(r"Invalid repository ID or local directory specified: (?P<path>'[^']*')"),
+        _R(
+            r"Invalid repository ID or local directory specified: (?P<path>'[^']*')"
+            r"|HFValidationError: Repo id must be in the form [^\n]*?: (?P<path2>'[^']*')"
+        ),
         "the draft model was not found",
         _model_remedy("speculative.model"),
         applies=_is_draft,
+    ),
+    Rule(
+        "max_model_len_over_model_limit",
+        _R(
+            r"User-specified max_model_len \((?P<want>\d+)\) is greater than the derived "
+            r"max_model_len \((?P<derived>[^)]*)\)[^\n]*"
+        ),
+        "max_model_len is above what the model's config allows",
+        _derived_len_remedy,
+    ),
+    Rule(
+        "unknown_architecture",
+        _R(r"Model architectures (?P<archs>\[[^\]]*\]) are not supported for now[^\n]*"),
+        "this vLLM does not support the model's architecture",
+        _architecture_remedy,
+    ),
+    Rule(
+        "needs_trust_remote_code",
+        _R(
+            r"contains custom code which must be executed to correctly load the model[^\n]*"
+            r"|Please pass the argument `trust_remote_code=True`[^\n]*"
+        ),
+        "the model ships its own code, which vLLM runs only when told to",
+        lambda m, s: (
+            "set trust_remote_code=true if you trust the model's repository (its Python code "
+            "runs in the server), or use a model implemented natively in vLLM.",
+            {},
+        ),
+        applies=lambda m, s: s is None or not s.trust_remote_code,
+    ),
+    Rule(
+        "invalid_kv_cache_dtype",
+        _R(
+            r"Invalid kv_cache_dtype: '(?P<value>[^']*)'\.?(?: Valid values are: (?P<choices>\[[^\]]*\]))?"
+        ),
+        "kv_cache_dtype is not one this vLLM knows",
+        _config_value_remedy("kv_cache_dtype"),
+    ),
+    Rule(
+        "invalid_attention_backend",
+        _R(
+            r"Unknown attention backend: '(?P<value>[^']*)'\.?(?: Valid options are: (?P<choices>[^\n]*))?"
+        ),
+        "attention_backend is not one this vLLM knows",
+        _config_value_remedy("attention_backend"),
+    ),
+    Rule(
+        "invalid_quantization",
+        _R(
+            r"Unknown quantization method: (?P<value>\S+?)\.? Must be one of (?P<choices>\[[^\]]*\])"
+        ),
+        "quantization is not a method this vLLM knows",
+        _config_value_remedy("quantization"),
+    ),
+    Rule(
+        "invalid_speculative_method",
+        _R(
+            r"for SpeculativeConfig\s*\n[^\n]*\bmethod\s*\n[^\n]*?Input should be "
+            r"(?P<choices>[^\[\n]*)"
+            r"\[type=literal_error, input_value='(?P<value>[^']*)'"
+        ),
+        "speculative.method is not a method this vLLM knows",
+        _config_value_remedy("speculative.method"),
+    ),
+    Rule(
+        "invalid_reasoning_parser",
+        _R(
+            r"Reasoning parser '(?P<value>[^']*)' not found\.?(?: Available parsers: (?P<choices>[^\n]*))?"
+        ),
+        "the reasoning parser name is unknown to this vLLM",
+        _config_value_remedy("reasoning_parser"),
+    ),
+    Rule(
+        "invalid_cli_choice",
+        _R(
+            r"argument (?P<flag>-[\w-]+)(?:/[\w-]+)*: invalid choice: '(?P<value>[^']*)' "
+            r"\(choose from (?P<choices>[^)]*)\)"
+        ),
+        "a flag's value is not one vLLM's parser accepts",
+        _invalid_choice_remedy,
+    ),
+    Rule(
+        "unrecognized_arguments",
+        _R(r"error: unrecognized arguments: (?P<args>[^\n]*)"),
+        "vLLM does not know a flag it was given",
+        _bad_argument_remedy,
+    ),
+    Rule(
+        "no_gpu_visible",
+        _R(r"RuntimeError: No CUDA GPUs are available|No CUDA GPUs are available"),
+        "the server sees no GPU",
+        lambda m, s: (
+            "check that nvidia-smi lists a GPU and that gpus"
+            + (f" ({s.gpus})" if s else "")
+            + " names GPUs that exist (CUDA_VISIBLE_DEVICES); for the docker backend install "
+            "the NVIDIA Container Toolkit and keep docker.request_gpus=true.",
+            {},
+        ),
+    ),
+    Rule(
+        "driver_too_old",
+        _R(
+            r"The NVIDIA driver on your system is too old[^\n]*"
+            r"|CUDA driver version is insufficient for CUDA runtime version[^\n]*"
+        ),
+        "the NVIDIA driver is older than the CUDA this vLLM was built for",
+        _fixed(
+            "update the NVIDIA driver (nvidia-smi shows its version and the CUDA it supports), "
+            "or use a vLLM build for an older CUDA (another image tag, or a vllm wheel built for "
+            "the CUDA your driver supports)."
+        ),
+    ),
+    Rule(
+        "nccl_error",
+        _R(
+            r"NCCL error in: [^\n]*|DistBackendError: NCCL error[^\n]*"
+            r"|ncclUnhandledCudaError[^\n]*|ncclSystemError[^\n]*|ncclInternalError[^\n]*"
+        ),
+        "NCCL (the GPUs' communication library) failed",
+        lambda m, s: (
+            "set env.NCCL_DEBUG=INFO and start again to see which transport failed; common "
+            "fixes: docker.ipc_host=true (NCCL needs shared memory between ranks), "
+            "env.NCCL_P2P_DISABLE=1 when GPUs cannot reach each other directly, and "
+            "tensor_parallel_size no larger than the GPUs visible"
+            + (f" (now {s.tensor_parallel_size})" if s else "")
+            + ".",
+            {},
+        ),
     ),
     Rule(
         "model_gated",
@@ -298,6 +569,7 @@ RULES: list[Rule] = [
             r"Invalid repository ID or local directory specified: (?P<path>'[^']*')"
             r"|RepositoryNotFoundError[^\n]*"
             r"|(?P<path2>\S+) does not appear to have a file named config\.json"
+            r"|HFValidationError: Repo id must be in the form [^\n]*?: (?P<path3>'[^']*')"
         ),
         "the model was not found",
         _model_remedy("model"),
@@ -373,6 +645,32 @@ RULES: list[Rule] = [
 ]
 
 
+# "(EngineCore pid=3292) ERROR 12-01 13:53:33 [core.py:1330] " and "(APIServer pid=1) "
+_LOG_PREFIX = re.compile(
+    r"^(?:\(\w+ pid=\d+\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?"
+)
+_EXCEPTION_LINE = re.compile(
+    r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<msg>.*))?$"
+)
+_ENGINE_WRAPPERS = ("Engine core initialization failed", "EngineCore encountered an issue")
+
+
+def root_cause(text: str, before: int | None = None) -> str | None:
+    """The last exception line (``ModuleNotFoundError: No module named 'x'``) above
+    ``before`` that is not vLLM's own "engine died" wrapper: the reason the engine died when
+    no rule knows it. vLLM prints the engine's traceback first, then the wrapper that says
+    "See root cause above"."""
+    head = text if before is None else text[: max(0, text.rfind("\n", 0, before))]
+    for line in reversed(head.splitlines()[-400:]):
+        body = _LOG_PREFIX.sub("", line).strip()
+        if not body or any(w in body for w in _ENGINE_WRAPPERS):
+            continue
+        m = _EXCEPTION_LINE.match(body)
+        if m and m["exc"].rsplit(".", 1)[-1] not in ("EngineDeadError",):
+            return body
+    return None
+
+
 def _evidence(text: str, m: re.Match[str]) -> list[str]:
     start = text.rfind("\n", 0, m.start()) + 1
     end = text.find("\n", m.end())
@@ -410,7 +708,12 @@ def diagnose(
             if not rule.applies(m, spec):
                 continue
             remedy, details = rule.remedy(m, spec)
-            return Diagnosis(rule.cause, rule.summary, evidence, remedy, rule.fatal, details)
+            summary = rule.summary
+            if rule.cause == "engine_dead" and (cause := root_cause(log_text, m.start())):
+                summary = f"the engine process died: {cause}"
+                evidence = [cause, *evidence]
+                details = {**details, "root_cause": cause}
+            return Diagnosis(rule.cause, summary, evidence, remedy, rule.fatal, details)
     if exit_code == 137:
         return Diagnosis(
             "killed",

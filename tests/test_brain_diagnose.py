@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from brain.diagnose import RULES, diagnose, is_fatal_line
@@ -170,14 +173,6 @@ def test_each_known_failure_is_recognised_with_evidence_and_remedy(cause, log, r
     assert is_fatal_line(log) is d.fatal
 
 
-def test_every_rule_has_a_case():
-    assert {r.cause for r in RULES} - {c for c, _, _ in CASES} == {
-        "preload_unsupported_platform",
-        "unknown_reasoning_parser",
-        "unsupported_speculative_method",
-    }
-
-
 def test_kv_numbers_are_parsed_into_details():
     d = diagnose(CASES[0][1])
     assert d.details == {
@@ -230,3 +225,229 @@ def test_ordinary_startup_lines_are_not_fatal():
         "been enabled.",
     ]:
         assert not is_fatal_line(line)
+
+
+# --------------------------------------------------------------------------- real and source texts
+
+FIX = Path(__file__).parent / "fixtures" / "vllm-0.26"
+
+
+def _log(name: str) -> str:
+    return (FIX / "logs" / name).read_text()
+
+
+# (cause, text, part of the remedy, where the text comes from). Texts from a real vLLM 0.26.0 on
+# an H200 are whole logs; the others are vLLM 0.33.0's (or torch's, transformers') format
+# strings filled in, with the source location.
+SOURCE_CASES = [
+    (
+        "max_model_len_over_model_limit",
+        _log("brain-up-badlen.log"),
+        "max_model_len <= 8192",
+        "real 0.26 log; vllm/config/model.py:2663 in 0.33",
+    ),
+    (
+        "model_not_found",
+        _log("brain-up-nomodel.log"),
+        "'/tmp/no/such/model' is not a directory on this machine",
+        "real 0.26 log; huggingface_hub utils/_validators.py validate_repo_id",
+    ),
+    (
+        "unrecognized_arguments",
+        _log("brain-up-badflag.log"),
+        "'--no-such-flag 1'",
+        "real 0.26 log; argparse",
+    ),
+    (
+        "invalid_cli_choice",
+        "vllm serve: error: argument --dtype: invalid choice: 'float7' (choose from 'auto', "
+        "'bfloat16', 'float', 'float16', 'float32', 'half')",
+        "dtype to one of auto, bfloat16, float, float16, float32, half",
+        "argparse, vllm/engine/arg_utils.py --dtype choices in 0.33",
+    ),
+    (
+        "unknown_architecture",
+        E + "ValueError: Model architectures ['FooForCausalLM'] are not supported for now. "
+        "Supported architectures: dict_keys(['AfmoeForCausalLM', 'LlamaForCausalLM'])",
+        "--model-impl, transformers",
+        "vllm/model_executor/models/registry.py:1250 in 0.33",
+    ),
+    (
+        "needs_trust_remote_code",
+        A + "ValueError: The repository /models/custom contains custom code which must be "
+        "executed to correctly load the model. You can inspect the repository content at "
+        "/models/custom .\n" + A + " Please pass the argument `trust_remote_code=True` to allow "
+        "custom code to be run.",
+        "trust_remote_code=true",
+        "transformers dynamic_module_utils.py:743",
+    ),
+    (
+        "nccl_error",
+        E + "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/"
+        "c10d/ProcessGroupNCCL.cpp:3356, unhandled cuda error (run with NCCL_DEBUG=INFO for "
+        "details), NCCL version 2.27.3",
+        "NCCL_DEBUG=INFO",
+        "torch ProcessGroupNCCL.cpp",
+    ),
+    (
+        "no_gpu_visible",
+        E + "RuntimeError: No CUDA GPUs are available",
+        "nvidia-smi lists a GPU",
+        "torch/cuda/__init__.py _lazy_init",
+    ),
+    (
+        "driver_too_old",
+        E + "RuntimeError: The NVIDIA driver on your system is too old (found version 12020). "
+        "Please update your GPU driver by downloading and installing a new version from the URL: "
+        "http://www.nvidia.com/Download/index.aspx Alternatively, go to: https://pytorch.org to "
+        "install a PyTorch version that has been compiled with your version of the CUDA driver.",
+        "update the NVIDIA driver",
+        "torch/cuda/__init__.py _check_driver",
+    ),
+    (
+        "preload_budget_exceeded",
+        E + "ValueError: Externally held weights on device cuda:0 (15.2/23.56 GiB) exceed the "
+        "desired GPU memory utilization (0.6, 14.14 GiB). Increase GPU memory utilization or "
+        "reduce GPU memory used by other processes.",
+        "raise gpu_memory_utilization",
+        "vllm/v1/worker/utils.py:732 in 0.33",
+    ),
+    (
+        "preload_wrong_gpu",
+        E + "vllm.model_executor.model_loader.weight_cache.errors.CacheConfigMismatchError: "
+        "Daemon GPU GPU-6f1c != engine GPU GPU-90ab; check the socket path / GPU mapping",
+        "the same gpus",
+        "vllm/model_executor/model_loader/weight_cache/ipc_loader.py:519 in 0.33",
+    ),
+    (
+        "preload_daemon_failed",
+        "ERROR 11-29 10:01:02 [preload.py:394] Weight cache daemon rank(s) exited during startup "
+        "(exitcodes=[1]); shutting down.",
+        "brain preload again",
+        "vllm/entrypoints/cli/preload.py:394 in 0.33",
+    ),
+    (
+        "invalid_kv_cache_dtype",
+        A + "  Value error, Invalid kv_cache_dtype: 'fp9'. Valid values are: ['auto', 'float16', "
+        "'bfloat16', 'fp8', 'fp8_e4m3', 'fp8_e5m2'] [type=value_error, input_value='fp9', "
+        "input_type=str]",
+        "kv_cache_dtype to one of auto, float16, bfloat16, fp8",
+        "vllm/config/cache.py:473 in 0.33",
+    ),
+    (
+        "invalid_attention_backend",
+        A + "ValueError: Unknown attention backend: 'FOO'. Valid options are: FLASH_ATTN, "
+        "TRITON_ATTN, FLASHINFER, FLEX_ATTENTION",
+        "attention_backend to one of FLASH_ATTN, TRITON_ATTN",
+        "vllm/v1/attention/backends/registry.py:29 in 0.33",
+    ),
+    (
+        "invalid_quantization",
+        A + "  Value error, Unknown quantization method: bogus. Must be one of ['awq', 'fp8', "
+        "'gptq']. [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]",
+        "quantization to one of awq, fp8, gptq",
+        "vllm/config/model.py:1467 in 0.33",
+    ),
+    (
+        "invalid_speculative_method",
+        A + "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+        "SpeculativeConfig\n" + A + "method\n" + A + "  Input should be 'ngram', 'draft_model', "
+        "'suffix', 'custom_class', 'eagle', 'eagle3', 'mtp', 'ngram_gpu' or 'dspark' "
+        "[type=literal_error, input_value='bogus', input_type=str]",
+        "speculative.method to one of ngram, draft_model, suffix",
+        "vllm/config/speculative.py:74 (SpeculativeMethod Literal) in 0.33",
+    ),
+    (
+        "invalid_reasoning_parser",
+        A + "KeyError: \"Reasoning parser 'nope' not found. Available parsers: deepseek_r1, "
+        'qwen3, gemma4"',
+        "reasoning_parser to one of deepseek_r1, qwen3, gemma4",
+        "vllm/reasoning/abs_reasoning_parsers.py:257 in 0.33",
+    ),
+]
+
+
+@pytest.mark.parametrize(("cause", "text", "remedy_part", "source"), SOURCE_CASES)
+def test_real_and_source_texts_are_diagnosed(cause, text, remedy_part, source):
+    d = diagnose(text, spec=_spec())
+    assert d is not None and d.cause == cause, (source, d)
+    assert remedy_part in d.remedy, d.remedy
+    assert d.evidence and all(ln.strip() in text for ln in d.evidence)
+    if cause != "invalid_speculative_method":  # pydantic's error spans lines: found at exit
+        assert any(is_fatal_line(ln) for ln in text.splitlines())
+
+
+def test_every_rule_has_a_case_in_one_table():
+    tested = {c for c, _, _ in CASES} | {c for c, *_ in SOURCE_CASES}
+    assert {r.cause for r in RULES} - tested == {
+        "preload_unsupported_platform",
+        "unknown_reasoning_parser",
+        "unsupported_speculative_method",
+    }
+
+
+def test_derived_max_model_len_is_read_from_the_real_message():
+    d = diagnose(_log("brain-up-badlen.log"))
+    assert d.details == {"max_model_len": 65536, "model_limit": 8192}
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in d.remedy
+
+
+def test_a_missing_local_draft_path_is_the_draft_model():
+    spec = _spec()
+    spec = spec.model_copy(
+        update={"speculative": spec.speculative.model_copy(update={"model": "/tmp/no/draft"})}
+    )
+    text = (
+        "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+        "'namespace/repo_name': '/tmp/no/draft'. Use `repo_type` argument if needed."
+    )
+    assert diagnose(text, spec=spec).cause == "draft_model_not_found"
+
+
+def test_unknown_engine_failure_shows_the_root_cause_above_the_wrapper():
+    # The real 0.99 failure, with its ValueError replaced by an error no rule knows (the
+    # ModuleNotFoundError seen on the H200): the evidence must carry it, not only the
+    # "See root cause above" wrapper.
+    real = _log("fail-gpu-memory-0.99.log")
+    text = re.sub(
+        r"ValueError: Free memory on device[^\n]*",
+        "ModuleNotFoundError: No module named 'flashinfer'",
+        real,
+    )
+    assert "Free memory" not in text
+    d = diagnose(text)
+    assert d.cause == "engine_dead"
+    assert d.evidence[0] == "ModuleNotFoundError: No module named 'flashinfer'"
+    assert "ModuleNotFoundError" in d.summary and d.details["root_cause"] == d.evidence[0]
+    assert any("Engine core initialization failed" in e for e in d.evidence)
+
+
+def test_real_free_memory_failure_is_diagnosed_before_the_engine_wrapper():
+    d = diagnose(_log("fail-gpu-memory-0.99.log"))
+    assert d.cause == "gpu_memory_in_use"
+    assert d.details["free_gib"] == 68.11 and d.details["total_gib"] == 139.8
+
+
+def test_preload_free_memory_remedy_counts_the_daemons_weights():
+    # vllm/v1/worker/utils.py:741 in 0.33: the budget is util x total less the held weights.
+    text = (
+        E + "ValueError: Free memory on device cuda:0 (12.18/23.56 GiB) on startup is less than "
+        "the engine's budget after excluding external process's weights (0.9, 12.2 GiB). "
+        "Decrease GPU memory utilization or reduce GPU memory used by other processes."
+    )
+    d = diagnose(text)
+    assert d.cause == "gpu_memory_in_use"
+    assert d.details["externally_held_gib"] == 9.0
+    assert d.details["suggested_utilization"] == 0.88
+    assert "gpu_memory_utilization=0.88" in d.remedy
+
+
+def test_real_unknown_tool_parser_lists_the_versions_parsers():
+    d = diagnose(_log("fail-unknown-tool-parser.log"))
+    assert d.cause == "unknown_tool_parser" and d.details["parser"] == "nosuch"
+    assert "hermes" in d.details["choices"] and "beam" not in d.details["choices"]
+
+
+def test_real_kv_cache_too_small():
+    d = diagnose(_log("brain-up-kvsmall.log"))
+    assert d.cause == "kv_cache_too_small" and d.details["estimated_max_len"] == 871808
