@@ -458,7 +458,8 @@ RULES: list[Rule] = [
     Rule(
         "invalid_kv_cache_dtype",
         _R(
-            r"Invalid kv_cache_dtype: '(?P<value>[^']*)'\.?(?: Valid values are: (?P<choices>\[[^\]]*\]))?"
+            r"Invalid kv_cache_dtype: '(?P<value>[^']*)'\.?"
+            r"(?: Valid values are: (?P<choices>\[[^\]]*\]))?"
         ),
         "kv_cache_dtype is not one this vLLM knows",
         _config_value_remedy("kv_cache_dtype"),
@@ -466,7 +467,8 @@ RULES: list[Rule] = [
     Rule(
         "invalid_attention_backend",
         _R(
-            r"Unknown attention backend: '(?P<value>[^']*)'\.?(?: Valid options are: (?P<choices>[^\n]*))?"
+            r"Unknown attention backend: '(?P<value>[^']*)'\.?"
+            r"(?: Valid options are: (?P<choices>[^\n]*))?"
         ),
         "attention_backend is not one this vLLM knows",
         _config_value_remedy("attention_backend"),
@@ -474,7 +476,8 @@ RULES: list[Rule] = [
     Rule(
         "invalid_quantization",
         _R(
-            r"Unknown quantization method: (?P<value>\S+?)\.? Must be one of (?P<choices>\[[^\]]*\])"
+            r"Unknown quantization method: (?P<value>\S+?)\.? Must be one of "
+            r"(?P<choices>\[[^\]]*\])"
         ),
         "quantization is not a method this vLLM knows",
         _config_value_remedy("quantization"),
@@ -492,7 +495,8 @@ RULES: list[Rule] = [
     Rule(
         "invalid_reasoning_parser",
         _R(
-            r"Reasoning parser '(?P<value>[^']*)' not found\.?(?: Available parsers: (?P<choices>[^\n]*))?"
+            r"Reasoning parser '(?P<value>[^']*)' not found\.?"
+            r"(?: Available parsers: (?P<choices>[^\n]*))?"
         ),
         "the reasoning parser name is unknown to this vLLM",
         _config_value_remedy("reasoning_parser"),
@@ -647,7 +651,8 @@ RULES: list[Rule] = [
 
 # "(EngineCore pid=3292) ERROR 12-01 13:53:33 [core.py:1330] " and "(APIServer pid=1) "
 _LOG_PREFIX = re.compile(
-    r"^(?:\(\w+ pid=\d+\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?"
+    r"^(?:\(\w+ pid=\d+\)\s*)?"
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?"
 )
 _EXCEPTION_LINE = re.compile(
     r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<msg>.*))?$"
