@@ -67,9 +67,14 @@ class LogWatcher:
     """Follows a log iterator in a daemon thread: keeps the tail, the timeline, the first fatal
     line. ``stop()`` tells a well-behaved follower (one that honours a stop event) to end."""
 
-    def __init__(self, lines: Iterator[str] | None, stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        lines: Iterator[str] | None,
+        stop: threading.Event | None = None,
+        started_at: float | None = None,
+    ) -> None:
         self.tail: deque[str] = deque(maxlen=_TAIL_LINES)
-        self.parser = TimelineParser()
+        self.parser = TimelineParser(started_at)
         self.fatal = threading.Event()
         self.fatal_line: str | None = None
         self.stop_event = stop or threading.Event()
@@ -159,19 +164,22 @@ def wait_until_ready(
     spec: ServerSpec | None = None,
     poll_interval: float = 0.25,
     stop_logs: threading.Event | None = None,
+    started_at: float | None = None,
 ) -> ReadyInfo:
     """Block until the server at ``base_url`` is ready; return what it reports.
 
     ``log_lines``: the server's output, followed (give an iterator that keeps yielding, e.g.
     ``launcher.logs(handle, follow=True, stop=stop_logs)``). ``is_alive``: returns a bool or
     a ``ServerStatus`` (which also carries the exit code and OOM kill for the diagnosis).
+    ``started_at``: ``time.monotonic()`` at the spawn; load time and the timeline count from
+    it (else from this call).
     Raises LaunchError (with a Diagnosis when one is recognised) on a fatal line, on exit, on
     503; NotReady when ``load_timeout`` passes with none of those.
     """
     root = base_url.rstrip("/").removesuffix("/v1")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    watcher = LogWatcher(log_lines, stop_logs)
-    started = time.monotonic()
+    started = started_at if started_at is not None else time.monotonic()
+    watcher = LogWatcher(log_lines, stop_logs, started)
     deadline = started + load_timeout
     try:
         with httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0)) as client:

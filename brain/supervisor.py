@@ -29,6 +29,10 @@ from brain.readiness import ReadyInfo, wait_until_ready
 from brain.spec import ServerSpec
 from brain.state import Registry, ServerRecord
 
+FAILED_START_GRACE_S = 3.0
+"""SIGTERM to SIGKILL after a failed start (vLLM 0.26 did not exit on SIGTERM after its fatal
+line, so the full stop grace was spent waiting for nothing)."""
+
 Preflight = Callable[[ServerSpec], None]
 Say = Callable[[str], None]
 
@@ -131,6 +135,7 @@ def launch(
     ``fleet``/``replica`` are recorded so ``brain ps`` and ``fleet_endpoints`` can group it."""
     if preflight is not None:
         preflight(spec)
+    spawned = time.monotonic()
     handle = launcher.start(spec)
     if registry is not None:
         registry.put(
@@ -155,9 +160,14 @@ def launch(
             api_key=spec.api_key,
             spec=spec,
             stop_logs=stop_logs,
+            started_at=spawned,
         )
-    except BaseException:
-        launcher.stop(handle, timeout=spec.timeouts.stop_timeout_s)
+    except BaseException as exc:
+        # A server that reported a fatal error serves nothing: no requests to drain, and vLLM
+        # may not exit on SIGTERM after its fatal line. Kill it soon instead of after the grace.
+        failed = isinstance(exc, LaunchError)
+        grace = min(spec.timeouts.stop_timeout_s, FAILED_START_GRACE_S) if failed else None
+        launcher.stop(handle, timeout=grace or spec.timeouts.stop_timeout_s)
         if registry is not None:
             registry.remove(spec.name)
         raise

@@ -3,7 +3,10 @@
 Incremental (``TimelineParser.feed(line)``) so readiness can build it while following logs,
 and the supervisor can record it as a server event. Log texts checked against vLLM 0.33.0
 (v1/engine/core.py, v1/worker/gpu_model_runner.py, v1/worker/gpu_worker.py,
-v1/core/kv_cache_utils.py, model_loader/weight_cache/ipc_loader.py). Pure: no I/O.
+v1/core/kv_cache_utils.py, model_loader/weight_cache/ipc_loader.py) and a real vLLM 0.26.0 log
+(tests/fixtures/vllm-0.26). The clock starts at the spawn when the reader gives it: vLLM
+imports for tens of seconds before its first line, and a total from the first line hides them.
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class StartupTimeline(BaseModel):
     weights_cache_mode: str | None = None
     weight_cache_fallback: bool = False
     memory_profiling_s: float | None = None
+    """The profiling run and the CUDA graph memory estimate, up to "Available KV cache memory".
+    0.33 logs "Memory profiling takes" only at DEBUG; at INFO both releases log the warmup
+    run's own time and, seconds later, the KV cache memory: the span between them counts."""
     available_kv_cache_gib: float | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
@@ -49,8 +55,11 @@ class StartupTimeline(BaseModel):
     init_engine_s: float | None = None
     listening_on: str | None = None
     ready: bool = False
+    first_output_s: float | None = None
+    """From the spawn to the first line (the Python imports), when the spawn time is known."""
     total_s: float | None = None
-    """From the first line seen to "Application startup complete"."""
+    """From the spawn (or, without it, the first line seen) to "Application startup
+    complete"."""
 
 
 _CONFIG_KEYS = (
@@ -81,6 +90,7 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "mapped": re.compile(r"Mapped (\d+) tensors from the weight cache daemon(?: \((\w+) mode\))?"),
     "fallback": re.compile(r"Weight cache (?:unusable|IPC loading failed)[^\n]*falling back"),
     "profiling": re.compile(rf"Memory profiling takes {_FLOAT} seconds"),
+    "warmup": re.compile(rf"Initial profiling/warmup run took {_FLOAT} s"),
     "kv_mem": re.compile(rf"Available KV cache memory: (-?{_FLOAT[1:-1]}) ?GiB"),
     "kv_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
     "concurrency": re.compile(rf"Maximum concurrency for ([\d,]+) tokens per request: {_FLOAT}x"),
@@ -114,8 +124,11 @@ def _log_time(line: str) -> float | None:
 class TimelineParser:
     """Feed log lines in order; ``timeline`` is always the state so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, started_at: float | None = None) -> None:
+        """``started_at``: the reader's clock (monotonic seconds) at the spawn, if known."""
         self.timeline = StartupTimeline()
+        self._started_at = started_at
+        self._warmup: tuple[float, float | None] | None = None  # (seconds, log time)
         self._first_at: float | None = None
         self._first_log_time: float | None = None
         self._last_log_time: float | None = None
@@ -126,6 +139,8 @@ class TimelineParser:
         t = self.timeline
         if at is not None and self._first_at is None:
             self._first_at = at
+            if self._started_at is not None:
+                t.first_output_s = round(at - self._started_at, 3)
         lt = _log_time(line)
         if lt is not None:
             if self._first_log_time is None:
@@ -163,8 +178,14 @@ class TimelineParser:
             t.weight_cache_fallback = True
         elif m := p["profiling"].search(line):
             t.memory_profiling_s = _f(m[1])
+        elif m := p["warmup"].search(line):
+            self._warmup = (_f(m[1]), lt)
         elif m := p["kv_mem"].search(line):
             t.available_kv_cache_gib = _f(m[1])
+            if t.memory_profiling_s is None and self._warmup is not None:
+                took, when = self._warmup
+                span = lt - when if lt is not None and when is not None else 0.0
+                t.memory_profiling_s = round(took + span, 3)
         elif m := p["chunked"].search(line):
             t.chunked_prefill_max_batched_tokens = int(m[1])
         elif m := p["compile"].search(line):
@@ -178,7 +199,9 @@ class TimelineParser:
             t.listening_on = m[1]
         elif p["ready"].search(line):
             t.ready = True
-            if at is not None and self._first_at is not None:
+            if at is not None and self._started_at is not None:
+                t.total_s = round(at - self._started_at, 3)
+            elif at is not None and self._first_at is not None:
                 t.total_s = round(at - self._first_at, 3)
             elif self._first_log_time is not None and self._last_log_time is not None:
                 t.total_s = self._last_log_time - self._first_log_time

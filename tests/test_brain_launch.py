@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +24,7 @@ from brain.state import Registry, ServerRecord
 pytestmark = pytest.mark.usefixtures("marathon_home")
 
 SIM_EXE = f"{sys.executable} -m brain.sim.vllm_entry"
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.26"
 
 
 def sim_spec(backend: str = "sim", **env: str) -> ServerSpec:
@@ -167,3 +169,34 @@ def test_logs_follow_ends_when_the_server_exits():
     lines = list(launcher.logs(handle, follow=True))  # returns once the process is gone
     assert any("Application startup complete" in ln for ln in lines)
     assert not launcher.status(handle).alive
+
+
+def test_a_failed_start_is_killed_soon_not_after_the_whole_stop_grace(tmp_path):
+    # vLLM 0.26 on the H200 printed its fatal line and did not exit on SIGTERM: brain up waited
+    # the full 30 s grace. The supervisor kills a server that reported a fatal error after a
+    # short grace (FAILED_START_GRACE_S), whatever timeouts.stop_timeout_s says.
+    from brain.supervisor import FAILED_START_GRACE_S, launch
+
+    fatal = (FIXTURES / "logs" / "brain-up-kvsmall.log").read_text().splitlines()
+    line = next(ln for ln in fatal if "KV cache is needed" in ln)
+    script = tmp_path / "stubborn_fatal.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"print({line!r}, flush=True); time.sleep(120)\n"
+    )
+    launcher = ProcessLauncher(executable=[sys.executable, str(script)])
+    spec = ServerSpec.model_validate(
+        {
+            **sim_spec("process").model_dump(),
+            "timeouts": {"load_timeout_s": 60, "stop_timeout_s": 90},
+        }
+    )
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as err:
+        launch(spec, launcher)
+    took = time.monotonic() - t0
+    assert err.value.diagnosis.cause == "kv_cache_too_small"
+    assert took < FAILED_START_GRACE_S + 30 < spec.timeouts.stop_timeout_s
+    (proc,) = launcher._children.values()
+    assert proc.poll() == -signal.SIGKILL

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from brain.timeline import TimelineParser, parse_startup_log
 
 LOG = """\
@@ -93,3 +95,35 @@ def test_fallback_and_older_separate_kv_lines():
     assert t.weight_cache_fallback is True
     assert (t.kv_cache_tokens, t.max_concurrency) == (10720, 5.23)
     assert t.init_engine_s == 12.5
+
+
+REAL_026 = (
+    Path(__file__).parent / "fixtures" / "vllm-0.26" / "logs" / "serve-dummy-ngram.log"
+).read_text()
+
+
+def test_real_026_log_fills_every_phase_including_memory_profiling():
+    t = parse_startup_log(REAL_026)
+    assert t.vllm_version == "0.26.0"
+    assert t.speculative_enabled and t.speculative.method == "ngram"
+    assert t.weights_load_s == 0.691972 and t.torch_compile_s == 18.46
+    # warmup 0.26 s logged at 13:49:52, "Available KV cache memory" at 13:50:06
+    assert t.memory_profiling_s == 14.26
+    assert t.graph_capture_s == 5 and t.graph_capture_gib == 0.34
+    assert t.init_engine_s == 39.86 and t.kv_cache_tokens == 1523696
+    assert t.ready
+
+
+def test_the_clock_starts_at_the_spawn_when_it_is_known():
+    # The real log's first line came ~27 s after launch (Python imports): a total counted
+    # from the first line hides them.
+    p = TimelineParser(started_at=100.0)
+    lines = REAL_026.splitlines()
+    p.feed(lines[0], at=127.0)
+    for i, line in enumerate(lines[1:], start=1):
+        p.feed(line, at=127.0 + i * 0.1)
+        if p.timeline.ready:
+            break
+    assert p.timeline.first_output_s == 27.0
+    assert p.timeline.total_s is not None and p.timeline.total_s > 27.0 + 0.1 * (i - 1)
+    assert abs(p.timeline.total_s - (27.0 + 0.1 * i)) < 1e-6
