@@ -434,12 +434,23 @@ def _get(url: str, api_key: str | None = None) -> Any:
 
 @_expected_errors
 def status(
-    name: str = typer.Argument(None, help="Server name (default: the only one)."),
+    name: str = typer.Argument(
+        None, help="Server name (default: the only one), or the URL of any OpenAI server."
+    ),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between metric samples."),
+    api_key: str = typer.Option(
+        None, "--api-key", envvar="OPENAI_API_KEY", help="For a URL: the server's key."
+    ),
 ) -> None:
-    """Health, version, context, load, KV cache and speculative acceptance of a server."""
-    from brain.metrics import fetch_metrics, spec_decode_delta
-
+    """Health, version, context, load, KV cache and speculative acceptance of a server: one the
+    brain started (by name), or any OpenAI-compatible server by its URL."""
+    if name and name.startswith(("http://", "https://")):
+        base = name.rstrip("/").removesuffix("/v1")
+        table = Table(show_header=False, box=None)
+        table.add_row("server", f"{base}/v1 (not started by the brain)")
+        _status_rows(table, base, api_key, interval)
+        out.print(table)
+        return
     registry = Registry()
     records = registry.servers()
     members = [r for r in records if name and r.fleet == name]
@@ -451,51 +462,69 @@ def status(
     rec = _pick(registry, name)
     spec = rec.server_spec()
     handle = ServerHandle.from_dict(rec.handle)
-    base = handle.base_url
     st = _launcher_for_record(rec).status(handle)
     table = Table(show_header=False, box=None)
-    table.add_row("server", f"{rec.name} ({rec.backend}) {base}/v1")
+    table.add_row("server", f"{rec.name} ({rec.backend}) {handle.base_url}/v1")
     table.add_row("process", st.describe())
+    _status_rows(table, handle.base_url, spec.api_key, interval)
+    out.print(table)
+
+
+def _status_rows(table: Table, base: str, api_key: str | None, interval: float) -> None:
+    """Health, version, models and the metrics of the server at ``base`` (its root URL)."""
+    from brain.metrics import fetch_metrics, spec_decode_delta
+
     health = _get(f"{base}/health")
     code = getattr(health, "status_code", None)
     table.add_row(
         "health",
         "ok (200)" if code == 200 else (f"HTTP {code}" if code else f"unreachable ({health})"),
     )
-    if code == 200:
-        version = _get(f"{base}/version")
-        models = _get(f"{base}/v1/models", spec.api_key)
-        if getattr(version, "status_code", 0) == 200:
-            table.add_row("vLLM version", str(version.json().get("version")))
-        if getattr(models, "status_code", 0) == 200:
-            data = models.json().get("data") or []
-            for m in data:
-                table.add_row("model", f"{m.get('id')}  max_model_len {m.get('max_model_len')}")
-        try:
-            before = asyncio.run(fetch_metrics(base))
-            time.sleep(interval)
-            after = asyncio.run(fetch_metrics(base))
-        except Exception as exc:
-            table.add_row("metrics", f"unavailable ({exc})")
-        else:
-            table.add_row(
-                "requests",
-                f"running {after.requests_running or 0:g}, waiting {after.requests_waiting or 0:g}",
-            )
-            if after.kv_cache_usage is not None:
-                table.add_row("KV cache use", f"{after.kv_cache_usage * 100:.1f}%")
-            sd = spec_decode_delta(before, after)
-            if sd is not None:
-                table.add_row(
-                    "speculative",
-                    f"acceptance rate {sd.acceptance_rate * 100:.1f}%, mean acceptance length "
-                    f"{sd.mean_acceptance_length:.2f} (over {interval:g} s, {sd.drafts:g} drafts)",
-                )
-            elif after.spec_drafts is not None:
-                table.add_row("speculative", f"on; no drafts in the last {interval:g} s")
-            else:
-                table.add_row("speculative", "off (no spec_decode metrics)")
-    out.print(table)
+    if code != 200:
+        return
+    version = _get(f"{base}/version")
+    models = _get(f"{base}/v1/models", api_key)
+    if getattr(version, "status_code", 0) == 200:
+        table.add_row("vLLM version", str(version.json().get("version")))
+    if getattr(models, "status_code", 0) == 200:
+        data = models.json().get("data") or []
+        for m in data:
+            table.add_row("model", f"{m.get('id')}  max_model_len {m.get('max_model_len')}")
+    elif getattr(models, "status_code", 0) == 401:
+        table.add_row("model", "the server wants an API key (--api-key or OPENAI_API_KEY)")
+    try:
+        before = asyncio.run(fetch_metrics(base))
+        time.sleep(interval)
+        after = asyncio.run(fetch_metrics(base))
+    except Exception as exc:
+        table.add_row("metrics", f"unavailable ({exc})")
+        return
+    table.add_row(
+        "requests",
+        f"running {after.requests_running or 0:g}, waiting {after.requests_waiting or 0:g}",
+    )
+    if after.kv_cache_usage is not None:
+        table.add_row("KV cache use", f"{after.kv_cache_usage * 100:.1f}%")
+    sd = spec_decode_delta(before, after)
+    if sd is not None:
+        table.add_row(
+            "speculative",
+            f"acceptance rate {sd.acceptance_rate * 100:.1f}%, mean acceptance length "
+            f"{sd.mean_acceptance_length:.2f} (over {interval:g} s, {sd.drafts:g} drafts)",
+        )
+    elif after.spec_drafts is not None:
+        # Traffic ended before the window: the counters since the server started still say
+        # how speculation went.
+        life = spec_decode_delta(type(after)(), after)
+        since = (
+            f"; since start: acceptance rate {life.acceptance_rate * 100:.1f}%, mean "
+            f"acceptance length {life.mean_acceptance_length:.2f} ({life.drafts:g} drafts)"
+            if life is not None
+            else ""
+        )
+        table.add_row("speculative", f"on; no drafts in the last {interval:g} s{since}")
+    else:
+        table.add_row("speculative", "off (no spec_decode metrics)")
 
 
 @_expected_errors

@@ -238,3 +238,38 @@ def test_up_watch_in_the_foreground_is_stopped_by_down_from_another_command(mara
         e.type for e in ServerEventWriter(f"sqlite:///{marathon_home / 'marathon.db'}").read(name)
     ]
     assert events[:2] == ["starting", "ready"] and "stopped" in events
+
+
+def test_status_of_a_server_by_url_shows_acceptance_since_start_after_traffic_ended():
+    # A server the brain did not start (no registry record), whose traffic ended before the
+    # sampling window: the counters since its start still give the acceptance.
+    from brain.launchers.sim import SimLauncher
+    from brain.readiness import wait_until_ready
+    from brain.spec import ServerSpec
+
+    port = free_port()
+    spec = ServerSpec(
+        name="byurl",
+        backend="sim",
+        model="sim/test-model",
+        served_model_name="testm",
+        port=port,
+        max_model_len=4096,
+        speculative={"method": "ngram", "num_speculative_tokens": 2},
+    )
+    launcher = SimLauncher()
+    handle = launcher.start(spec)
+    try:
+        wait_until_ready(handle.base_url, is_alive=lambda: launcher.status(handle), spec=spec)
+        for _ in range(3):
+            httpx.post(
+                f"{handle.base_url}/v1/chat/completions",
+                json={"model": "testm", "messages": [{"role": "user", "content": "go"}]},
+                timeout=10,
+            ).raise_for_status()
+        r = brain("status", f"{handle.base_url}/v1", "--interval", "0.2")
+    finally:
+        launcher.stop(handle, timeout=5)
+    assert r.exit_code == 0, r.output
+    assert "not started by the brain" in r.output and "max_model_len 4096" in r.output
+    assert "no drafts in the last 0.2 s; since start: acceptance rate" in r.output
