@@ -212,8 +212,33 @@ def check_executable(spec: ServerSpec) -> list[Check]:
         return []
     exe = os.environ.get("MARATHON_VLLM_EXECUTABLE", "vllm").split()[0]
     if shutil.which(exe):
-        return [Check("ok", "vllm", f"{shutil.which(exe)}")]
+        return [Check("ok", "vllm", f"{shutil.which(exe)}"), *check_vllm_version(spec)]
     return [Check("fail", "vllm", f"{exe!r} not on PATH: pip install vllm, or --backend docker")]
+
+
+def check_vllm_version(spec: ServerSpec) -> list[Check]:
+    """The release the spec will meet (`vllm --version`, or the image tag) and what in the
+    spec it does not accept (brain.vllm_versions)."""
+    from brain.vllm_versions import check_spec as version_check
+    from brain.vllm_versions import facts_for, version_from_tag
+
+    if spec.backend == "process":
+        from brain.launchers.process import ProcessLauncher
+
+        version, source = ProcessLauncher().vllm_version(), "vllm --version"
+    else:
+        version, source = version_from_tag(spec.tag), f"image tag {spec.tag}"
+    facts = facts_for(version)
+    said = (
+        f"{version} ({source}); checked as {facts.version}"
+        if version
+        else (f"unknown ({source} said nothing); checked as {facts.version}")
+    )
+    checks = [Check("ok", "vllm version", said)]
+    for issue in version_check(spec, facts):
+        level: Level = "fail" if issue.action == "refuse" else "warn"
+        checks.append(Check(level, "vllm version", f"{issue.field}: {issue.message}"))
+    return checks
 
 
 def check_spec(spec: ServerSpec) -> list[Check]:
@@ -228,8 +253,13 @@ def check_spec(spec: ServerSpec) -> list[Check]:
     return checks
 
 
+def check_image_version(spec: ServerSpec) -> list[Check]:
+    return check_vllm_version(spec) if spec.backend == "docker" else []
+
+
 CHECKS: list[Callable[[ServerSpec], list[Check]]] = [
     check_docker,
+    check_image_version,
     check_executable,
     check_gpu,
     check_models,

@@ -6,6 +6,10 @@ to the whole group (vLLM's engine cores are child processes), then SIGKILL after
 
 ``MARATHON_VLLM_EXECUTABLE`` (or ``executable=``) replaces the ``vllm`` word, e.g.
 ``python -m brain.sim.vllm_entry``, so this launcher is exercised for real without vLLM.
+
+Before a start it asks the executable for its version (``vllm --version``) and checks the spec
+against that release (``brain.vllm_versions``): a setting the release cannot honour is refused
+with the fix, one it does not know but can do without is left out of the argv, and it says so.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from brain.command import process_command, process_environment
@@ -26,6 +31,14 @@ from brain.errors import LaunchError
 from brain.launchers.base import ServerHandle, ServerStatus, poll_wait
 from brain.launchers.ports import ensure_port_free
 from brain.spec import ServerSpec
+from brain.vllm_versions import (
+    VersionIssue,
+    adapt_argv,
+    check_spec,
+    facts_for,
+    installed_version,
+    refusal_message,
+)
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -92,10 +105,16 @@ class ProcessLauncher:
     kind = "process"
 
     def __init__(
-        self, *, executable: Sequence[str] | None = None, logs_dir: Path | None = None
+        self,
+        *,
+        executable: Sequence[str] | None = None,
+        logs_dir: Path | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         self._executable = list(executable) if executable else None
         self._logs_dir = logs_dir
+        self._say = say or (lambda msg: print(f"brain: {msg}", file=sys.stderr, flush=True))
+        self._version: tuple[str | None] | None = None
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
 
@@ -110,6 +129,19 @@ class ProcessLauncher:
     def command(self, spec: ServerSpec) -> list[str]:
         """``vllm serve MODEL ...`` with ``vllm`` replaced by the configured executable."""
         return [*self.executable(), *process_command(spec)[1:]]
+
+    def vllm_version(self) -> str | None:
+        """The installed vLLM's version (``<executable> --version``), asked once; None when it
+        does not say (then the default release's facts apply)."""
+        if self._version is None:
+            cmd = self.executable()
+            found = installed_version(cmd) if shutil.which(cmd[0]) else None
+            self._version = (found,)
+        return self._version[0]
+
+    def version_issues(self, spec: ServerSpec) -> list[VersionIssue]:
+        """What in ``spec`` the installed vLLM does not accept (see brain.vllm_versions)."""
+        return check_spec(spec, facts_for(self.vllm_version()))
 
     def environment(self, spec: ServerSpec) -> dict[str, str]:
         """The caller's environment plus the spec's GPUs (CUDA_VISIBLE_DEVICES) and env."""
@@ -136,6 +168,23 @@ class ProcessLauncher:
         if address is not None:
             ensure_port_free(*address)
         cmd = self.command(spec)
+        if shutil.which(cmd[0]) is not None:
+            issues = self.version_issues(spec)
+            version = self.vllm_version() or "of unknown version"
+            refused = refusal_message(issues)
+            if refused:
+                raise LaunchError(
+                    f"the installed vLLM {version} cannot start this spec:\n{refused}",
+                    Diagnosis(
+                        "vllm_version_mismatch",
+                        f"the spec asks for what vLLM {version} does not have",
+                        [f"vllm --version: {version}"],
+                        refused,
+                    ),
+                )
+            for issue in issues:
+                self._say(issue.message)
+            cmd = adapt_argv(cmd, issues)
         if shutil.which(cmd[0]) is None:
             raise LaunchError(
                 f"cannot start {cmd[0]!r}: not found on PATH",

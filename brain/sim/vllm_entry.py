@@ -125,6 +125,9 @@ def config_from_vllm_argv(
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["--version"], ["-v"]):  # `vllm --version`: the release the sim answers as
+        print(SimConfig().version)
+        return 0
     try:
         config, ignored = config_from_vllm_argv(argv, os.environ)
     except (ValueError, KeyError) as exc:
