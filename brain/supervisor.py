@@ -133,6 +133,9 @@ def launch(
     """Start ``spec`` and wait until it is ready. A failed start is stopped (it would hold the
     port and GPU) and its LaunchError/NotReady raised, with the diagnosis attached.
     ``fleet``/``replica`` are recorded so ``brain ps`` and ``fleet_endpoints`` can group it."""
+    check_version = getattr(launcher, "check_version", None)
+    if check_version is not None and spec.backend == "process":
+        check_version(spec)  # first: the other checks' advice assumes the release has it all
     if preflight is not None:
         preflight(spec)
     spawned = time.monotonic()

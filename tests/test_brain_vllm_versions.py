@@ -122,3 +122,15 @@ def test_the_process_launcher_leaves_out_what_the_release_does_not_know_and_says
         launcher.stop(handle, timeout=2)
     assert "--max-num-queued-reqs" not in argv and "--max-model-len" in argv
     assert any("no --max-num-queued-reqs" in m for m in said)
+
+
+def test_a_version_refusal_comes_before_the_preload_preflight(tmp_path):
+    # On 0.26 "start the preload daemon" would be wrong advice: the release has none.
+    from brain.supervisor import launch
+
+    def preflight(spec):
+        raise AssertionError("the preflight ran before the version check")
+
+    launcher = ProcessLauncher(executable=_fake_vllm(tmp_path, "0.26.0"), say=lambda m: None)
+    with pytest.raises(LaunchError, match=r"preload\.enabled=false"):
+        launch(_spec(preload={"enabled": True}), launcher, preflight=preflight)

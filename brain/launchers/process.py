@@ -143,6 +143,25 @@ class ProcessLauncher:
         """What in ``spec`` the installed vLLM does not accept (see brain.vllm_versions)."""
         return check_spec(spec, facts_for(self.vllm_version()))
 
+    def check_version(self, spec: ServerSpec) -> list[VersionIssue]:
+        """Raise LaunchError for what the installed vLLM cannot do; return the rest (what
+        ``start`` leaves out). Called before the other pre-launch checks too, whose advice
+        (start a preload daemon, say) would be wrong for a release without the feature."""
+        issues = self.version_issues(spec)
+        refused = refusal_message(issues)
+        if refused:
+            version = self.vllm_version() or "of unknown version"
+            raise LaunchError(
+                f"the installed vLLM {version} cannot start this spec:\n{refused}",
+                Diagnosis(
+                    "vllm_version_mismatch",
+                    f"the spec asks for what vLLM {version} does not have",
+                    [f"vllm --version: {version}"],
+                    refused,
+                ),
+            )
+        return issues
+
     def environment(self, spec: ServerSpec) -> dict[str, str]:
         """The caller's environment plus the spec's GPUs (CUDA_VISIBLE_DEVICES) and env."""
         return {**os.environ, **process_environment(spec)}
@@ -169,19 +188,7 @@ class ProcessLauncher:
             ensure_port_free(*address)
         cmd = self.command(spec)
         if shutil.which(cmd[0]) is not None:
-            issues = self.version_issues(spec)
-            version = self.vllm_version() or "of unknown version"
-            refused = refusal_message(issues)
-            if refused:
-                raise LaunchError(
-                    f"the installed vLLM {version} cannot start this spec:\n{refused}",
-                    Diagnosis(
-                        "vllm_version_mismatch",
-                        f"the spec asks for what vLLM {version} does not have",
-                        [f"vllm --version: {version}"],
-                        refused,
-                    ),
-                )
+            issues = self.check_version(spec)
             for issue in issues:
                 self._say(issue.message)
             cmd = adapt_argv(cmd, issues)
