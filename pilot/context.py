@@ -60,11 +60,6 @@ BOUND_MESSAGE_SLACK = 32
 BOUND_CALL_FACTOR = 2
 """A tool call's JSON may be re-serialized by the template with spaces: at most twice its bytes."""
 IDENTITY_CACHE = 4096
-PROBE: dict[str, Any] = {"role": "user", "content": ""}
-"""An empty user turn, counted when the server refuses an empty request: vLLM's chat template
-(transformers' ``apply_chat_template``) answers 400 "Cannot apply chat template to an empty
-conversation" to ``/tokenize`` with ``messages: []``. The fixed costs are then read from one
-and two probes: ``overhead = 2 * count([PROBE]) - count([PROBE, PROBE])``."""
 """Messages remembered by identity (each entry keeps its dict alive): more than a context
 window holds, few enough that compacted-away tool output is not kept for the whole run. A
 message evicted while still in the history is found again by its content key."""
@@ -135,6 +130,15 @@ class PromptCount:
     """``total`` is only an upper bound (:meth:`TokenCounter.upper_bound`): per_message is empty."""
 
 
+PROBE: Message = {"role": "user", "content": ""}
+"""An empty user turn: the pilot never sends /tokenize an empty conversation (vLLM's chat
+template, transformers' ``apply_chat_template``, answers 400 "Cannot apply chat template to an
+empty conversation"), so a request's fixed cost is read from one and two probes:
+``overhead = 2 * count([PROBE]) - count([PROBE, PROBE])``."""
+_PROBE_SYSTEM: Message = {"role": "system", "content": ""}
+"""The probe for a conversation that starts with a system message (no default one added)."""
+
+
 class ServerCounts:
     """What a server's tokenizer says that is the same for every run of a process against it:
     the cost of an empty request and of each tool set, per model. Each is asked once, and
@@ -164,16 +168,19 @@ class TokenCounter:
     """Prompt sizes from the server's tokenizer, cached per message.
 
     Counting the whole history on every step would send the whole history to /tokenize on
-    every step; instead each message is counted once, alone (``[message]`` minus the fixed cost
-    of an empty request), and a step only pays for its new messages. Tool schemas are counted
-    once per distinct tool set. The sum differs from a whole-request count by a token or so
+    every step; instead each message is counted once, alone (``[message]`` minus the request's
+    fixed cost), and a step only pays for its new messages. The fixed cost is measured as
+    ``2 * count([probe]) - count([probe, probe])``: vLLM refuses an empty conversation (the
+    chat template cannot render one), and templates add a default system prompt only when the
+    first message is not a system message, so a system message has its own fixed cost. Tool
+    schemas are counted once per distinct tool set. The sum differs from a whole-request count by a token or so
     per message (tokens merge across message boundaries): that is what ``Budget.margin`` is
     for. When the server has no /tokenize, a documented estimate is used
     (:func:`estimate_message_tokens`).
 
     A message the chat template refuses on its own (a strict template wanting a user turn
-    first) is estimated; an empty request that is refused gives an overhead of 0, which makes
-    every per-message count a few tokens high, never low.
+    first) is estimated; probes that are refused give a fixed cost of 0, which makes every
+    per-message count a few tokens high, never low.
     """
 
     def __init__(
@@ -196,8 +203,8 @@ class TokenCounter:
         its id cannot be reused)."""
         self._tools_bytes: tuple[list[Message], int] | None = None
         self._overhead: int | None = None
-        self._fixed: dict[str, int | None] = {}  # fixed costs asked without ``shared``
-        self._empty_refused = False  # the server refuses an empty request: use the probes
+        self._overhead_system: int | None = None
+        self._probe_counts: dict[str, int | None] = {}
         self._server: bool | None = None  # None: not yet known; False: no /tokenize
         self._limit = asyncio.Semaphore(concurrency)
         self._max_cache = max_cache
@@ -228,36 +235,46 @@ class TokenCounter:
         return count
 
     async def _ask_shared(
-        self, key: str, tools: list[Message] | None, messages: list[Message] | None = None
+        self, key: str, messages: list[Message], tools: list[Message] | None
     ) -> int | None:
-        """An empty request, or ``messages`` (probes), with ``tools``, counted: once per
-        process when ``shared``."""
+        """A fixed request counted: once per process when ``shared``."""
         if self._shared is None:
-            if key not in self._fixed:
-                self._fixed[key] = await self._ask(list(messages or []), tools)
-            return self._fixed[key]
+            return await self._ask(messages, tools)
 
         async def ask() -> tuple[int | None, bool | None]:
-            return await self._ask(list(messages or []), tools), self._server
+            return await self._ask(messages, tools), self._server
 
         count, server = await self._shared.once(self.model, key, ask)
         if server is not None:
             self._server = server
         return count
 
+    async def _fixed_cost(self, probe: Message, key: str) -> int:
+        """What a request costs beyond its messages: 2 x [probe] - [probe, probe]."""
+        one = await self._ask_shared(f"{key}:1", [probe], None)
+        self._probe_counts[key] = one
+        if one is None:
+            return 0
+        two = await self._ask_shared(f"{key}:2", [probe, probe], None)
+        return max(2 * one - two, 0) if two is not None else 0
+
     async def overhead(self) -> int:
-        """Tokens of an empty request (generation prompt, BOS): measured once; from the
-        probes (:data:`PROBE`) when the server refuses an empty request, as vLLM does."""
+        """A request's fixed tokens (BOS, a template's default system prompt, the generation
+        prompt) when its first message is not a system message: measured once."""
         if self._overhead is None:
-            count = await self._ask_shared("overhead", None)
-            if count is None and self._server is not False:
-                self._empty_refused = True
-                one = await self._ask_shared("probe", None, [PROBE])
-                two = await self._ask_shared("probe2", None, [PROBE, PROBE])
-                if one is not None and two is not None:
-                    count = max(0, 2 * one - two)
-            self._overhead = count if count is not None else 0
+            self._overhead = await self._fixed_cost(PROBE, "overhead")
         return self._overhead
+
+    async def overhead_system(self) -> int:
+        """The fixed tokens when the first message is a system message (no default one)."""
+        if self._overhead_system is None:
+            self._overhead_system = await self._fixed_cost(_PROBE_SYSTEM, "overhead-system")
+        return self._overhead_system
+
+    async def _base(self, first: Message | None) -> int:
+        if first is not None and first.get("role") == "system":
+            return await self.overhead_system()
+        return await self.overhead()
 
     async def count_message(self, message: Message) -> int:
         """One message's tokens (cached by :func:`message_key`)."""
@@ -280,7 +297,7 @@ class TokenCounter:
         if hit is not None:
             self._remember(self._by_identity, message, hit)
             return hit
-        overhead = await self.overhead()
+        overhead = await self._base(message)
         count = await self._ask([message], None)
         if count is None:
             value = (estimate_message_tokens(message), False)
@@ -365,19 +382,13 @@ class TokenCounter:
         key = message_key({"tools": tools})
         hit = self._tools.get(key)
         if hit is None:
-            overhead = await self.overhead()
-            count = None
-            if not self._empty_refused:
-                count = await self._ask_shared(f"tools:{key}", tools)
-            if count is None and self._server is not False:  # an empty request refused
-                with_tools = await self._ask_shared(f"tools-probe:{key}", tools, [PROBE])
-                alone = await self._ask_shared("probe", None, [PROBE])
-                if with_tools is not None and alone is not None:
-                    count = with_tools - alone + overhead
-            if count is None:
+            await self.overhead()
+            without = self._probe_counts.get("overhead")
+            count = await self._ask_shared(f"tools:{key}", [PROBE], tools)
+            if count is None or without is None:
                 hit = (estimate_tools_tokens(tools), False)
             else:
-                hit = (max(count - overhead, 0), True)
+                hit = (max(count - without, 0), True)
             self._tools[key] = hit
         return hit
 
@@ -385,7 +396,7 @@ class TokenCounter:
         self, messages: Sequence[Message], tools: list[Message] | None = None
     ) -> PromptCount:
         """The prompt size of ``messages`` (+ ``tools``); only uncached messages hit the server."""
-        overhead = await self.overhead()
+        overhead = await self._base(messages[0] if messages else None)
         tools_cost, tools_exact = await self._tools_cost(tools)
         parts = await asyncio.gather(*(self._message(m) for m in messages))
         per_message = tuple(n for n, _ in parts)
