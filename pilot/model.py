@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth waiting out: the server is busy, restarting or its engine died."""
@@ -86,6 +88,9 @@ API_KEY_HINT = (
     "key the server was started with (vLLM's --api-key or VLLM_API_KEY), and export it"
 )
 AUTO_TOOL_FLAGS = "--enable-auto-tool-choice --tool-call-parser <parser>"
+SAME_500_LIMIT = 3
+"""The same HTTP 500 this many times in a row, with the server's /health at 200, is the answer
+to this request, not an outage: it is not retried for the rest of ``server_wait``."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,7 +214,9 @@ def map_vllm_error(
         return ConfigurationError(
             f"the server cannot let the model choose tools ({message}). Start vLLM with "
             f"{AUTO_TOOL_FLAGS} (gemma4 for Gemma 4, hermes for Qwen2.5, qwen3_coder for "
-            "Qwen3-Coder); in a brain profile, add them to the server's vLLM flags."
+            "Qwen3-Coder); in a brain profile set enable_auto_tool_choice: true and "
+            "tool_call_parser: <parser> (spec fields, not extra_args), e.g. brain up PROFILE "
+            "--set enable_auto_tool_choice=true --set tool_call_parser=hermes."
         )
     if status in TRANSIENT_STATUS:
         return ServerUnavailable(endpoint or "?", f"HTTP {status}: {message}")
@@ -367,6 +374,7 @@ class OpenAIModelClient:
             http_client=self._http,
         )
         self._tokenize_supported: bool | None = None
+        self._takes_stream_interval: asyncio.Future[bool] | None = None
         self._models_in_flight: asyncio.Future[list[ServedModel]] | None = None
         self._models_seen: tuple[float, list[ServedModel]] | None = None
 
@@ -496,7 +504,39 @@ class OpenAIModelClient:
             body["max_tokens"] = request.max_tokens
         if request.extra_body:
             body.update(request.extra_body)
+            taken = self._takes_stream_interval
+            if taken is not None and taken.done() and not taken.result():
+                body.pop("stream_interval", None)
         return body
+
+    async def _check_stream_interval(self) -> None:
+        """Ask the server's /version once whether it honours a request's ``stream_interval``;
+        a release that does not (vLLM 0.26 drops the field with HTTP 200) is told about once,
+        and the field is left out."""
+        if self._takes_stream_interval is None:
+            self._takes_stream_interval = asyncio.get_running_loop().create_future()
+            version = None
+            try:
+                response = await self._http_client().get(
+                    f"{server_root(self.base_url)}/version", timeout=5.0
+                )
+                if response.status_code == 200:
+                    version = (_safe_json(response) or {}).get("version")
+            except Exception:
+                pass
+            from brain.vllm_versions import facts_for, parse_version
+
+            takes = parse_version(version) is None or facts_for(version).request_stream_interval
+            if not takes:
+                _log.warning(
+                    "the server at %s runs vLLM %s, which ignores a request's stream_interval: "
+                    "left out (every token comes in its own chunk). Set the server's "
+                    "stream_interval (brain spec) instead, or use vLLM >= 0.33.",
+                    self.base_url,
+                    version,
+                )
+            self._takes_stream_interval.set_result(takes)
+        await asyncio.shield(self._takes_stream_interval)
 
     async def _open_stream(self, request: ChatRequest) -> httpx2.Response | httpx.Response:
         """POST /chat/completions through the official client; the body is left unread.
@@ -595,11 +635,59 @@ class OpenAIModelClient:
         :class:`ModelNotFound`, :class:`ConfigurationError` or :class:`BadRequest` for answers
         that retrying cannot change.
         """
+        if request.extra_body and "stream_interval" in request.extra_body:
+            await self._check_stream_interval()
+        same_500: list[str] = []
+
+        async def attempt() -> ModelResponse:
+            try:
+                return await self._attempt(request)
+            except openai.APIStatusError as exc:
+                if exc.status_code == 500:
+                    body = exc.response.text if exc.response is not None else ""
+                    same_500[:] = [*same_500, body] if same_500[-1:] == [body] else [body]
+                    if len(same_500) >= SAME_500_LIMIT and await self._healthy():
+                        raise self._deterministic_500(request, exc, len(same_500)) from exc
+                raise
+
         try:
-            response, attempts = await self._with_retries(lambda: self._attempt(request), on_wait)
+            response, attempts = await self._with_retries(attempt, on_wait)
         except openai.APIError as exc:
             raise await self._typed(exc, request.model) from exc
         return response.model_copy(update={"attempts": attempts})
+
+    async def _healthy(self) -> bool:
+        """The server's /health answers 200: it is up, so a repeated 500 is about the request."""
+        try:
+            response = await self._http_client().get(
+                f"{server_root(self.base_url)}/health", timeout=5.0
+            )
+        except Exception:
+            return False
+        return response.status_code == 200
+
+    def _deterministic_500(
+        self, request: ChatRequest, exc: openai.APIStatusError, times: int
+    ) -> MarathonError:
+        message = _error_message(exc.body, exc.message) or "no message"
+        choice = request.tool_choice
+        forced = choice == "required" or isinstance(choice, dict)
+        if forced:
+            return ConfigurationError(
+                f"the server at {self.base_url} answers HTTP 500 ({message!r}) to tool_choice="
+                f"{json.dumps(choice)} {times} times in a row while its /health is ok: this "
+                "vLLM build cannot force a tool call (vLLM 0.26 with the hermes parser failed "
+                "so). Let the model choose (tool_choice auto), or use a vLLM release that "
+                "supports required and named tool choice."
+            )
+        return BadRequest(
+            f"the server at {self.base_url} answers HTTP 500 ({message!r}) to this request "
+            f"{times} times in a row while its /health is ok: the request meets a server bug, "
+            "it is not an outage, so it is not retried for the rest of server_wait. The "
+            "server's log has the traceback.",
+            status=500,
+            body=exc.response.text if exc.response is not None else None,
+        )
 
     # -- models and tokens ---------------------------------------------------------------------
 
