@@ -173,9 +173,9 @@ class TokenCounter:
     ``2 * count([probe]) - count([probe, probe])``: vLLM refuses an empty conversation (the
     chat template cannot render one), and templates add a default system prompt only when the
     first message is not a system message, so a system message has its own fixed cost. Tool
-    schemas are counted once per distinct tool set. The sum differs from a whole-request count by a token or so
-    per message (tokens merge across message boundaries): that is what ``Budget.margin`` is
-    for. When the server has no /tokenize, a documented estimate is used
+    schemas are counted once per distinct tool set. The sum differs from a whole-request count
+    by a token or so per message (tokens merge across message boundaries): that is what
+    ``Budget.margin`` is for. When the server has no /tokenize, a documented estimate is used
     (:func:`estimate_message_tokens`).
 
     A message the chat template refuses on its own (a strict template wanting a user turn
