@@ -145,26 +145,43 @@ def _selected(spec: ServerSpec, gpus: Sequence[GpuInfo]) -> tuple[list[GpuInfo],
     return chosen, problems
 
 
+CUDA_RESERVED_MIB = 620
+"""NVML's total less what CUDA reports as total (cudaMemGetInfo): the driver keeps it. On the
+H200 NVML said 140.40 GiB, vLLM's CUDA view 139.8 GiB; an 80 GB H100 shows about the same."""
+CUDA_CONTEXT_MIB = 540
+"""What the server's own CUDA context takes before vLLM measures free memory: NVML said 68.63
+GiB free, vLLM (inside the new process) 68.11 GiB."""
+
+
+def cuda_view(g: GpuInfo) -> tuple[float, float]:
+    """(free, total) in MiB as vLLM will see them from inside the new server's process."""
+    return max(g.free_mib - CUDA_CONTEXT_MIB, 0), max(g.total_mib - CUDA_RESERVED_MIB, 1)
+
+
 def check_free_memory(spec: ServerSpec, gpus: Sequence[GpuInfo]) -> list[str]:
     """Problems that would make vLLM's startup memory check fail, one line each (empty = ok).
 
-    The check is vLLM's: free >= gpu_memory_utilization * total on every GPU the server uses.
-    With preload zero_copy the daemon's weights sit outside the budget, which this cannot
-    see, so it only checks what it can.
+    The check is vLLM's: free >= gpu_memory_utilization * total on every GPU the server uses,
+    both as CUDA sees them from inside the server (:func:`cuda_view`), not as NVML does: near
+    the limit NVML's larger numbers let through a start vLLM then refuses. With preload
+    zero_copy the daemon's weights sit outside the budget, which this cannot see, so it only
+    checks what it can.
     """
     chosen, problems = _selected(spec, gpus)
     util = spec.gpu_memory_utilization
     for g in chosen:
-        want = util * g.total_mib
-        if g.free_mib < want:
-            fits = int(g.free_mib / g.total_mib * 100) / 100 - 0.01
+        free, total = cuda_view(g)
+        want = util * total
+        if free < want:
+            fits = int(free / total * 100) / 100 - 0.01
             fix = (
                 f"set gpu_memory_utilization={fits:.2f} or free the GPU"
                 if fits > 0.05
                 else "free the GPU (another process holds almost all of it)"
             )
             problems.append(
-                f"GPU {g.index} ({g.name}): {g.free_gib:.2f} of {g.total_gib:.2f} GiB free, "
+                f"GPU {g.index} ({g.name}): {free / 1024:.2f} of {total / 1024:.2f} GiB free as "
+                f"CUDA sees it (NVML: {g.free_gib:.2f} of {g.total_gib:.2f}), "
                 f"gpu_memory_utilization={util:g} needs {want / 1024:.2f} GiB: {fix}."
             )
     return problems

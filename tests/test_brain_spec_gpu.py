@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ from brain.errors import NoNvidiaGpu
 from brain.gpu import (
     GpuInfo,
     check_free_memory,
+    cuda_view,
     parse_nvidia_smi_csv,
     query_gpus,
     wait_memory_released,
@@ -71,9 +74,29 @@ GPUS = [
 def test_free_memory_check_is_vllms_startup_check():
     spec = load_profile("gemma4-e4b-mtp")  # gpus [0], 0.9
     [problem] = check_free_memory(spec, GPUS)
-    assert "GPU 0" in problem and "gpu_memory_utilization=0.49" in problem
+    assert "GPU 0" in problem and "gpu_memory_utilization=0.48" in problem
     assert check_free_memory(apply_overrides(spec, ["gpus=[1]"]), GPUS) == []
-    assert check_free_memory(apply_overrides(spec, ["gpu_memory_utilization=0.5"]), GPUS) == []
+    assert check_free_memory(apply_overrides(spec, ["gpu_memory_utilization=0.48"]), GPUS) == []
+    # 0.5 of NVML's numbers fits, but not of what vLLM sees from inside its process
+    assert check_free_memory(apply_overrides(spec, ["gpu_memory_utilization=0.5"]), GPUS)
+
+
+def test_free_memory_is_judged_as_vllm_saw_it_on_the_h200():
+    # The same moment, two views (tests/fixtures/vllm-0.26): the brain's NVML said 68.63 of
+    # 140.40 GiB free (brain/up_toobig), vLLM's own check said 68.11/139.8 GiB.
+    real = (Path(__file__).parent / "fixtures/vllm-0.26/logs/fail-gpu-memory-0.99.log").read_text()
+    m = re.search(r"Free memory on device \S+ \(([\d.]+)/([\d.]+) GiB\)", real)
+    vllm_free, vllm_total = float(m[1]), float(m[2])
+    nvml = GpuInfo(0, "GPU-h", "NVIDIA H200", round(140.40 * 1024), 0, round(68.63 * 1024))
+    free, total = cuda_view(nvml)
+    assert abs(free / 1024 - vllm_free) < 0.02 and abs(total / 1024 - vllm_total) < 0.02
+    spec = apply_overrides(load_profile("gemma4-e4b-mtp"), ["gpus=[0]"])
+    # vLLM refuses 0.488 (x 139.8 = 68.22 > 68.11); NVML's numbers (x 140.40 = 68.52) let it by
+    assert 0.488 * 140.40 < 68.63 and 0.488 * vllm_total > vllm_free
+    assert check_free_memory(apply_overrides(spec, ["gpu_memory_utilization=0.488"]), [nvml])
+    [problem] = check_free_memory(apply_overrides(spec, ["gpu_memory_utilization=0.99"]), [nvml])
+    fits = float(re.search(r"set gpu_memory_utilization=([\d.]+)", problem)[1])
+    assert fits * vllm_total <= vllm_free
 
 
 def test_unknown_device_id_is_a_problem():
