@@ -428,9 +428,11 @@ RULES: list[Rule] = [
     ),
     Rule(
         "max_model_len_over_model_limit",
+        # Not the WARNING vLLM logs instead when VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 lets it by.
         _R(
-            r"User-specified max_model_len \((?P<want>\d+)\) is greater than the derived "
-            r"max_model_len \((?P<derived>[^)]*)\)[^\n]*"
+            r"^(?![^\n]*\bWARNING\b)[^\n]*?User-specified max_model_len \((?P<want>\d+)\) is "
+            r"greater than the derived max_model_len \((?P<derived>[^)]*)\)[^\n]*",
+            re.M,
         ),
         "max_model_len is above what the model's config allows",
         _derived_len_remedy,
@@ -518,7 +520,11 @@ RULES: list[Rule] = [
     ),
     Rule(
         "no_gpu_visible",
-        _R(r"RuntimeError: No CUDA GPUs are available|No CUDA GPUs are available"),
+        _R(
+            r"No CUDA GPUs are available"
+            # vLLM 0.26 with CUDA_VISIBLE_DEVICES naming no GPU (empty, say): its NVML lookup
+            r"|device_control_id_to_physical_device_id[\s\S]{0,800}?NVMLError_NotFound[^\n]*"
+        ),
         "the server sees no GPU",
         lambda m, s: (
             "check that nvidia-smi lists a GPU and that gpus"

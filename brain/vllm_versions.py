@@ -12,7 +12,9 @@ and, for 0.26, from a real run on an H200 (tests/fixtures/vllm-0.26).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,9 +150,44 @@ def version_from_tag(tag: str | None) -> str | None:
     return ".".join(map(str, parsed)) if parsed else None
 
 
-def installed_version(executable: Sequence[str], timeout: float = 30.0) -> str | None:
-    """``vllm --version`` of the given command (its last line that reads as a version); None
-    when it cannot run or says something else (the sim, a wrapper)."""
+_ASK_METADATA = "from importlib.metadata import version; print(version('vllm'))"
+
+
+def _python_of(executable: Sequence[str]) -> str | None:
+    """The interpreter of a pip-installed ``vllm`` script (its ``#!`` line), if it is one."""
+    path = shutil.which(executable[0]) if len(executable) == 1 else None
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(512).decode(errors="replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    interpreter = first[2:].strip().split()[0] if first[2:].strip() else ""
+    return interpreter if os.path.basename(interpreter).startswith("python") else None
+
+
+def installed_version(executable: Sequence[str], timeout: float = 120.0) -> str | None:
+    """The installed vLLM's version: from its package metadata when ``executable`` is a
+    pip-installed script (a fraction of a second), else ``<executable> --version`` (which
+    imports vLLM: 26 s on the H200, more while other servers start). None when neither says
+    (the sim, a wrapper that does not pass --version on)."""
+    python = _python_of(executable)
+    if python is not None:
+        try:
+            done = subprocess.run(
+                [python, "-c", _ASK_METADATA],
+                capture_output=True,
+                text=True,
+                timeout=30.0,
+                stdin=subprocess.DEVNULL,
+            )
+            if done.returncode == 0 and parse_version(done.stdout):
+                return done.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
     try:
         done = subprocess.run(
             [*executable, "--version"],

@@ -451,3 +451,41 @@ def test_real_unknown_tool_parser_lists_the_versions_parsers():
 def test_real_kv_cache_too_small():
     d = diagnose(_log("brain-up-kvsmall.log"))
     assert d.cause == "kv_cache_too_small" and d.details["estimated_max_len"] == 871808
+
+
+# Failing starts of the GPU proof (bench/gpu g3) on vLLM 0.26.0, H200, 2026-12-01: each log is
+# the server's whole output under `brain up`.
+REAL_H200 = [
+    ("arch", "unknown_architecture"),
+    ("attn", "invalid_attention_backend"),
+    ("dtype", "invalid_cli_choice"),
+    ("kvdtype", "invalid_cli_choice"),  # 0.26 refuses fp9 at parse time, not in CacheConfig
+    ("quant", "invalid_quantization"),
+    ("reason", "invalid_reasoning_parser"),
+    ("remote", "needs_trust_remote_code"),
+    ("specm", "invalid_speculative_method"),
+    ("nogpu", "no_gpu_visible"),
+    ("flashinfer", "engine_dead"),
+]
+
+
+@pytest.mark.parametrize(("name", "cause"), REAL_H200)
+def test_real_failing_starts_of_the_gpu_proof(name, cause):
+    d = diagnose(_log(f"h200-2026-12-01b/{name}.log"), spec=_spec())
+    assert d is not None and d.cause == cause, d
+
+
+def test_the_long_max_model_len_warning_is_not_a_failure():
+    # With VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vLLM logs the same sentence as a WARNING and goes
+    # on; taking it for the fatal error killed a start that was still going.
+    text = _log("h200-2026-12-01b/kvsmall.log")
+    warning = next(ln for ln in text.splitlines() if "User-specified max_model_len" in ln)
+    assert "WARNING" in warning
+    assert not is_fatal_line(warning)
+    d = diagnose(text)
+    assert d is None or d.cause != "max_model_len_over_model_limit"
+
+
+def test_the_real_unknown_engine_failure_names_its_root_cause():
+    d = diagnose(_log("h200-2026-12-01b/flashinfer.log"))
+    assert d.cause == "engine_dead" and "FLASHINFER is not valid" in d.summary

@@ -134,3 +134,17 @@ def test_a_version_refusal_comes_before_the_preload_preflight(tmp_path):
     launcher = ProcessLauncher(executable=_fake_vllm(tmp_path, "0.26.0"), say=lambda m: None)
     with pytest.raises(LaunchError, match=r"preload\.enabled=false"):
         launch(_spec(preload={"enabled": True}), launcher, preflight=preflight)
+
+
+def test_a_pip_installed_vllm_is_asked_its_package_metadata_not_its_cli(tmp_path):
+    # `vllm --version` imports vLLM (26 s on the H200); a console script's interpreter can say
+    # it from the package metadata. A fake interpreter answers as importlib.metadata would.
+    python = tmp_path / "python3"
+    python.write_text(f"#!{sys.executable}\nprint('0.26.0')\n")
+    python.chmod(0o755)
+    vllm = tmp_path / "vllm"
+    vllm.write_text(f"#!{python}\nimport sys\nsys.exit(9)\n")  # --version here would fail
+    vllm.chmod(0o755)
+    from brain.vllm_versions import installed_version
+
+    assert installed_version([str(vllm)]) == "0.26.0"

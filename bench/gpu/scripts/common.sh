@@ -57,7 +57,7 @@ workspace() { rm -rf $1; mkdir -p $1; printf '# sample\nA tiny repo.\n' > $1/REA
   (cd $1 && git init -q && git add -A && git -c user.email=a@b -c user.name=t commit -qm init); }
 pack() { # pack NAME: this phase's artefacts into $OUT
   [ -n "$OUT" ] || return 0
-  tar -czf $OUT/$1.tgz -C $R art logs state/marathon/brain/logs 2>/dev/null
+  tar -czf $OUT/$1.tgz -C $R art logs state/marathon/brain/logs state/marathon/marathon.db 2>/dev/null
   ls -la $OUT
 }
 # the bin/ wrappers: vllm (real, or the sim answering as vLLM), brain, pilot

@@ -36,7 +36,7 @@ case_bg badflag unrecognized_arguments --set 'extra_args=[--no-such-flag, "1"]'
 case_bg badlen max_model_len_over_model_limit --set max_model_len=65536
 case_bg nomodel model_not_found --set model=/tmp/no/such/model
 case_bg dtype invalid_cli_choice --set dtype=float7
-case_bg kvdtype invalid_kv_cache_dtype --set kv_cache_dtype=fp9
+case_bg kvdtype invalid_cli_choice --set kv_cache_dtype=fp9  # 0.26: argparse; 0.33: CacheConfig
 case_bg attn invalid_attention_backend --set attention_backend=FOO
 case_bg quant invalid_quantization --set quantization=bogus
 case_bg specm invalid_speculative_method --set speculative.method=bogus --set speculative.num_speculative_tokens=2

@@ -21,9 +21,11 @@ ts "model $MODEL load_format ${LF:-auto}"
 ON=$(profile smolreal $MODEL 8003 on $LF); OFF=$(profile smolrealoff $MODEL 8005 off $LF)
 ts "brain up --watch (ngram on) and a server with speculation off"; T=$(now)
 setsid nohup brain up $ON --watch --poll-interval 2 > $B/watch.txt 2>&1 < /dev/null & WATCH=$!
-T2=$(now); ( timeout 420 brain up $OFF > $B/up_realoff.txt 2>&1; echo "### rc=$?" >> $B/up_realoff.txt ) & U2=$!
+# one at a time: two vLLMs profiling memory at once charge each other's allocations to their
+# KV cache (the first try of this proof lost a server to "No available memory for the cache")
 for i in $(seq 1 400); do grep -q "ready" $B/watch.txt 2>/dev/null && curl -sf -m 2 http://127.0.0.1:8003/health >/dev/null && break; kill -0 $WATCH 2>/dev/null || break; sleep 1; done
-fig watch_ready_wall_s $(since $T); wait $U2; cat $B/watch.txt $B/up_realoff.txt
+fig watch_ready_wall_s $(since $T)
+timeout 420 brain up $OFF > $B/up_realoff.txt 2>&1; echo "### rc=$?" >> $B/up_realoff.txt; cat $B/watch.txt $B/up_realoff.txt
 ts "bench --compare on real weights"
 timeout 240 brain bench http://127.0.0.1:8003 --compare http://127.0.0.1:8005 --labels ngram,off -c 1,4 --input-len 256 --output-len 128 --no-ignore-eos -q --json $B/bench_compare_real.json --markdown $B/bench_compare_real.md $($PY -c "import matplotlib" 2>/dev/null && echo --plot $ART/bench_compare_real.png) > $B/bench_compare_real.txt 2>&1 & BB=$!
 sleep 8; brain status smolreal --interval 3 > $B/status_real_busy.txt 2>&1; cat $B/status_real_busy.txt
@@ -31,12 +33,13 @@ wait $BB; echo "rc=$?" >> $B/bench_compare_real.txt; tail -30 $B/bench_compare_r
 brain status http://127.0.0.1:8003 --interval 2 > $B/status_real_after.txt 2>&1; cat $B/status_real_after.txt
 ts "kill -9 of the engine under --watch while a pilot run is in flight"
 WS=$R/ws_restart; workspace $WS
-SPID=$(server_pid smolreal); ENG=$(engine_of $SPID)
+SPID=$(server_pid smolreal); [ -n "$SPID" ] || { ts "no smolreal server: skipping the kill"; SPID=none; }
+ENG=$(engine_of $SPID)
 echo "server $SPID engine $ENG supervisor $WATCH" | tee $B/kill.txt
 KT=$(now); kill -9 $ENG; ts "killed $ENG" | tee -a $B/kill.txt
 sleep 1; ( timeout 400 pilot run $S/wf_long.yaml --param repo=$WS --endpoint http://127.0.0.1:8003/v1 --json > $B/pilot_restart.jsonl 2> $B/pilot_restart.err; echo "rc=$?" >> $B/pilot_restart.err ) & PR=$!
 BACK=""
-for i in $(seq 1 400); do
+for i in $(seq 1 $([ "$SPID" = none ] && echo 0 || echo 400)); do
   H=$(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:8003/health); echo "t+$(since $KT) health=$H" >> $B/kill.txt
   if [ "$H" = 200 ] && [ "$(server_pid smolreal)" != "$SPID" ]; then BACK=$(since $KT); break; fi
   sleep 1

@@ -67,15 +67,18 @@ def _starts(events: list[Any]) -> list[tuple[str, str, dict[str, Any], float]]:
 
 
 def _restart(events: list[Any], server: str) -> str | None:
-    died = None
+    """Seconds from the last "died" to the "ready" right after it (the supervisor's restart)."""
+    died, last = None, None
     for e in events:
         if e.server != server:
             continue
         if e.type == "died":
             died = e.at
         elif e.type == "ready" and died is not None:
-            return f"{(e.at - died).total_seconds():.1f}"
-    return None
+            last, died = f"{(e.at - died).total_seconds():.1f}", None
+        elif e.type in ("starting", "stopped"):
+            died = None if e.type == "stopped" else died
+    return last
 
 
 def _bench(path: Path) -> list[str]:
@@ -128,20 +131,22 @@ def _plot(starts: list[tuple[str, str, dict[str, Any], float]], png: Path) -> bo
         "graph_capture_s",
     ]
     names = ["imports", "weights", "torch.compile", "memory profiling", "graph capture"]
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
     for i, (_server, _at, t, _load) in enumerate(starts):
         left = 0.0
-        for k, name in zip(keys, names, strict=True):
+        for k, name, color in zip(keys, names, colors, strict=True):
             v = t.get(k) or 0.0
-            ax.barh(i, v, left=left, label=name if i == 0 else None)
+            ax.barh(i, v, left=left, color=color, label=name if i == 0 else None)
             left += v
         total = t.get("total_s") or 0.0
         if total > left:
-            ax.barh(i, total - left, left=left, color="lightgrey", label="rest" if i == 0 else None)
+            rest = "other (engine process, config, KV cache, API server)" if i == 0 else None
+            ax.barh(i, total - left, left=left, color="lightgrey", label=rest)
         ax.text(max(total, left) + 1, i, f"{total:.0f} s", va="center", fontsize=8)
     ax.set_yticks(range(len(starts)), [f"{s} {a[11:19]}" for s, a, _, _ in starts], fontsize=8)
     ax.set_xlabel("seconds from the spawn")
     ax.set_title("vLLM 0.26 start-ups under the brain (H200)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     return True
