@@ -6,7 +6,8 @@ brain reads the version (``vllm --version`` for the process backend, the image t
 ``/version`` of a running server) and checks the spec against that release's facts before
 launch: what cannot work is refused with the fix, what can be left out is left out, and both
 are said. Facts come from each release's source (paths below are inside the ``vllm`` package)
-and, for 0.26, from a real run on an H200 (tests/fixtures/vllm-0.26).
+and, for 0.26, from a real run on an H200 (tests/fixtures/vllm-0.26); 0.33's value lists are
+brain.vllm_choices'.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from brain.spec import KNOWN_TOOL_CALL_PARSERS, ServerSpec
+from brain.spec import ServerSpec
+from brain.vllm_choices import TOOL_CALL_PARSERS, VLLM_VERSION
 
 # tool_parsers/__init__.py _TOOL_PARSERS_TO_REGISTER in vLLM 0.26.0 (44 names; the same list
 # the real server printed refusing "nosuch").
@@ -105,8 +107,8 @@ KNOWN: dict[str, VllmFacts] = {
         clamps_max_tokens=False,
     ),
     "0.33": VllmFacts(
-        version="0.33.0",
-        tool_call_parsers=KNOWN_TOOL_CALL_PARSERS,
+        version=VLLM_VERSION,
+        tool_call_parsers=TOOL_CALL_PARSERS,
         max_num_queued_reqs=True,
         adaptive_verification=True,
         preload=True,
