@@ -187,6 +187,8 @@ def build_plan(
             name=model.name,
             api_key=api_key,
             temperature=model.temperature,
+            top_p=model.top_p,
+            seed=model.seed,
             max_tokens=model.max_tokens,
             request_timeout=model.request_timeout,
             idle_timeout=model.idle_timeout,

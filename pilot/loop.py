@@ -305,7 +305,7 @@ class RunLoop:
             messages=messages,
             tools=tools,
             tool_choice="auto" if phase.tools else None,
-            temperature=self.plan.model.temperature,
+            **self.plan.model.sampling,
             max_tokens=max_tokens,
             extra_body=self.plan.model.extra_body,
         )
@@ -410,7 +410,7 @@ class RunLoop:
                         task=phase.prompt,
                         max_input_tokens=budget.summary_input_tokens(),
                     ),
-                    temperature=self.plan.model.temperature,
+                    **self.plan.model.sampling,
                     max_tokens=SUMMARY_MAX_TOKENS,
                     extra_body=self.plan.model.extra_body,
                 )

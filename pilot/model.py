@@ -49,6 +49,7 @@ from pilot.model_types import (
     WaitEvent,
     resolve_model_name,
 )
+from pilot.plan import ClientSettings
 from pilot.sse import SSEDecoder
 from pilot.streaming import StreamAccumulator
 
@@ -378,6 +379,16 @@ class OpenAIModelClient:
         self._models_in_flight: asyncio.Future[list[ServedModel]] | None = None
         self._models_seen: tuple[float, list[ServedModel]] | None = None
 
+    @property
+    def settings(self) -> ClientSettings:
+        """The settings this client was made with (what a runner's client cache keys on)."""
+        return ClientSettings(
+            api_key=self._api_key,
+            request_timeout=self._request_timeout,
+            idle_timeout=self._idle_timeout,
+            server_wait=self._server_wait,
+        )
+
     # -- retries ------------------------------------------------------------------------------
 
     async def _with_retries(
@@ -498,10 +509,10 @@ class OpenAIModelClient:
             body["tools"] = request.tools
         if request.tool_choice is not None:
             body["tool_choice"] = request.tool_choice
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
+        for name in ("temperature", "top_p", "seed", "max_tokens"):
+            value = getattr(request, name)
+            if value is not None:
+                body[name] = value
         if request.extra_body:
             body.update(request.extra_body)
             taken = self._takes_stream_interval

@@ -36,6 +36,8 @@ class ChatRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
     max_tokens: int | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Sent as-is alongside the standard fields (vLLM extras: top_k, chat_template_kwargs...)."""

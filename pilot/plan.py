@@ -6,10 +6,16 @@ can grow without touching the loop, and tests and benchmarks can build plans dir
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pilot.images import MediaPlan
+from pilot.workflow_schema import ModelSettings
+
+
+def _schema_default(name: str) -> Any:
+    """The workflow schema's default for ``model.<name>``: the one place each default lives."""
+    return ModelSettings.model_fields[name].default
 
 
 @dataclass(frozen=True)
@@ -33,21 +39,56 @@ class PhasePlan:
 
 
 @dataclass(frozen=True)
+class ClientSettings:
+    """How a model client talks to its server: its constructor's keywords (``kwargs``) and,
+    with the URL, the key under which a process shares one client between runs. One frozen
+    value, so a setting added here reaches both the client and the key."""
+
+    api_key: str | None = None
+    request_timeout: float = _schema_default("request_timeout")
+    idle_timeout: float = _schema_default("idle_timeout")
+    server_wait: float = _schema_default("server_wait")
+
+    def kwargs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class ModelPlan:
+    """The workflow's ``model`` settings for one run. Sampling fields left None are not sent
+    (the server's own defaults apply)."""
+
     endpoint: str
     name: str = "auto"
     api_key: str | None = None
     temperature: float | None = None
-    max_tokens: int = 2048
-    request_timeout: float = 600.0
-    idle_timeout: float = 120.0
-    server_wait: float = 1800.0
-    context_margin: int = 256
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int = _schema_default("max_tokens")
+    request_timeout: float = _schema_default("request_timeout")
+    idle_timeout: float = _schema_default("idle_timeout")
+    server_wait: float = _schema_default("server_wait")
+    context_margin: int = _schema_default("context_margin")
     stream_interval: int | None = None
     """Tokens per streamed chunk asked of vLLM (None: the server's setting)."""
     endpoints: tuple[str, ...] = ()
     """Several servers of one model, routed per run (``pilot.router``); ``endpoint`` is then
     the first of them. Empty: ``endpoint`` is the only one."""
+
+    @property
+    def client(self) -> ClientSettings:
+        """The settings of the client that carries this plan's requests."""
+        return ClientSettings(
+            api_key=self.api_key,
+            request_timeout=self.request_timeout,
+            idle_timeout=self.idle_timeout,
+            server_wait=self.server_wait,
+        )
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The OpenAI-standard sampling fields of every request (``ChatRequest`` keywords)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
 
     @property
     def extra_body(self) -> dict[str, Any]:

@@ -55,7 +55,7 @@ from pilot.model_types import (
     WaitCallback,
     WaitEvent,
 )
-from pilot.plan import ModelPlan
+from pilot.plan import ClientSettings, ModelPlan
 
 __all__ = [
     "FAILOVER_WAIT",
@@ -118,9 +118,9 @@ class Router:
         *,
         model: str = "auto",
         api_key: str | None = None,
-        request_timeout: float = 600.0,
-        idle_timeout: float = 120.0,
-        server_wait: float = 1800.0,
+        request_timeout: float = ClientSettings.request_timeout,
+        idle_timeout: float = ClientSettings.idle_timeout,
+        server_wait: float = ClientSettings.server_wait,
         failover_wait: float = FAILOVER_WAIT,
         refresh_interval: float = REFRESH_INTERVAL,
         retry: RetryPolicy | None = None,
@@ -155,27 +155,12 @@ class Router:
     @classmethod
     def for_model(cls, model: ModelPlan) -> Router:
         """The router for a run's ``model.endpoints`` and the client settings of its plan."""
-        return cls(
-            model.targets,
-            model=model.name,
-            api_key=model.api_key,
-            request_timeout=model.request_timeout,
-            idle_timeout=model.idle_timeout,
-            server_wait=model.server_wait,
-        )
+        return cls(model.targets, model=model.name, **model.client.kwargs())
 
     @staticmethod
     def key_of(model: ModelPlan) -> tuple:
         """What makes two plans share one router (and its view of the endpoints' load)."""
-        return (
-            "router",
-            model.targets,
-            model.name,
-            model.api_key,
-            model.request_timeout,
-            model.idle_timeout,
-            model.server_wait,
-        )
+        return ("router", model.targets, model.name, model.client)
 
     @property
     def urls(self) -> list[str]:

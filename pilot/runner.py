@@ -150,13 +150,7 @@ class Runner:
             return self._clients[key].for_run(run_id, previous)
         client = self._clients.get(key)
         if client is None:
-            client = OpenAIModelClient(
-                model.endpoint,
-                api_key=model.api_key,
-                request_timeout=model.request_timeout,
-                idle_timeout=model.idle_timeout,
-                server_wait=model.server_wait,
-            )
+            client = OpenAIModelClient(model.endpoint, **model.client.kwargs())
             self._clients[key] = client
         return client
 
@@ -167,13 +161,7 @@ class Runner:
             from pilot.router import Router
 
             return Router.key_of(model)
-        return (
-            model.endpoint,
-            model.api_key,
-            model.request_timeout,
-            model.idle_timeout,
-            model.server_wait,
-        )
+        return (model.endpoint, model.client)
 
     def server_counts(self, plan: RunPlan) -> ServerCounts | None:
         """The tokenizer facts of the plan's server(s), shared by this process's runs (not
