@@ -1,7 +1,8 @@
 """RunPlan: what the loop needs from a workflow, rendered for one run.
 
 The loop depends on this small plain structure, not on the YAML schema, so the workflow format
-can grow without touching the loop, and tests and benchmarks can build plans directly.
+can grow without touching the loop, and tests and benchmarks can build plans directly. The
+plan's defaults are read from the schema, so each default is written once.
 """
 
 from __future__ import annotations
