@@ -244,6 +244,9 @@ class ImageFallback(_Event):
     type: Literal["image_fallback"] = "image_fallback"
     error: str
     action: Literal["data_url", "drop"]
+    images: list[str] = []
+    """With ``drop``: the sha256 of the images left out (the server could not decode them);
+    empty = every image."""
 
 
 class RunPaused(_Event):

@@ -22,6 +22,10 @@ path ("Cannot load local files without `--allowed-local-media-path`", "must be a
 switches the run to data URLs once (an ``image_fallback`` event); a model without vision ("At
 most 0 image(s) may be provided in one prompt") or a data URL still refused ("Only base64 data
 URLs are supported") takes the images out of the conversation, with a note the model reads.
+Image bytes the server cannot decode (Pillow's "cannot identify image file", "image file is
+truncated", ...; any 400 while images are in the conversation is checked) drop the images
+that do not decode here either (:func:`undecodable`), each replaced by a note; when every image
+decodes here, a recognised decoding error leaves all images out, as above.
 
 Pure but for the clearly marked I/O helpers (:func:`refs_from_artifacts`, :class:`Materializer`).
 Must not import ``pilot.events`` or ``pilot.state`` (they import this module).
@@ -50,9 +54,17 @@ LOCAL_PATH_ERRORS = (
     "invalid `--allowed-local-media-path`",
 )
 DATA_URL_ERRORS = ("only base64 data urls are supported",)
+IMAGE_DATA_ERRORS = (  # Pillow's texts, which vLLM passes on in its 400
+    "cannot identify image file",
+    "image file is truncated",
+    "broken data stream",
+    "broken png file",
+    "decompression bomb",
+    "truncated file read",
+)
 NO_VISION = re.compile(r"at most 0 image\(s\) may be provided", re.IGNORECASE)
 
-MediaError = Literal["local_path", "data_url", "no_vision"]
+MediaError = Literal["local_path", "data_url", "no_vision", "image_data"]
 
 
 class ImageRef(BaseModel):
@@ -153,6 +165,8 @@ def classify_media_error(message: str) -> MediaError | None:
         return "local_path"
     if any(text in lowered for text in DATA_URL_ERRORS):
         return "data_url"
+    if any(text in lowered for text in IMAGE_DATA_ERRORS):
+        return "image_data"
     return None
 
 
@@ -237,6 +251,28 @@ def refs_from_artifacts(artifacts: Iterable[Any], workspace_root: Path) -> list[
     return refs
 
 
+def undecodable(refs: Iterable[ImageRef]) -> list[str]:
+    """The sha256 of each ref whose stored bytes do not decode (read and decoded here, as the
+    server would; a missing file counts as undecodable)."""
+    from tools.images import DEFAULT_MAX_PIXELS, ImageUndecodable, decode_image, sniff_image
+
+    bad = []
+    for ref in refs:
+        try:
+            data = Path(ref.artifact).read_bytes()
+        except OSError:
+            bad.append(ref.sha256)
+            continue
+        info = sniff_image(data)
+        try:
+            if info is None:
+                raise ImageUndecodable("not an image")
+            decode_image(data, info, max_pixels=DEFAULT_MAX_PIXELS)
+        except ImageUndecodable:
+            bad.append(ref.sha256)
+    return bad
+
+
 class Materializer:
     """Turns placeholder parts into real URLs just before a request (reads stored bytes).
 
@@ -256,9 +292,11 @@ class Materializer:
         *,
         data_only: bool = False,
         refused: str | None = None,
+        dropped: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         """``messages`` with every placeholder replaced: by its URL, or, when images were
-        refused, by a short text part saying so. Messages without images are passed as is."""
+        refused (all, or the ``dropped`` ones: sha256 -> why), by a short text part saying so.
+        Messages without images are passed as is."""
         out: list[dict[str, Any]] = []
         for message in messages:
             content = message.get("content")
@@ -272,8 +310,9 @@ class Materializer:
                     continue
                 sha = part["image_url"]["url"].removeprefix(PLACEHOLDER_PREFIX)
                 ref = images.get(sha)
-                if refused is not None or ref is None:
-                    why = refused or "the image is no longer recorded"
+                why_dropped = (dropped or {}).get(sha)
+                if refused is not None or ref is None or why_dropped:
+                    why = refused or why_dropped or "the image is no longer recorded"
                     parts.append({"type": "text", "text": f"[image not shown: {why}]"})
                     continue
                 parts.append({"type": "image_url", "image_url": {"url": self.url(ref, data_only)}})

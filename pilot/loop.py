@@ -47,6 +47,7 @@ from pilot.images import (
     classify_media_error,
     has_images,
     refused_output,
+    undecodable,
 )
 from pilot.model_types import ChatRequest, ModelClient, ModelResponse
 from pilot.plan import Limits, PhasePlan, RunPlan
@@ -653,6 +654,7 @@ class RunLoop:
             state.images,
             data_only=state.images_data_only,
             refused=None if refused is None else f"the server refused images ({refused})",
+            dropped=state.images_dropped,
         )
 
     def vision_refusal(self) -> str | None:
@@ -700,12 +702,23 @@ class RunLoop:
         return images, notes
 
     def image_fallback(self, exc: BadRequest) -> bool:
-        """vLLM's media errors: file:// refused -> data URLs from now on (once); images refused
-        at all -> left out of requests. Recorded as an event; False for any other error."""
+        """vLLM's media errors: file:// refused -> data URLs from now on (once); bytes it cannot
+        decode (or any 400 while some image does not decode here) -> those images left out;
+        images refused at all -> left out of requests. Recorded as an event; False for any
+        other error."""
         state = self.state
         message = str(exc).split("): ", 1)[-1]
         kind = classify_media_error(message)
-        if kind is None or not has_images(state.messages):
+        if not has_images(state.messages):
+            return False
+        if kind in (None, "image_data") and state.images_refused is None:
+            # Pillow's texts for bad bytes are many ("Truncated File Read", ...): whatever the
+            # 400 says, images that do not decode here either are what the server refused.
+            kept = [r for sha, r in state.images.items() if sha not in state.images_dropped]
+            if bad := undecodable(kept):
+                self.emit(ev.ImageFallback(error=message, action="drop", images=bad))
+                return True
+        if kind is None:
             return False
         if kind == "local_path" and not state.images_data_only:
             self.emit(ev.ImageFallback(error=message, action="data_url"))

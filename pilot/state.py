@@ -111,6 +111,8 @@ class RunState:
     """The server refused a file:// image: every image travels as a data URL from now on."""
     images_refused: str | None = None
     """Why the server takes no images at all (they are left out of requests)."""
+    images_dropped: dict[str, str] = field(default_factory=dict)
+    """Images the server could not decode, by sha256, with why (left out of requests)."""
     _held_images: list[tuple[str, list[ImageRef]]] = field(default_factory=list)
 
     # -- derived --------------------------------------------------------------------------
@@ -264,6 +266,9 @@ class RunState:
             case ImageFallback():
                 if ev.action == "data_url":
                     self.images_data_only = True
+                elif ev.images:
+                    why = f"the server could not decode it ({ev.error})"
+                    self.images_dropped.update((sha, why) for sha in ev.images)
                 else:
                     self.images_refused = ev.error
             case RunPaused():

@@ -105,6 +105,39 @@ def test_view_image_refuses_a_non_image_file_saying_what_it_is(ws: Path, tmp_pat
     assert not (tmp_path / "artifacts").exists()
 
 
+def corrupt_png(width: int = 64, height: int = 48) -> bytes:
+    """A valid PNG signature and IHDR (so the first bytes say "PNG, 64x48"), then garbage."""
+    return png(width, height)[:33] + bytes(range(256)) * 4
+
+
+def test_view_image_refuses_a_corrupt_image_whose_header_is_valid(ws: Path, tmp_path: Path) -> None:
+    (ws / "shots" / "bad.png").write_bytes(corrupt_png())
+    assert timg.sniff_image(corrupt_png()) == timg.ImageInfo("png", 64, 48)  # the header lies
+    result = default_registry().invoke(
+        "view_image", {"path": "shots/bad.png"}, ctx_for(ws, tmp_path)
+    )
+    assert result.is_error and not result.artifacts
+    assert "shots/bad.png" in result.output
+    assert "starts like a PNG image but its data does not decode" in result.output
+    assert "corrupt or truncated" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_view_image_refuses_a_truncated_image(ws: Path, tmp_path: Path) -> None:
+    whole = png(40, 30, noise=True)
+    (ws / "cut.png").write_bytes(whole[: len(whole) // 2])
+    result = default_registry().invoke("view_image", {"path": "cut.png"}, ctx_for(ws, tmp_path))
+    assert result.is_error and "does not decode" in result.output
+
+
+def test_view_image_checks_the_pixel_count_before_decoding(ws: Path, tmp_path: Path) -> None:
+    result = default_registry().invoke(
+        "view_image", {"path": "shots/a.png"}, ctx_for(ws, tmp_path, max_pixels=47)
+    )
+    assert result.is_error
+    assert "8x6 pixels, over the 47-pixel limit" in result.output
+
+
 def test_view_image_refuses_paths_outside_the_workspace(ws: Path, tmp_path: Path) -> None:
     (tmp_path / "outside.png").write_bytes(png())
     result = default_registry().invoke(
@@ -218,6 +251,11 @@ def test_vllm_media_errors_are_recognised() -> None:
     )
     assert classify_media_error("Only base64 data URLs are supported for now.") == "data_url"
     assert classify_media_error("At most 0 image(s) may be provided in one prompt.") == "no_vision"
+    assert (
+        classify_media_error("cannot identify image file <_io.BytesIO object at 0x7f>")
+        == "image_data"
+    )
+    assert classify_media_error("image file is truncated (3 bytes not processed)") == "image_data"
     assert classify_media_error("This model's maximum context length is 10 tokens.") is None
 
 
@@ -302,6 +340,21 @@ def test_sim_counts_a_fixed_number_of_tokens_per_image() -> None:
     text = [{"role": "user", "content": [{"type": "text", "text": "look"}]}]
     one = [{"role": "user", "content": [*text[0]["content"], image_message("x")["content"][0]]}]
     assert count_chat(one) - count_chat(text) == IMAGE_TOKENS == 256
+
+
+def test_sim_decodes_images_like_vllm_and_answers_with_pillows_message(tmp_path: Path) -> None:
+    allowed = tmp_path / "media"
+    allowed.mkdir()
+    (allowed / "bad.png").write_bytes(corrupt_png())
+    b64 = base64.b64encode(corrupt_png()).decode()
+    for url, allowed_dir in (
+        (f"data:image/png;base64,{b64}", None),
+        ((allowed / "bad.png").as_uri(), str(allowed)),
+    ):
+        with pytest.raises(SimHTTPError) as caught:
+            check_images([image_message(url)], vision=True, allowed_local_media_path=allowed_dir)
+        assert caught.value.status == 400
+        assert caught.value.message.startswith("cannot identify image file <_io.BytesIO object")
 
 
 def test_sim_media_rules_use_vllms_messages(tmp_path: Path) -> None:

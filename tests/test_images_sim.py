@@ -364,3 +364,54 @@ def test_resumed_run_sends_the_bytes_that_were_viewed_even_if_the_file_changed(
     assert base64.b64decode(url.split(",", 1)[1]) == original
     state = final_state(db, first.run_id)
     assert len(state.images) == 1
+
+
+def test_server_refusing_an_undecodable_image_mid_run_drops_it_and_the_run_goes_on(
+    tmp_path: Path, repo: Path
+) -> None:
+    """The stored bytes of a viewed image go bad while the run is paused (a disk fault, or an
+    image stored by an older Marathon that did not decode it): after the resume the server
+    answers 400 "cannot identify image file"; that image is left out, the model is told, and
+    the run finishes instead of failing."""
+    turns = [
+        {"tool_calls": [call("view_image", path="shots/a.png")]},
+        {"tool_calls": [call("view_image", path="docs/b.png")]},
+        {"tool_calls": [call("finish", summary="looked")]},
+    ]
+    script = write_script(tmp_path / "s.yaml", KEY, turns)
+    db = tmp_path / "runs.db"
+    busy = SimConfig(
+        model="test-model",
+        max_model_len=32768,
+        policy=f"script:{script}",
+        faults=[FaultRule(kind="http_503", at=list(range(3, 50)))],
+    )
+    with running_sim(busy) as server:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key=KEY,
+            endpoint=server.openai_base_url,
+            phases=[{"name": "look", "prompt": "Look."}],
+            tools=TOOLS,
+            model={"server_wait": 1},
+        )
+        first = run_in_process(workflow, repo, db)
+    assert first.status == "paused", first.reason
+    state = final_state(db, first.run_id)
+    bad = next(ref for ref in state.images.values() if ref.source == "shots/a.png")
+    good = next(ref for ref in state.images.values() if ref.source == "docs/b.png")
+    Path(bad.artifact).write_bytes(Path(bad.artifact).read_bytes()[:33] + bytes(range(256)) * 4)
+
+    policy = Recording(script)
+    with running_sim(SimConfig(model="test-model", max_model_len=32768), policy=policy) as server:
+        store = EventStore(f"sqlite:///{db}")
+        outcome = asyncio.run(
+            resume_run(Runner(store), store.find_run(first.run_id), endpoint=server.openai_base_url)
+        )
+    assert outcome.status == "succeeded", outcome.reason
+    fallbacks = [e for e in events_of(db, first.run_id) if isinstance(e, ev.ImageFallback)]
+    assert [(f.action, f.images) for f in fallbacks] == [("drop", [bad.sha256])]
+    assert "cannot identify image file" in fallbacks[0].error
+    [url] = image_urls(policy.requests[0])  # the good image is still shown
+    assert base64.b64decode(url.split(",", 1)[1]) == Path(good.artifact).read_bytes()
+    assert "[image not shown: the server could not decode it" in texts(policy.requests[0])

@@ -1,7 +1,10 @@
 """The view_image tool, and the byte-level image facts it needs: format, size, shrinking, storage.
 
 ``view_image(path)`` reads an image from the workspace, checks from its first bytes that it is
-a PNG, JPEG, WebP or GIF (a GIF is seen by the model as its first frame), shrinks it when it is
+a PNG, JPEG, WebP or GIF (a GIF is seen by the model as its first frame), decodes it with
+Pillow (a file with a valid header and broken data is refused here, with a message, rather than
+sent and refused by the server; a pixel-count cap comes first, against decompression bombs),
+shrinks it when it is
 over the size limits (Pillow needed for that; without Pillow an oversized image is a clear
 error), and stores the bytes to send in the run's artifacts under their sha256, so the same
 bytes can be sent again after a resume. The result carries the stored file as an artifact with
@@ -10,7 +13,8 @@ an ``image/*`` media type; the pilot turns that into an image content part of th
 
 Settings (``tools: [{view_image: {...}}]`` in a workflow): ``max_bytes`` (default 2,000,000:
 larger images are re-encoded), ``max_side`` (default 2048 pixels: larger images are scaled
-down), ``max_file_bytes`` (default 50,000,000: larger files are refused unread).
+down), ``max_file_bytes`` (default 50,000,000: larger files are refused unread),
+``max_pixels`` (default 40,000,000: images with more pixels are refused before decoding).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from tools.base import Artifact, ToolArgs, ToolContext, ToolError, ToolResult
 DEFAULT_MAX_BYTES = 2_000_000
 DEFAULT_MAX_SIDE = 2048
 DEFAULT_MAX_FILE_BYTES = 50_000_000
+DEFAULT_MAX_PIXELS = 40_000_000
 IMAGES_SUBDIR = "images"
 
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
@@ -158,6 +163,40 @@ def pillow_available() -> bool:
     return _pillow() is not None
 
 
+class ImageUndecodable(ToolError):
+    """The bytes start like an image but do not decode as one (corrupt, truncated, too large)."""
+
+
+def decode_image(data: bytes, info: ImageInfo, *, max_pixels: int) -> None:
+    """Decode ``data`` fully (the first frame), so a broken image is refused before it is sent.
+
+    The header's pixel count is checked against ``max_pixels`` before any pixel is decoded (a
+    small file can claim a huge image). Raises ``ImageUndecodable`` saying what is wrong. Without
+    Pillow nothing is decoded: the server's refusal is then handled by the pilot.
+    """
+    Image = _pillow()
+    if Image is None:
+        return
+    label = info.format.upper()
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            width, height = opened.size
+            if width * height > max_pixels:
+                raise ImageUndecodable(
+                    f"the image claims {width}x{height} pixels, over the {max_pixels:,}-pixel "
+                    "limit for images; make a smaller copy with the run tool and view that."
+                )
+            opened.seek(0)
+            opened.load()
+    except ImageUndecodable:
+        raise
+    except Exception as exc:  # Pillow raises many kinds (OSError, SyntaxError, ...) for bad data
+        raise ImageUndecodable(
+            f"the file starts like a {label} image but its data does not decode ({exc}): it is "
+            "corrupt or truncated. Re-create or re-download it, then view it again."
+        ) from None
+
+
 @dataclass(frozen=True)
 class Prepared:
     """The bytes to send, and what was done to get them."""
@@ -283,6 +322,7 @@ class ViewImage:
         max_bytes = int(settings.get("max_bytes", DEFAULT_MAX_BYTES))
         max_side = int(settings.get("max_side", DEFAULT_MAX_SIDE))
         max_file = int(settings.get("max_file_bytes", DEFAULT_MAX_FILE_BYTES))
+        max_pixels = int(settings.get("max_pixels", DEFAULT_MAX_PIXELS))
         real = ctx.workspace.resolve(args.path)
         try:
             st = os.stat(real)
@@ -312,6 +352,10 @@ class ViewImage:
                 f"{rel} is not an image view_image can show (it looks like: {kind}). "
                 "Supported formats: PNG, JPEG, WebP, GIF."
             )
+        try:
+            decode_image(data, info, max_pixels=max_pixels)
+        except ImageUndecodable as exc:
+            raise ImageUndecodable(f"{rel}: {exc}") from None
         prepared = prepare_image(data, info, max_bytes=max_bytes, max_side=max_side)
         stored = store_image(prepared.data, prepared.info.media_type, ctx.artifacts_dir)
         lines = [f"Image {rel}: {info.label}, {len(data):,} bytes."]

@@ -6,18 +6,22 @@ are supported for now."); ``file:`` URLs need ``--allowed-local-media-path`` ("C
 files without `--allowed-local-media-path`.") and must lie strictly below it ("The file path P
 must be a subpath of `--allowed-local-media-path D`."); anything else is "The URL must be either
 a HTTP, data or file URL.". A model without vision answers "At most 0 image(s) may be provided
-in one prompt.". Bytes that are not an image fail like Pillow does ("cannot identify image
-file"). Every one of these is a 400 BadRequestError for that request only.
+in one prompt.". Image bytes, from a data URL or a file, are opened as vLLM's ``ImageMediaIO``
+opens them (``Image.open(BytesIO(data))``, ``vllm/multimodal/media/image.py``), and decoded:
+bytes Pillow cannot identify fail with Pillow's own text ("cannot identify image file
+<_io.BytesIO object at 0x...>", also for a file, since vLLM reads the file into a BytesIO), and
+a valid header over broken data fails with Pillow's decode error. Every one of these is a 400
+BadRequestError for that request only.
 
 The sim fetches nothing over the network: an http(s) image is refused with a 400 saying so.
-It recognises PNG, JPEG, WebP and GIF by their first bytes (no Pillow). Image tokens are
-counted by ``tokenizer.py`` (a fixed number per image).
+Image tokens are counted by ``tokenizer.py`` (a fixed number per image).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import io
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,10 +46,15 @@ def image_urls(messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
                 yield str(url or "")
 
 
-def looks_like_image(data: bytes) -> bool:
-    return data.startswith((b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a")) or (
-        data[:4] == b"RIFF" and data[8:12] == b"WEBP"
-    )
+def decode(data: bytes) -> None:
+    """Open and decode ``data`` with Pillow as vLLM does; a 400 with Pillow's message if not."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+    except Exception as exc:  # UnidentifiedImageError, OSError("image file is truncated"), ...
+        raise errors.bad_request(str(exc)) from None
 
 
 def check_images(
@@ -71,8 +80,7 @@ def _load(url: str, allowed: str | None) -> bytes:
         )
     if spec.scheme == "data":
         data = _data_url(url)
-        if not looks_like_image(data):
-            raise errors.bad_request("cannot identify image file <_io.BytesIO object>")
+        decode(data)
         return data
     if spec.scheme == "file":
         return _file_url(spec.netloc + spec.path, allowed)
@@ -107,6 +115,5 @@ def _file_url(raw_path: str, allowed: str | None) -> bytes:
         data = filepath.read_bytes()
     except OSError as exc:
         raise errors.bad_request(str(exc)) from None
-    if not looks_like_image(data):
-        raise errors.bad_request(f"cannot identify image file '{filepath}'")
+    decode(data)
     return data
