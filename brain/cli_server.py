@@ -441,90 +441,174 @@ def status(
     api_key: str = typer.Option(
         None, "--api-key", envvar="OPENAI_API_KEY", help="For a URL: the server's key."
     ),
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object (one per server for a fleet or several)."
+    ),
 ) -> None:
     """Health, version, context, load, KV cache and speculative acceptance of a server: one the
     brain started (by name), or any OpenAI-compatible server by its URL."""
     if name and name.startswith(("http://", "https://")):
         base = name.rstrip("/").removesuffix("/v1")
-        table = Table(show_header=False, box=None)
-        table.add_row("server", f"{base}/v1 (not started by the brain)")
-        _status_rows(table, base, api_key, interval)
-        out.print(table)
+        facts = {"server": None, "url": f"{base}/v1", "started_by_brain": False}
+        facts |= _status_facts(base, api_key, interval)
+        _print_status(facts, f"{base}/v1 (not started by the brain)", json_out)
         return
     registry = Registry()
     records = registry.servers()
     members = [r for r in records if name and r.fleet == name]
     if registry.get(name or "") is None and (members or (name is None and len(records) > 1)):
-        from brain.fleet_cli import status_overview  # a fleet, or several servers: one line each
+        from brain.fleet_cli import status_overview, status_overview_json
 
-        out.print(status_overview(members or records))
+        if json_out:
+            for line in status_overview_json(members or records):
+                print(line)
+            return
+        out.print(status_overview(members or records))  # a fleet, or several servers: one line each
         return
     rec = _pick(registry, name)
     spec = rec.server_spec()
     handle = ServerHandle.from_dict(rec.handle)
     st = _launcher_for_record(rec).status(handle)
+    facts = {
+        "server": rec.name,
+        "backend": rec.backend,
+        "url": f"{handle.base_url}/v1",
+        "started_by_brain": True,
+        "process": st.describe(),
+        "alive": st.alive,
+    }
+    facts |= _status_facts(handle.base_url, spec.api_key, interval)
+    _print_status(facts, f"{rec.name} ({rec.backend}) {handle.base_url}/v1", json_out)
+
+
+def _print_status(facts: dict[str, Any], server: str, json_out: bool) -> None:
+    """``facts`` as one JSON line (for scripts), or as the table people read."""
+    if json_out:
+        import json
+
+        print(json.dumps(facts))
+        return
     table = Table(show_header=False, box=None)
-    table.add_row("server", f"{rec.name} ({rec.backend}) {handle.base_url}/v1")
-    table.add_row("process", st.describe())
-    _status_rows(table, handle.base_url, spec.api_key, interval)
+    table.add_row("server", server)
+    if "process" in facts:
+        table.add_row("process", facts["process"])
+    for key, value in _status_rows(facts):
+        table.add_row(key, value)
     out.print(table)
 
 
-def _status_rows(table: Table, base: str, api_key: str | None, interval: float) -> None:
-    """Health, version, models and the metrics of the server at ``base`` (its root URL)."""
+def _status_facts(base: str, api_key: str | None, interval: float) -> dict[str, Any]:
+    """Health, version, models and the metrics of the server at ``base`` (its root URL), as
+    plain data: ``brain status`` prints it as a table, or as JSON with ``--json``."""
     from brain.metrics import fetch_metrics, spec_decode_delta
 
     health = _get(f"{base}/health")
     code = getattr(health, "status_code", None)
-    table.add_row(
-        "health",
-        "ok (200)" if code == 200 else (f"HTTP {code}" if code else f"unreachable ({health})"),
-    )
+    facts: dict[str, Any] = {
+        "health": "ok" if code == 200 else ("http_error" if code else "unreachable"),
+        "health_status": code,
+        "health_error": None if code else str(health),
+    }
     if code != 200:
-        return
+        return facts
     version = _get(f"{base}/version")
     models = _get(f"{base}/v1/models", api_key)
     if getattr(version, "status_code", 0) == 200:
-        table.add_row("vLLM version", str(version.json().get("version")))
-    if getattr(models, "status_code", 0) == 200:
-        data = models.json().get("data") or []
-        for m in data:
-            table.add_row("model", f"{m.get('id')}  max_model_len {m.get('max_model_len')}")
-    elif getattr(models, "status_code", 0) == 401:
-        table.add_row("model", "the server wants an API key (--api-key or OPENAI_API_KEY)")
+        facts["vllm_version"] = version.json().get("version")
+    models_code = getattr(models, "status_code", 0)
+    if models_code == 200:
+        facts["models"] = [
+            {"id": m.get("id"), "max_model_len": m.get("max_model_len")}
+            for m in models.json().get("data") or []
+        ]
+    elif models_code == 401:
+        facts["models_error"] = "the server wants an API key (--api-key or OPENAI_API_KEY)"
     try:
         before = asyncio.run(fetch_metrics(base))
         time.sleep(interval)
         after = asyncio.run(fetch_metrics(base))
     except Exception as exc:
-        table.add_row("metrics", f"unavailable ({exc})")
-        return
-    table.add_row(
-        "requests",
-        f"running {after.requests_running or 0:g}, waiting {after.requests_waiting or 0:g}",
+        facts["metrics_error"] = str(exc)
+        return facts
+    facts["requests_running"] = after.requests_running or 0
+    facts["requests_waiting"] = after.requests_waiting or 0
+    facts["kv_cache_usage"] = after.kv_cache_usage
+    facts["interval_s"] = interval
+
+    def spec_facts(sd: Any) -> dict[str, float] | None:
+        if sd is None:
+            return None
+        return {
+            "acceptance_rate": sd.acceptance_rate,
+            "mean_acceptance_length": sd.mean_acceptance_length,
+            "drafts": sd.drafts,
+        }
+
+    window = spec_decode_delta(before, after)
+    facts["speculative"] = after.spec_drafts is not None or window is not None
+    facts["speculative_window"] = spec_facts(window)
+    facts["speculative_since_start"] = (
+        spec_facts(spec_decode_delta(type(after)(), after))
+        if after.spec_drafts is not None
+        else None
     )
-    if after.kv_cache_usage is not None:
-        table.add_row("KV cache use", f"{after.kv_cache_usage * 100:.1f}%")
-    sd = spec_decode_delta(before, after)
-    if sd is not None:
-        table.add_row(
-            "speculative",
-            f"acceptance rate {sd.acceptance_rate * 100:.1f}%, mean acceptance length "
-            f"{sd.mean_acceptance_length:.2f} (over {interval:g} s, {sd.drafts:g} drafts)",
+    return facts
+
+
+def _status_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """The table rows of ``brain status`` for :func:`_status_facts`' data."""
+    code = facts["health_status"]
+    rows = [
+        (
+            "health",
+            "ok (200)"
+            if code == 200
+            else (f"HTTP {code}" if code else f"unreachable ({facts['health_error']})"),
         )
-    elif after.spec_drafts is not None:
+    ]
+    if code != 200:
+        return rows
+    if "vllm_version" in facts:
+        rows.append(("vLLM version", str(facts["vllm_version"])))
+    for m in facts.get("models", []):
+        rows.append(("model", f"{m['id']}  max_model_len {m['max_model_len']}"))
+    if "models_error" in facts:
+        rows.append(("model", facts["models_error"]))
+    if "metrics_error" in facts:
+        rows.append(("metrics", f"unavailable ({facts['metrics_error']})"))
+        return rows
+    rows.append(
+        (
+            "requests",
+            f"running {facts['requests_running']:g}, waiting {facts['requests_waiting']:g}",
+        )
+    )
+    if facts["kv_cache_usage"] is not None:
+        rows.append(("KV cache use", f"{facts['kv_cache_usage'] * 100:.1f}%"))
+    interval = facts["interval_s"]
+    window, life = facts["speculative_window"], facts["speculative_since_start"]
+    if window is not None:
+        rows.append(
+            (
+                "speculative",
+                f"acceptance rate {window['acceptance_rate'] * 100:.1f}%, mean acceptance length "
+                f"{window['mean_acceptance_length']:.2f} (over {interval:g} s, "
+                f"{window['drafts']:g} drafts)",
+            )
+        )
+    elif facts["speculative"]:
         # Traffic ended before the window: the counters since the server started still say
         # how speculation went.
-        life = spec_decode_delta(type(after)(), after)
         since = (
-            f"; since start: acceptance rate {life.acceptance_rate * 100:.1f}%, mean "
-            f"acceptance length {life.mean_acceptance_length:.2f} ({life.drafts:g} drafts)"
+            f"; since start: acceptance rate {life['acceptance_rate'] * 100:.1f}%, mean "
+            f"acceptance length {life['mean_acceptance_length']:.2f} ({life['drafts']:g} drafts)"
             if life is not None
             else ""
         )
-        table.add_row("speculative", f"on; no drafts in the last {interval:g} s{since}")
+        rows.append(("speculative", f"on; no drafts in the last {interval:g} s{since}"))
     else:
-        table.add_row("speculative", "off (no spec_decode metrics)")
+        rows.append(("speculative", "off (no spec_decode metrics)"))
+    return rows
 
 
 @_expected_errors

@@ -225,16 +225,48 @@ def ps_tables(registry: Registry) -> list[Table]:
 
 
 def _health(rec: ServerRecord) -> str:
+    plain = _health_plain(rec)
+    return f"[green]{plain}[/green]" if plain == "ok" else f"[red]{plain}[/red]"
+
+
+def _health_plain(rec: ServerRecord) -> str:
+    """ "ok", "unreachable" or "HTTP <code>" from the server's /health."""
     base = ServerHandle.from_dict(rec.handle).base_url
     try:
         code = httpx.get(f"{base}/health", timeout=3.0).status_code
     except httpx.HTTPError:
-        return "[red]unreachable[/red]"
-    return "[green]ok[/green]" if code == 200 else f"[red]HTTP {code}[/red]"
+        return "unreachable"
+    return "ok" if code == 200 else f"HTTP {code}"
 
 
 def _fleet_order(rec: ServerRecord) -> tuple[str, int, str]:
     return (rec.fleet or "", rec.replica if rec.replica is not None else -1, rec.name)
+
+
+def status_overview_json(records: Sequence[ServerRecord]) -> list[str]:
+    """``brain status --json`` over several servers: one JSON line per server, as the table."""
+    import json
+
+    lines = []
+    for rec in sorted(records, key=_fleet_order):
+        state, alive = _state(rec)
+        handle = ServerHandle.from_dict(rec.handle)
+        health = _health_plain(rec) if alive else None
+        lines.append(
+            json.dumps(
+                {
+                    "server": rec.name,
+                    "fleet": rec.fleet,
+                    "replica": rec.replica,
+                    "gpus": gpus_text(rec.spec),
+                    "url": f"{handle.base_url}/v1",
+                    "process": state,
+                    "alive": alive,
+                    "health": health,
+                }
+            )
+        )
+    return lines
 
 
 def status_overview(records: Sequence[ServerRecord]) -> Table:

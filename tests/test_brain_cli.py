@@ -3,6 +3,7 @@ preload, doctor, and `up --watch` stopped by `down` from another process."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -94,6 +95,13 @@ def test_up_ps_status_logs_down_with_the_sim(marathon_home):
         assert r.exit_code == 0, r.output
         assert "ok (200)" in r.output and "max_model_len 32768" in r.output
         assert "KV cache use" in r.output and "speculative" in r.output
+        r = brain("status", name, "--json", "--interval", "0.1")
+        assert r.exit_code == 0, r.output
+        facts = json.loads(r.output)  # one JSON object, nothing else on stdout
+        assert facts["server"] == name and facts["started_by_brain"] and facts["alive"]
+        assert facts["url"] == f"http://127.0.0.1:{port}/v1" and facts["health"] == "ok"
+        assert [m["max_model_len"] for m in facts["models"]] == [32768]
+        assert facts["kv_cache_usage"] is not None and facts["requests_waiting"] == 0
 
         r = brain("logs", name, "--tail", "5")
         assert r.exit_code == 0 and r.output.strip()
@@ -268,8 +276,14 @@ def test_status_of_a_server_by_url_shows_acceptance_since_start_after_traffic_en
                 timeout=10,
             ).raise_for_status()
         r = brain("status", f"{handle.base_url}/v1", "--interval", "0.2")
+        as_json = brain("status", f"{handle.base_url}/v1", "--interval", "0.2", "--json")
     finally:
         launcher.stop(handle, timeout=5)
     assert r.exit_code == 0, r.output
     assert "not started by the brain" in r.output and "max_model_len 4096" in r.output
     assert "no drafts in the last 0.2 s; since start: acceptance rate" in r.output
+    facts = json.loads(as_json.output)
+    assert facts["started_by_brain"] is False and facts["server"] is None
+    assert facts["speculative"] is True and facts["speculative_window"] is None
+    assert 0 < facts["speculative_since_start"]["acceptance_rate"] <= 1
+    assert facts["speculative_since_start"]["drafts"] > 0

@@ -4,6 +4,7 @@ their own supervisors, and stopped together."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -249,6 +250,20 @@ def test_up_sim_replicas_start_answer_are_listed_found_and_stopped_together():
         st = brain("status", "trio")
         assert st.exit_code == 0, st.output
         assert st.output.count("running") == 3 and st.output.count(" ok ") == 3
+        lines = brain("status", "trio", "--json").output.splitlines()
+        assert [json.loads(ln) for ln in lines] == [
+            {
+                "server": f"trio-r{i}",
+                "fleet": "trio",
+                "replica": i,
+                "gpus": json.loads(lines[i])["gpus"],
+                "url": f"http://127.0.0.1:{p}/v1",
+                "process": json.loads(lines[i])["process"],
+                "alive": True,
+                "health": "ok",
+            }
+            for i, p in enumerate(ports)
+        ]
         assert fleet_endpoints("trio") == [f"http://127.0.0.1:{p}/v1" for p in ports]
 
         # a replica that died (unsupervised here) is no longer an endpoint
