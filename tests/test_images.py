@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -107,7 +109,9 @@ def test_view_image_refuses_a_non_image_file_saying_what_it_is(ws: Path, tmp_pat
 
 def corrupt_png(width: int = 64, height: int = 48) -> bytes:
     """A valid PNG signature and IHDR (so the first bytes say "PNG, 64x48"), then garbage."""
-    return png(width, height)[:33] + bytes(range(256)) * 4
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return b"\x89PNG\r\n\x1a\n" + chunk + bytes(range(256)) * 4
 
 
 def test_view_image_refuses_a_corrupt_image_whose_header_is_valid(ws: Path, tmp_path: Path) -> None:
@@ -136,6 +140,14 @@ def test_view_image_checks_the_pixel_count_before_decoding(ws: Path, tmp_path: P
     )
     assert result.is_error
     assert "8x6 pixels, over the 47-pixel limit" in result.output
+
+
+def test_view_image_refuses_a_decompression_bomb_from_its_header(ws: Path, tmp_path: Path) -> None:
+    header = corrupt_png(60_000, 60_000)  # 3.6 billion pixels claimed by a 1 KB file
+    (ws / "bomb.png").write_bytes(header)
+    result = default_registry().invoke("view_image", {"path": "bomb.png"}, ctx_for(ws, tmp_path))
+    assert result.is_error
+    assert "60000x60000 pixels, over the 40,000,000-pixel limit" in result.output
 
 
 def test_view_image_refuses_paths_outside_the_workspace(ws: Path, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import io
 import os
 import stat
 import struct
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,22 +175,34 @@ def decode_image(data: bytes, info: ImageInfo, *, max_pixels: int) -> None:
     small file can claim a huge image). Raises ``ImageUndecodable`` saying what is wrong. Without
     Pillow nothing is decoded: the server's refusal is then handled by the pilot.
     """
+
+    def check_pixels(width: int, height: int) -> None:
+        if width * height > max_pixels:
+            raise ImageUndecodable(
+                f"the image claims {width}x{height} pixels, over the {max_pixels:,}-pixel "
+                "limit for images; make a smaller copy with the run tool and view that."
+            )
+
+    if info.width and info.height:
+        check_pixels(info.width, info.height)  # before Pillow even parses the file
     Image = _pillow()
     if Image is None:
         return
     label = info.format.upper()
     try:
-        with Image.open(io.BytesIO(data)) as opened:
-            width, height = opened.size
-            if width * height > max_pixels:
-                raise ImageUndecodable(
-                    f"the image claims {width}x{height} pixels, over the {max_pixels:,}-pixel "
-                    "limit for images; make a smaller copy with the run tool and view that."
-                )
-            opened.seek(0)
-            opened.load()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the cap decides
+            with Image.open(io.BytesIO(data)) as opened:
+                check_pixels(*opened.size)
+                opened.seek(0)
+                opened.load()
     except ImageUndecodable:
         raise
+    except Image.DecompressionBombError as exc:
+        raise ImageUndecodable(
+            f"the image is too large to decode safely ({exc}); make a smaller copy with the run "
+            "tool and view that."
+        ) from None
     except Exception as exc:  # Pillow raises many kinds (OSError, SyntaxError, ...) for bad data
         raise ImageUndecodable(
             f"the file starts like a {label} image but its data does not decode ({exc}): it is "
