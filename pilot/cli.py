@@ -183,7 +183,13 @@ def run(
             code = _drive(
                 console,
                 json_lines,
-                lambda runner: start_run(runner, loaded, endpoint=target, checked=checked),
+                lambda runner: start_run(
+                    runner,
+                    loaded,
+                    endpoint=target,
+                    checked=checked,
+                    dry_run=dry.endpoint is not None,
+                ),
                 store,
                 server_wait=loaded.workflow.model.server_wait,
             )
@@ -283,13 +289,16 @@ def resume(
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
     """Continue a paused or interrupted run exactly where it stopped."""
-    from pilot.launch import DryRun, resume_run
+    from pilot.launch import DryRun, is_dry_run, resume_run
 
     console = _console()
     with _user_errors():
         store = _store(db, create=False)
         record = store.find_run(run_id)
-        with DryRun.maybe(dry_run, None, [], _notes(console, json_lines)) as dry:
+        # A dry run resumes as one (its sim died with the process that served it).
+        with DryRun.maybe(
+            dry_run or is_dry_run(record), None, [], _notes(console, json_lines)
+        ) as dry:
             outcome = _drive(
                 console,
                 json_lines,
@@ -301,19 +310,25 @@ def resume(
     raise typer.Exit(outcome)
 
 
-def _install_signals(stop: asyncio.Event) -> None:
-    """First SIGINT/SIGTERM: pause at the next safe point. Second: stop at once."""
+def _install_signals(stop: asyncio.Event, store: Any) -> None:
+    """First SIGINT/SIGTERM: pause at the next safe point, or at once from any wait (the
+    server, a backoff, a database lock). Second: exit at once (130); the run is left
+    interrupted and ``pilot resume`` takes it over.
+
+    A Python-level handler, not ``loop.add_signal_handler``: it also runs while the event
+    loop's thread is blocked waiting for a database lock (``EventStore.interrupt``)."""
     loop = asyncio.get_running_loop()
     signals = {"count": 0}
 
-    def on_signal(signum: int) -> None:
+    def on_signal(signum: int, _frame: Any) -> None:
         signals["count"] += 1
         if signals["count"] > 1:
             os._exit(128 + signum)  # the shell's code for death by this signal (130, 143)
-        stop.set()
+        store.interrupt.set()
+        loop.call_soon_threadsafe(stop.set)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
+        signal.signal(sig, on_signal)
 
 
 def _plain_lines(console: Console, *, with_run_id: bool) -> Any:
@@ -360,7 +375,7 @@ def _drive_many(
         runner.observers.append(_plain_lines(console, with_run_id=True))
 
     async def main() -> Any:
-        _install_signals(stop)
+        _install_signals(stop, store)
         return await start(runner)
 
     settle_startup_heap()
@@ -444,7 +459,7 @@ def _drive(
         runner.observers.append(_plain_lines(console, with_run_id=False))
 
     async def main() -> Any:
-        _install_signals(stop)
+        _install_signals(stop, store)
         try:
             return await start(runner)
         finally:
@@ -473,6 +488,7 @@ def list_runs(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""
+    from pilot.store import shown_status
     from pilot.ui import format_duration, local_time
 
     records = _records(db, lambda store: store.list_runs(limit=limit))
@@ -481,7 +497,7 @@ def list_runs(
         (
             r.id,
             r.workflow_name,
-            r.status,
+            shown_status(r),
             r.phase or "-",
             str(r.steps),
             str(r.prompt_tokens + r.completion_tokens),
@@ -491,6 +507,24 @@ def list_runs(
         for r in records
     ]
     _print_records(records, columns, rows, json_lines)
+    interrupted = [r.id for r in records if shown_status(r) == "interrupted"]
+    if interrupted and not json_lines:
+        flag = _db_flag_of(db)
+        for rid in interrupted:
+            _console().print(f"interrupted (its process is gone): pilot resume {rid}{flag}")
+
+
+def _db_flag_of(db: str | None) -> str:
+    from pilot.environ import db_option
+    from pilot.store import default_db_url
+
+    return db_option(db or default_db_url())
+
+
+def _db_flag(store: Any) -> str:
+    from pilot.environ import db_option
+
+    return db_option(store.url)
 
 
 def _records(db: str | None, read: Any) -> list[Any]:
@@ -506,12 +540,14 @@ def _records(db: str | None, read: Any) -> list[Any]:
 
 
 def _record_json(record: Any) -> str:
+    from pilot.store import shown_status
+
     return json.dumps(
         {
             "id": record.id,
             "workflow": record.workflow_name,
             "workflow_path": record.workflow_path,
-            "status": record.status,
+            "status": shown_status(record),
             "status_reason": record.status_reason,
             "phase": record.phase,
             "steps": record.steps,
@@ -569,7 +605,14 @@ def show(
         for item in server:
             _print_server_event(console, json_lines, *item)
         if not json_lines:
-            console.print(f"[bold]{record.id}[/] {record.status} {record.status_reason}")
+            from pilot.store import shown_status
+
+            status = shown_status(store.get_run(record.id))
+            console.print(f"[bold]{record.id}[/] {status} {record.status_reason}")
+            if status == "interrupted":
+                console.print(
+                    f"its process is gone: [bold]pilot resume {record.id}{_db_flag(store)}[/]"
+                )
 
 
 def _run_server_events(store: Any, record: Any) -> list[Any]:
@@ -654,7 +697,10 @@ def diff(
         state = fold(store.load_events(record.id))
         if state.started is None or not state.started.base_snapshot or not state.snapshot:
             raise _fail(f"run {record.id} has no workspace snapshots yet", 1)
-        repo = GitRepo(Path(state.started.workspace))
+        root = Path(state.started.workspace)
+        if state.started.repository and not root.is_dir():
+            root = Path(state.started.repository)  # its worktree was removed (pilot gc)
+        repo = GitRepo(root)
         sys.stdout.write(
             diff_snapshots(repo, state.started.base_snapshot, state.snapshot, stat=stat)
         )

@@ -44,6 +44,8 @@ class RunStarted(_Event):
     system: str
     phases: list[str]
     owner: str
+    repository: str | None = None
+    """The user's checkout the run's worktree was added from (None: the run works in place)."""
 
 
 class ModelResolved(_Event):
@@ -142,6 +144,17 @@ class ToolFinished(_Event):
     """False when the call was answered without running (invalid, truncated, after finish)."""
     images: list[ImageRef] = []
     """Images the tool put into the conversation (shown after the call's result)."""
+
+
+class WorkspaceSnapshot(_Event):
+    """The workspace as a mutating tool or a check left it, recorded after its result: the
+    result is committed the moment the tool returns, so a kill before this event costs a
+    snapshot on resume, never a second run of the tool."""
+
+    type: Literal["workspace_snapshot"] = "workspace_snapshot"
+    call_id: str
+    snapshot: str
+    head: str | None = None
 
 
 class CheckStarted(_Event):
@@ -277,6 +290,7 @@ Event = Annotated[
     | AssistantMessage
     | ToolStarted
     | ToolFinished
+    | WorkspaceSnapshot
     | CheckStarted
     | CheckFinished
     | Nudge

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot import events as ev
+from pilot.failpoints import kill_at
 from pilot.images import refs_from_artifacts
 from pilot.loop import CheckOutcome
 from pilot.private_files import inside, make_private, write_private
@@ -34,6 +35,7 @@ class RegistryExecutor:
     base_commit: str | None = None
     redact: Sequence[str] = ()
     """The workflow's own redaction patterns: files the pilot keeps are redacted as events."""
+    run_id: str | None = None
 
     def __post_init__(self) -> None:
         self._workspace = Workspace(self.workspace_root)
@@ -55,6 +57,7 @@ class RegistryExecutor:
             work_branch=self.work_branch,
             call_id=call_id,
             base_commit=self.base_commit,
+            run_id=self.run_id,
         )
 
     def schemas(self, names: list[str]) -> list[dict[str, Any]]:
@@ -76,6 +79,7 @@ class RegistryExecutor:
         if name in self.registry and tool_known_writes(self.registry.get(name)):
             self._written = list(self._workspace.written)
         self._keep_private(result)
+        kill_at("tool_returned")
         return ev.ToolFinished(
             call_id=call_id,
             name=name,
@@ -103,22 +107,21 @@ class RegistryExecutor:
                 continue
 
     def keep_full_output(self, call_id: str, text: str) -> str | None:
-        """Long results go to ``.marathon/outputs/`` in the workspace, which git is told to
-        ignore (``.git/info/exclude``): readable with read_file, never in a snapshot or a
-        commit."""
+        """Long results go to ``.marathon/outputs/`` in the workspace, which git ignores (a
+        ``.gitignore`` of ``*`` in ``.marathon/``, so no file of the repository's own ``.git``
+        is written): readable with read_file, never in a snapshot or a commit."""
         root = self.workspace_root
-        exclude = root / ".git" / "info" / "exclude"
+        ignore = root / ".marathon" / ".gitignore"
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in call_id)[:80]
         path = root / ".marathon" / "outputs" / f"{safe}.txt"
         try:
-            # The agent's commands can write the workspace and its .git: the pilot (never
-            # sandboxed) must not write through a link they planted to a file outside.
-            if not _no_links_below(root, exclude) or not _no_links_below(root, path):
+            # The agent's commands can write the workspace: the pilot (never sandboxed) must
+            # not write through a link they planted to a file outside.
+            if not _no_links_below(root, ignore) or not _no_links_below(root, path):
                 return None
-            exclude.parent.mkdir(parents=True, exist_ok=True)
-            lines = exclude.read_text().splitlines() if exclude.exists() else []
-            if "/.marathon/" not in lines:
-                write_private(exclude, ("\n".join([*lines, "/.marathon/"]) + "\n").encode())
+            if not ignore.exists():
+                ignore.parent.mkdir(parents=True, exist_ok=True)
+                write_private(ignore, b"# Marathon's kept tool outputs: never committed\n*\n")
             path.parent.mkdir(parents=True, exist_ok=True)
             if not _no_links_below(root, path):
                 return None
@@ -160,8 +163,11 @@ class GitWorkspace:
     """The paths changed since the last snapshot, when known (``RegistryExecutor.take_written``)."""
 
     def snapshot(self, message: str) -> tuple[str, str | None]:
+        kill_at("result_committed")
         paths = self.written()
-        return take_snapshot(self.repo, self.run_id, message, paths=paths), self.repo.head()
+        taken = take_snapshot(self.repo, self.run_id, message, paths=paths), self.repo.head()
+        kill_at("snapshot_taken")
+        return taken
 
     def restore(self, snapshot: str, head: str | None) -> None:
         restore_snapshot(self.repo, self.run_id, snapshot, head)

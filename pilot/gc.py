@@ -1,8 +1,10 @@
 """Retention: remove old finished runs and everything they left behind, then reclaim the space.
 
 A run older than the cutoff (by its last update) that has finished is removed with its events
-and run row, its artifacts directory, its private snapshot ref ``refs/marathon/<id>`` and its
-snapshot index ``.git/marathon/<id>.index`` in the workspace; then the database is vacuumed.
+and run row, its artifacts directory, its own worktree (``git worktree`` record and files; what
+was never committed on its branch goes with it), its private snapshot ref
+``refs/marathon/<id>`` and its snapshot index; then the database is vacuumed. The run's branch
+stays unless ``delete_branches``.
 Running runs are never touched; paused ones only with ``include_paused``; failed ones are kept
 with ``keep_failed``. Files go before rows, so a gc interrupted half-way finds the same runs
 again next time and finishes the job. Nothing else in the user's repository is changed (git's
@@ -37,6 +39,10 @@ class GcRun:
     artifact_bytes: int = 0
     ref_removed: bool = False
     index_removed: bool = False
+    worktree_removed: bool = False
+    branch_removed: bool = False
+    repository: str = ""
+    branch: str = ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -102,6 +108,7 @@ def gc(
     include_paused: bool = False,
     dry_run: bool = False,
     now: datetime | None = None,
+    delete_branches: bool = False,
 ) -> GcReport:
     """Remove finished runs last updated before ``now - older_than``; see the module doc."""
     cutoff = (now or datetime.now(UTC)) - older_than
@@ -128,8 +135,9 @@ def gc(
         if updated_at.tzinfo is None:
             updated_at = updated_at.replace(tzinfo=UTC)
         run = GcRun(id=run_id, status=status, updated_at=updated_at, events=counts.get(run_id, 0))
-        run.workspace = _workspace_of(store, run_id) or row_workspace or ""
-        _clean_files(store, run, dry_run=dry_run)
+        workspace, run.repository, run.branch = _workspace_of(store, run_id)
+        run.workspace = workspace or row_workspace or ""
+        _clean_files(store, run, dry_run=dry_run, delete_branch=delete_branches)
         report.removed.append(run)
 
     ids = [r.id for r in report.removed]
@@ -156,15 +164,22 @@ def _keep_reason(status: str, *, keep_failed: bool, include_paused: bool) -> str
     return ""
 
 
-def _workspace_of(store: EventStore, run_id: str) -> str:
+def _workspace_of(store: EventStore, run_id: str) -> tuple[str, str, str]:
+    """The run's workspace, the checkout its worktree came from ("" in place), its branch."""
     for row in load_stored_events(store, run_id)[:5]:
         if row.type == "run_started":
-            return str(row.payload.get("workspace") or "")
-    return ""
+            payload = row.payload
+            return (
+                str(payload.get("workspace") or ""),
+                str(payload.get("repository") or ""),
+                str(payload.get("branch") or ""),
+            )
+    return "", "", ""
 
 
-def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool) -> None:
-    """Artifacts, the snapshot ref and the snapshot index; each failure becomes a note."""
+def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool, delete_branch: bool) -> None:
+    """Artifacts, the worktree, the snapshot ref and index (and the branch when asked); each
+    failure becomes a note."""
     artifacts = artifacts_dir(store, run.id)
     if artifacts.is_dir():
         run.artifacts = str(artifacts)
@@ -174,6 +189,9 @@ def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool) -> None:
             shutil.rmtree(artifacts.parent.parent / "checkpoints" / run.id, ignore_errors=True)
             if artifacts.exists():
                 run.notes.append(f"could not remove all of {artifacts}")
+    if run.repository:
+        _clean_worktree(run, dry_run=dry_run, delete_branch=delete_branch)
+        return
     if not run.workspace:
         return
     root = Path(run.workspace)
@@ -199,6 +217,38 @@ def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool) -> None:
                 index.unlink()
     except (GitError, OSError) as exc:
         run.notes.append(f"git in {root}: {str(exc).splitlines()[0]}")
+
+
+def _clean_worktree(run: GcRun, *, dry_run: bool, delete_branch: bool) -> None:
+    """A run's own worktree: its files and git's record of it, the snapshot ref, and the
+    branch when asked. The user's checkout (HEAD, index, branches) is not touched."""
+    from pilot.snapshot import GitError, GitRepo, remove_worktree, snapshot_ref
+
+    source = GitRepo(Path(run.repository))
+    if not Path(run.repository).is_dir() or not source.is_repo():
+        run.notes.append(f"repository {run.repository} is gone; nothing of git to remove")
+        if not dry_run and Path(run.workspace).is_dir():
+            shutil.rmtree(run.workspace, ignore_errors=True)
+        return
+    try:
+        path = Path(run.workspace)
+        run.worktree_removed = path.exists()
+        run.index_removed = run.worktree_removed
+        if not dry_run:
+            run.worktree_removed = remove_worktree(source, path) or run.worktree_removed
+        ref = snapshot_ref(run.id)
+        if source.git("rev-parse", "--verify", "-q", ref, check=False):
+            run.ref_removed = True
+            if not dry_run:
+                source.git("update-ref", "-d", ref)
+        if delete_branch and run.branch:
+            branch = f"refs/heads/{run.branch}"
+            if source.git("rev-parse", "--verify", "-q", branch, check=False):
+                run.branch_removed = True
+                if not dry_run:
+                    source.git("update-ref", "-d", branch)
+    except (GitError, OSError) as exc:
+        run.notes.append(f"git in {run.repository}: {str(exc).splitlines()[0]}")
 
 
 def _tree_bytes(root: Path) -> int:
@@ -278,7 +328,9 @@ def describe(report: GcReport, *, limit: int = 20) -> list[str]:
         lines.append(
             f"  {run.id} {run.status} {run.updated_at.astimezone():%Y-%m-%d}: {run.events} "
             f"events, artifacts {format_bytes(run.artifact_bytes)}, "
-            f"ref {'yes' if run.ref_removed else 'no'}{extra}"
+            f"ref {'yes' if run.ref_removed else 'no'}"
+            f"{', worktree' if run.worktree_removed else ''}"
+            f"{', branch ' + run.branch if run.branch_removed else ''}{extra}"
         )
     if len(report.removed) > limit:
         lines.append(f"  ... and {len(report.removed) - limit} more")

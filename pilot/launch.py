@@ -143,7 +143,8 @@ def build_plan(
     (``check_env=False``: an API key variable not set here is not an error)."""
     wf = loaded.workflow
     run = RunContext(id=run_id, started_at=started_at)
-    workspace_path = workspace or str(render_workspace_path(loaded, run))
+    source = str(render_workspace_path(loaded, run))
+    workspace_path = workspace or source
     run = RunContext(id=run_id, started_at=started_at, workspace=workspace_path)
     branch = render_branch(loaded, run)
     run = RunContext(id=run_id, started_at=started_at, workspace=workspace_path, branch=branch)
@@ -199,6 +200,9 @@ def build_plan(
         workspace=workspace_path,
         branch=branch,
         init_workspace=wf.workspace.init,
+        source=source,
+        in_place=wf.workspace.in_place,
+        carry_changes=wf.workspace.carry_changes,
         tool_settings=settings,
         env_allowlist=list(wf.env_allowlist),
         sandbox=wf.sandbox,
@@ -295,15 +299,32 @@ def preflight(
     loaded: LoadedWorkflow, store: EventStore, *, endpoint: EndpointOverride = None
 ) -> Preflight:
     """Refuse a run that cannot start (its plan does not render, its workspace is missing, not
-    a git repository, or used by a live run) before any record of it is written."""
-    from pilot.snapshot import check_repository
+    a git repository, used by a live run, or a checkout with uncommitted changes its worktree
+    would not see) before any record of it is written."""
+    from pilot.snapshot import check_repository, refuse_uncommitted
     from pilot.store import new_run_id
 
     ticket = Preflight(new_run_id(), datetime.now().astimezone().isoformat(timespec="seconds"))
     plan = build_plan(loaded, ticket.run_id, started_at=ticket.started_at, endpoint=endpoint)
-    check_repository(Path(plan.workspace), init=plan.init_workspace)
+    repo = check_repository(Path(plan.workspace), init=plan.init_workspace)
     store.check_workspace_free(ticket.run_id, plan.workspace)
+    if repo is not None and not plan.in_place and not plan.carry_changes:
+        refuse_uncommitted(repo)
     return ticket
+
+
+STORED_ENDPOINTS = "__endpoints"
+"""The ``--endpoint``s a run was started with, kept with its params so a resume uses them."""
+STORED_DRY_RUN = "__dry_run"
+"""Set for a dry run: its resume serves the simulated model again (``DryRun``)."""
+_STORED = ("__started_at", "__base_dir", STORED_ENDPOINTS, STORED_DRY_RUN)
+
+
+def run_workspace(loaded: LoadedWorkflow, runner: Runner, run_id: str) -> str | None:
+    """Where the run works when not in place: its own worktree (``Runner.worktree_path``)."""
+    if loaded.workflow.workspace.in_place:
+        return None
+    return str(runner.worktree_path(run_id))
 
 
 async def start_run(
@@ -312,20 +333,40 @@ async def start_run(
     *,
     endpoint: EndpointOverride = None,
     checked: Preflight | None = None,
+    dry_run: bool = False,
 ) -> RunOutcome:
     started_at = (
         checked.started_at if checked else datetime.now().astimezone().isoformat(timespec="seconds")
     )
+    params = {**loaded.params, "__started_at": started_at, "__base_dir": str(loaded.base_dir)}
+    if dry_run:
+        params[STORED_DRY_RUN] = True  # its endpoint is the in-process sim: not kept
+    elif split_endpoints(endpoint):
+        params[STORED_ENDPOINTS] = split_endpoints(endpoint)
     return await runner.start(
         run_id=checked.run_id if checked else None,
         workflow_name=loaded.workflow.name,
         workflow_path=str(loaded.path or loaded.filename),
         workflow_text=loaded.text,
-        params={**loaded.params, "__started_at": started_at, "__base_dir": str(loaded.base_dir)},
+        params=params,
         build_plan=lambda run_id: build_plan(
-            loaded, run_id, started_at=started_at, endpoint=endpoint
+            loaded,
+            run_id,
+            started_at=started_at,
+            endpoint=endpoint,
+            workspace=run_workspace(loaded, runner, run_id),
         ),
     )
+
+
+def stored_endpoints(record: RunRecord) -> list[str]:
+    """The ``--endpoint``s the run was started with ([] when it used the workflow's)."""
+    value = record.params.get(STORED_ENDPOINTS) or []
+    return [str(url) for url in value] if isinstance(value, list) else []
+
+
+def is_dry_run(record: RunRecord) -> bool:
+    return bool(record.params.get(STORED_DRY_RUN))
 
 
 def load_stored(record: RunRecord) -> tuple[LoadedWorkflow, str]:
@@ -334,6 +375,8 @@ def load_stored(record: RunRecord) -> tuple[LoadedWorkflow, str]:
     stored = dict(record.params)
     started_at = str(stored.pop("__started_at", ""))
     base_dir = stored.pop("__base_dir", None)
+    for key in _STORED:
+        stored.pop(key, None)
     loaded = parse_workflow_text(
         record.workflow_text,
         record.workflow_path,
@@ -347,8 +390,10 @@ def load_stored(record: RunRecord) -> tuple[LoadedWorkflow, str]:
 async def resume_run(
     runner: Runner, record: RunRecord, *, endpoint: EndpointOverride = None
 ) -> RunOutcome:
-    """Resume with the workflow as it was when the run started, whatever the file is now."""
+    """Resume with the workflow as it was when the run started, whatever the file is now,
+    and with the endpoints it was started with unless others are given."""
     loaded, started_at = load_stored(record)
+    endpoint = endpoint or stored_endpoints(record) or None
     return await runner.resume(
         record.id,
         lambda run_id: build_plan(
@@ -356,7 +401,7 @@ async def resume_run(
             run_id,
             started_at=started_at,
             endpoint=endpoint,
-            workspace=record.workspace or None,
+            workspace=record.workspace or run_workspace(loaded, runner, run_id),
         ),
     )
 

@@ -6,8 +6,9 @@ exactly where a dead one stopped. The loop does no I/O but through its seams: th
 the model client, the tool executor and the workspace.
 
 Order of one step: ``model_request`` -> ``assistant_message`` -> for each call
-``tool_started`` -> run -> ``tool_finished`` (with the workspace snapshot). A phase ends when the
-model calls ``finish`` and the phase's check (if any) passes.
+``tool_started`` -> run -> ``tool_finished`` -> ``workspace_snapshot`` (after a tool that may
+change the workspace). A phase ends when the model calls ``finish`` and the phase's check (if
+any) passes.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pilot import events as ev
 from pilot.context import (
@@ -54,6 +55,8 @@ from pilot.plan import Limits, PhasePlan, RunPlan
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
 from pilot.repair import extract_text_tool_calls, repair_arguments
 from pilot.state import RunState, check_failed_message
+
+_T = TypeVar("_T")
 
 MAX_COMPACTIONS_IN_A_ROW = 3
 """Compactions without a model answer in between before the phase is given up (no doom loop)."""
@@ -163,9 +166,7 @@ class RunLoop:
         except (ModelNotFound, ConfigurationError) as exc:
             self.emit(ev.RunFinished(status="failed", reason=str(exc)))
         finally:
-            if self._stop_waiter is not None:
-                self._stop_waiter.cancel()
-                self._stop_waiter = None
+            self.release_stop_waiter()
         return self.state
 
     def recover(self) -> None:
@@ -188,6 +189,9 @@ class RunLoop:
     async def advance(self) -> None:
         """Do exactly one thing, chosen from the state."""
         state = self.state
+        if state.snapshot_due is not None:
+            await self.take_due_snapshot()
+            return
         if self.limit_hit(self.plan.limits, scope="run"):
             return
         if state.phase is None:
@@ -280,7 +284,7 @@ class RunLoop:
             if count is not None:
                 max_tokens = budget.max_tokens_wanted
         if budget is not None and count is None:
-            count = await self.token_counter(model).count(messages, tools)
+            count = await self.stoppable(self.token_counter(model).count(messages, tools))
             if budget.needs_compaction(count.total):
                 await self.compact(phase, budget, count, reason="threshold")
                 return
@@ -335,7 +339,7 @@ class RunLoop:
         """An upper bound on the prompt, when it alone proves the request fits: below the
         compaction threshold and with all the output the workflow wants. None when only a
         real count can tell (near the limits, or with images)."""
-        bound = await self.token_counter(model).upper_bound(messages, tools)
+        bound = await self.stoppable(self.token_counter(model).upper_bound(messages, tools))
         if (
             bound is None
             or budget.needs_compaction(bound)
@@ -452,10 +456,19 @@ class RunLoop:
             else:
                 self.emit(ev.ServerBack(waited_s=wait.waited_s or 0.0, attempts=wait.attempts))
 
-        # The request runs in this task; a stop cancels it where it waits. (A task per
-        # request raced against a waiter on the stop event cost two tasks and three turns of
-        # the event loop a step.)
+        return await self.stoppable(self.client.complete(request, on_wait=on_wait))
+
+    async def stoppable(self, awaitable: Awaitable[_T]) -> _T:
+        """Await ``awaitable`` (a request, its retries and backoffs while the server is away),
+        raising ``StopRequested`` the moment a stop is asked for.
+
+        It runs in this task; a stop cancels it where it waits. (A task per request raced
+        against a waiter on the stop event cost two tasks and three turns of the event loop a
+        step.)"""
         if self.stop.is_set():
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()  # a coroutine never awaited
             raise StopRequested
         task = asyncio.current_task()
         assert task is not None
@@ -471,7 +484,7 @@ class RunLoop:
         waiter.add_done_callback(interrupt)
         waiting = True
         try:
-            response = await self.client.complete(request, on_wait=on_wait)
+            result = await awaitable
         except asyncio.CancelledError:
             if interrupted and task.uncancel() == 0:
                 raise StopRequested from None
@@ -479,10 +492,15 @@ class RunLoop:
         finally:
             waiting = False
             waiter.remove_done_callback(interrupt)
-        if interrupted:  # the client swallowed the cancellation
+        if interrupted:  # the awaited code swallowed the cancellation
             task.uncancel()
             raise StopRequested
-        return response
+        return result
+
+    def release_stop_waiter(self) -> None:
+        if self._stop_waiter is not None:
+            self._stop_waiter.cancel()
+            self._stop_waiter = None
 
     def stop_waiter(self) -> asyncio.Future[Any]:
         """One waiter on the stop event for the loop's life (``run`` cancels it)."""
@@ -604,27 +622,28 @@ class RunLoop:
             finished = self.tools.invoke(call.name, arguments, call.id)
         finished = self.fit_result(finished, call.id)
         finished = self.place_images(finished)
-        snapshot = head = None
-        if mutates:
-            snapshot, head = await asyncio.to_thread(
-                self.workspace.snapshot, f"after {call.name} ({call.id})"
-            )
         # A read-only call's result is committed with the next event (the next step's
         # model_request, most often) or before the loop waits on anything: one transaction
-        # less per step. A mutating call's is committed at once: the window in which its
-        # effect is done but not recorded (undone and re-run on resume) stays as short as it
-        # can be.
+        # less per step. A mutating call's is committed the moment it returns, before its
+        # snapshot (its own event, next): the window in which its effect is done but not
+        # recorded (undone and re-run on resume) is that one commit.
         self.emit(
             finished.model_copy(
-                update={
-                    "snapshot": snapshot,
-                    "head": head,
-                    "duration_s": time.monotonic() - started,
-                    "at": self.clock(),
-                }
+                update={"duration_s": time.monotonic() - started, "at": self.clock()}
             ),
             commit=mutates,
         )
+        if mutates:
+            await self.take_due_snapshot()
+
+    async def take_due_snapshot(self) -> None:
+        """Record the workspace as the last mutating tool or check left it (``snapshot_due``):
+        right after its result, or first thing on a resume that found the result without it."""
+        due = self.state.snapshot_due
+        if due is None:
+            return
+        snapshot, head = await asyncio.to_thread(self.workspace.snapshot, f"after {due}")
+        self.emit(ev.WorkspaceSnapshot(call_id=due, snapshot=snapshot, head=head))
 
     def fit_result(self, finished: ev.ToolFinished, call_id: str) -> ev.ToolFinished:
         """A tool result larger than its share of the window is cut before it enters the
@@ -752,9 +771,6 @@ class RunLoop:
             phase.check_timeout,
             f"check-{progress.index}-{attempt}",
         )
-        snapshot, head = await asyncio.to_thread(
-            self.workspace.snapshot, f"after check of phase {phase.name} (attempt {attempt})"
-        )
         passed = outcome.exit_code == 0 and not outcome.timed_out
         attempts_left = phase.max_attempts - attempt
         feedback = ""
@@ -772,11 +788,10 @@ class RunLoop:
                 output=outcome.output,
                 timed_out=outcome.timed_out,
                 duration_s=time.monotonic() - started,
-                snapshot=snapshot,
-                head=head,
                 feedback=feedback,
             )
         )
+        await self.take_due_snapshot()
         if passed:
             self.emit(
                 ev.PhaseFinished(

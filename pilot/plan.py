@@ -119,8 +119,14 @@ class RunPlan:
     tools: list[str]
     model: ModelPlan
     workspace: str
+    """Where the run works: its own worktree (``pilot.snapshot.add_worktree``) or, in place,
+    the checkout itself."""
     branch: str
     init_workspace: bool = False
+    source: str = ""
+    """The user's checkout the run's worktree is made from ("": ``workspace`` itself)."""
+    in_place: bool = False
+    carry_changes: bool = False
     tool_settings: dict[str, dict] = field(default_factory=dict)
     env_allowlist: list[str] = field(default_factory=list)
     sandbox: Literal["auto", "bwrap", "none"] = "auto"

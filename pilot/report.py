@@ -16,7 +16,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, get_args
@@ -26,7 +26,13 @@ from sqlalchemy import select
 
 from pilot import environ
 from pilot import events as ev
-from pilot.store import EventRow, EventStore, RunRecord, ServerEventRow
+from pilot.store import (
+    EventRow,
+    EventStore,
+    RunRecord,
+    ServerEventRow,
+    lease_holder_gone,
+)
 from pilot.ui import format_duration, short_endpoint
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled", "limit")
@@ -458,6 +464,8 @@ class _Folder:
                 self._tool_finished(event)
             case ev.CheckFinished():
                 self._check_finished(event)
+            case ev.WorkspaceSnapshot():
+                self.snapshot, self.head = event.snapshot, event.head or self.head
             case ev.PhaseFinished():
                 phase = self.phases.setdefault(
                     event.index, PhaseReport(index=event.index, name=event.name)
@@ -630,7 +638,7 @@ def _outcome(report: RunReport, record: RunRecord, stored: list[StoredEvent]) ->
             report.status, report.reason = "paused", last.reason
         case ev.RunStarted() | ev.RunResumed():
             expires = record.lease_expires_at
-            if record.lease_owner and expires and expires > datetime.now(UTC):
+            if not lease_holder_gone(replace(record, status="running")):
                 report.status = "running"
                 report.reason = f"driven by {record.lease_owner} (lease until {_hms(expires)})"
             else:
@@ -640,6 +648,9 @@ def _outcome(report: RunReport, record: RunRecord, stored: list[StoredEvent]) ->
                     "the process driving it stopped without pausing"
                     f"{when}; last event {_hms(stored[-1].at)}"
                 )
+        case _ if lease_holder_gone(record):
+            report.status = "interrupted"
+            report.reason = "the process starting it stopped before its first event"
         case _:
             report.status, report.reason = record.status, record.status_reason
 
@@ -754,6 +765,8 @@ def _git_facts(started: ev.RunStarted, head: str | None, snapshot: str | None) -
         workspace=started.workspace, branch=started.branch, base_head=started.base_head, head=head
     )
     root = Path(started.workspace)
+    if not root.is_dir() and started.repository:
+        root = Path(started.repository)  # the run's worktree was removed (pilot gc)
     if not root.is_dir():
         facts.note = f"workspace {root} no longer exists; commits and diff are not available"
         return facts

@@ -79,9 +79,13 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(
             False, "--dry-run", help="Say what would be removed; change nothing."
         ),
+        delete_branches: bool = typer.Option(
+            False, "--delete-branches", help="Also delete the removed runs' branches."
+        ),
         db: str | None = typer.Option(None, "--db", envvar="MARATHON_DB", help=_DB_HELP),
     ) -> None:
-        """Remove old finished runs: events, artifacts, snapshot refs; then vacuum the store."""
+        """Remove old finished runs: events, artifacts, worktrees, snapshot refs (branches
+        with --delete-branches); then vacuum the store."""
         from pilot.cli_errors import open_store
         from pilot.gc import describe
         from pilot.gc import gc as collect
@@ -97,6 +101,7 @@ def register(app: typer.Typer) -> None:
             keep_failed=keep_failed,
             include_paused=include_paused,
             dry_run=dry_run,
+            delete_branches=delete_branches,
         )
         for line in describe(result):
             typer.echo(line)

@@ -32,17 +32,30 @@ from pilot.checkpoint import (
 from pilot.context import ServerCounts
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
-from pilot.failpoints import checkpoint_every_from_env, die_now, kill_after_seq_from_env
-from pilot.loop import RunLoop
+from pilot.failpoints import (
+    checkpoint_every_from_env,
+    die_now,
+    kill_after_seq_from_env,
+    kill_at,
+)
+from pilot.loop import RunLoop, StopRequested
 from pilot.model_types import ModelClient
 from pilot.notify import notify_run_end
 from pilot.plan import RunPlan
 from pilot.private_files import private_dirs
 from pilot.progress import ProgressLimits
 from pilot.redact import redact_for_storage
-from pilot.snapshot import GitRepo, ensure_repository, start_work_branch, take_snapshot
+from pilot.snapshot import (
+    GitRepo,
+    add_worktree,
+    clear_stale_locks,
+    ensure_repository,
+    restore_snapshot,
+    start_work_branch,
+    take_snapshot,
+)
 from pilot.state import RunState, fold
-from pilot.store import EventStore, is_storage_full, lease_owner_id, state_dir
+from pilot.store import EventStore, StoreBusy, is_storage_full, lease_owner_id, state_dir
 from tools.registry import ToolRegistry, default_registry
 
 Observer = Callable[[str, int, ev.Event, RunState], None]
@@ -58,6 +71,7 @@ EXIT_CODES = {
 }
 """Process exit codes per outcome (2 is a usage or workflow error, from the CLI)."""
 STORAGE_FULL = "the database disk is full"
+STORAGE_BUSY = "the database is locked"
 
 
 @dataclass
@@ -71,7 +85,7 @@ class RunOutcome:
     def exit_code(self) -> int:
         if self.status == "paused" and self.reason.startswith("model server unavailable"):
             return EXIT_CODES["server_unavailable"]
-        if self.status == "paused" and self.reason.startswith(STORAGE_FULL):
+        if self.status == "paused" and self.reason.startswith((STORAGE_FULL, STORAGE_BUSY)):
             return EXIT_CODES["storage_full"]
         return EXIT_CODES.get(self.status, 1)
 
@@ -203,44 +217,85 @@ class Runner:
                 run_id=run_id,
             )
         assert run_id is not None
+        kill_at("startup")
+        return await self._start_up(run_id, params, build_plan)
+
+    def worktree_path(self, run_id: str) -> Path:
+        """Where a run's own worktree lives: beside the store's artifacts (state directory)."""
+        return (self.artifacts_dir(run_id).parent.parent / "worktrees" / run_id).resolve()
+
+    async def _start_up(
+        self, run_id: str, params: dict[str, Any], build_plan: PlanBuilder
+    ) -> RunOutcome:
+        """Prepare the workspace and record ``run_started``, then drive the run. Every step is
+        idempotent, so a start-up killed anywhere is done again by ``resume``; a workspace
+        that cannot be prepared ends the run as failed, with the reason."""
         run = _Run(self, run_id, None, RunState())  # type: ignore[arg-type]
         try:
             plan = build_plan(run_id)
             run.plan = plan
             run.state = RunState(progress_limits=progress_limits(plan))
-            self.store.check_workspace_free(run_id, plan.workspace)
-            repo = ensure_repository(Path(plan.workspace), init=plan.init_workspace)
-            head = start_work_branch(repo, plan.branch)
+            repo, repository = self._prepare_workspace(run_id, plan)
+            head = repo.head()
             base = take_snapshot(repo, run_id, "run start")
+            self.store.set_workspace(run_id, str(repo.root))
+            run.emit(
+                ev.RunStarted(
+                    workflow=plan.workflow_name,
+                    params=params,
+                    workspace=str(repo.root),
+                    branch=plan.branch,
+                    base_head=head,
+                    base_snapshot=base,
+                    endpoint=plan.model.endpoint,
+                    endpoints=list(plan.model.endpoints),
+                    system=plan.system,
+                    phases=[p.name for p in plan.phases],
+                    owner=self.owner,
+                    repository=repository,
+                )
+            )
+        except StoreBusy as exc:
+            return store_busy_outcome(run_id, run.state, exc)
         except MarathonError as exc:
-            run.emit_started_stub(error=str(exc))
+            try:
+                run.emit_started_stub(error=str(exc))
+            except StoreBusy as busy:
+                return store_busy_outcome(run_id, run.state, busy)
             outcome = run.outcome()
             await notify_run_end(outcome, run.plan)
             return outcome
-        self.store.set_workspace(run_id, str(repo.root))
-        run.emit(
-            ev.RunStarted(
-                workflow=plan.workflow_name,
-                params=params,
-                workspace=str(repo.root),
-                branch=plan.branch,
-                base_head=head,
-                base_snapshot=base,
-                endpoint=plan.model.endpoint,
-                endpoints=list(plan.model.endpoints),
-                system=plan.system,
-                phases=[p.name for p in plan.phases],
-                owner=self.owner,
-            )
-        )
+        except OperationalError as exc:
+            if not is_storage_full(exc):
+                raise
+            return storage_full_outcome(run_id, run.state)
         outcome = await run.drive(repo)
         await notify_run_end(outcome, run.plan)
         return outcome
 
+    def _prepare_workspace(self, run_id: str, plan: RunPlan) -> tuple[GitRepo, str | None]:
+        """The run's git workspace and, for a run in its own worktree, the user's checkout it
+        was made from (None in place)."""
+        if plan.in_place:
+            self.store.check_workspace_free(run_id, plan.workspace)
+            repo = ensure_repository(Path(plan.workspace), init=plan.init_workspace)
+            clear_stale_locks(repo, run_id)
+            start_work_branch(repo, plan.branch)
+            return repo, None
+        source = ensure_repository(Path(plan.source or plan.workspace), init=plan.init_workspace)
+        path = self.worktree_path(run_id)
+        self.store.check_workspace_free(run_id, str(path))
+        repo = add_worktree(source, path, plan.branch, carry_changes=plan.carry_changes)
+        clear_stale_locks(repo, run_id)
+        return repo, str(source.root.resolve())
+
     async def resume(self, run_id: str, build_plan: PlanBuilder) -> RunOutcome:
-        """Continue a paused or interrupted run from its events."""
+        """Continue a paused or interrupted run from its events (a run killed in its
+        start-up, before ``run_started``, has its start-up done again)."""
         try:
             note = self.store.acquire_lease(run_id, self.owner, seconds=self.lease_seconds)
+        except StoreBusy as exc:
+            return store_busy_outcome(run_id, RunState(), exc)
         except OperationalError as exc:
             if not is_storage_full(exc):
                 raise
@@ -259,14 +314,17 @@ class Runner:
             self.store.release_lease(run_id, self.owner)
             return run.outcome()
         if state.started is None:
+            record = self.store.get_run(run_id)
+            return await self._start_up(run_id, dict(record.params), build_plan)
+        try:
+            repo = self._reopen_workspace(run_id, state)
+        except MarathonError:
             self.store.release_lease(run_id, self.owner)
-            raise ConfigurationError(
-                f"run {run_id} never started (its workspace could not be prepared); start a "
-                "new run instead"
-            )
-        repo = GitRepo(Path(state.started.workspace))
+            raise
         try:
             run.emit(ev.RunResumed(owner=self.owner, note=note, from_checkpoint=checkpoint_seq))
+        except StoreBusy as exc:
+            return store_busy_outcome(run_id, run.state, exc)
         except OperationalError as exc:
             if not is_storage_full(exc):
                 raise
@@ -274,6 +332,39 @@ class Runner:
         outcome = await run.drive(repo)
         await notify_run_end(outcome, run.plan)
         return outcome
+
+    def _reopen_workspace(self, run_id: str, state: RunState) -> GitRepo:
+        """The workspace of a started run, with what a killed git left behind cleared (the
+        lease is ours: nothing else of this run can be writing). A run's own worktree that
+        is gone (removed by hand) is made again on its branch and put back to the last
+        snapshot."""
+        started = state.started
+        assert started is not None
+        root = Path(started.workspace)
+        if started.repository is not None and not (root / ".git").exists():
+            source = GitRepo(Path(started.repository))
+            if not source.is_repo():
+                raise ConfigurationError(
+                    f"run {run_id}'s worktree {root} and its repository {started.repository} "
+                    "are gone; the run cannot be resumed"
+                )
+            repo = add_worktree(source, root, started.branch, carry_changes=True, check=False)
+            clear_stale_locks(repo, run_id)
+            if state.snapshot:
+                restore_snapshot(repo, run_id, state.snapshot, state.head)
+            return repo
+        repo = GitRepo(root)
+        if repo.is_repo():
+            clear_stale_locks(repo, run_id)
+        return repo
+
+
+def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutcome:
+    """The database is locked by another process past the bound: like a full disk, nothing
+    can be recorded, so say so (stderr) and stop; the run resumes from its last event."""
+    reason = f"{exc}: `pilot resume {run_id}`"
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    return RunOutcome(run_id, "paused", f"{STORAGE_BUSY}: {reason}", state)
 
 
 class _Run:
@@ -424,26 +515,36 @@ class _Run:
             work_branch=self.plan.branch,
             base_commit=self.state.started.base_head if self.state.started else None,
             redact=self.plan.redact,
+            run_id=self.run_id,
         )
         private_dirs(runner.artifacts_dir(self.run_id))
         lease_lost = asyncio.Event()
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
         storage_full = False
+        busy: StoreBusy | None = None
+        loop = RunLoop(
+            self.plan,
+            self.state,
+            self.emit,
+            client,
+            executor,
+            GitWorkspace(repo, self.run_id, executor.take_written),
+            stop=stop,
+            server_counts=runner.server_counts(self.plan),
+        )
         try:
-            await self._resolve_model(client)
-            loop = RunLoop(
-                self.plan,
-                self.state,
-                self.emit,
-                client,
-                executor,
-                GitWorkspace(repo, self.run_id, executor.take_written),
-                stop=stop,
-                server_counts=runner.server_counts(self.plan),
-            )
-            await loop.run()
+            try:
+                # Waiting for the server before the first request: a stop pauses it at once.
+                await loop.stoppable(self._resolve_model(client))
+            except StopRequested:
+                loop.release_stop_waiter()
+                self.emit(ev.RunPaused(reason="stop requested (signal); resume to continue"))
+            else:
+                await loop.run()
             if self.cancel_requested and self.state.finished is None:
                 self.emit(ev.RunFinished(status="cancelled", reason="cancelled by the user"))
+        except StoreBusy as exc:
+            busy = exc  # nothing can be written, as with a full disk (below)
         except ServerUnavailable as exc:
             if self.state.finished is None:
                 self.emit(ev.RunPaused(reason=f"model server unavailable: {exc}"))
@@ -457,8 +558,10 @@ class _Run:
             # the lease of this dead process). The last committed event is where it resumes.
             storage_full = True
         finally:
-            if self.unsaved and not storage_full:
-                with contextlib.suppress(OperationalError):  # lost: the model is asked again
+            loop.release_stop_waiter()
+            if self.unsaved and not storage_full and busy is None:
+                # lost: the model is asked again
+                with contextlib.suppress(OperationalError, StoreBusy):
                     self.commit_held()
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -466,10 +569,13 @@ class _Run:
             release = getattr(client, "release", None)  # a routed run's hold on its endpoint
             if release is not None:
                 release()
-            if not lease_lost.is_set() and not storage_full:
-                self.store.release_lease(self.run_id, runner.owner)
+            if not lease_lost.is_set() and not storage_full and busy is None:
+                with contextlib.suppress(StoreBusy):  # a resume takes over a dead holder's
+                    self.store.release_lease(self.run_id, runner.owner)
         if storage_full:
             return storage_full_outcome(self.run_id, self.state)
+        if busy is not None:
+            return store_busy_outcome(self.run_id, self.state, busy)
         return self.outcome()
 
     async def _resolve_model(self, client: ModelClient) -> None:

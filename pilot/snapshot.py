@@ -16,12 +16,18 @@ cached subtrees; the commit and the ref are written in-process.
 Ignored files (build outputs, caches, virtualenvs) are neither snapshotted nor restored, and
 neither are untracked files over ``MAX_FILE_BYTES`` (a 20 GB dump a command wrote would be
 hashed into the repository): they are left as they are, and the snapshot's commit message
-names them.
+names them. A restore leaves them as the interrupted tool left them (README, "What a run
+guarantees").
+
+A run works in its own linked worktree (``add_worktree``) on its own branch, so the user's
+checkout is never touched; or, when its workflow says ``workspace.in_place``, in the user's
+checkout switched to the run's branch (``start_work_branch``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Collection
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot.errors import ConfigurationError
+from pilot.failpoints import kill_at
 from tools.gitcmd import SAFE_GIT_CONFIG
 
 AGENT_IDENTITY = {
@@ -75,6 +82,9 @@ class GitRepo:
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": os.devnull,
+            # No refresh of the checkout's index as a side effect (``git status`` rewrites it
+            # otherwise): the user's index stays byte for byte as it was.
+            "GIT_OPTIONAL_LOCKS": "0",
         }
         for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
             env.pop(name, None)
@@ -135,6 +145,12 @@ class GitRepo:
 
             handle = self._cache["lib"] = pygit2.Repository(str(self.root))
         return handle
+
+    @property
+    def common_dir(self) -> Path:
+        """The repository's shared git directory (a linked worktree's ``git_dir`` is not)."""
+        path = Path(self.git("rev-parse", "--git-common-dir"))
+        return path if path.is_absolute() else (self.root / path).resolve()
 
     def is_repo(self) -> bool:
         return (
@@ -218,6 +234,139 @@ def start_work_branch(repo: GitRepo, branch: str) -> str | None:
         else:
             repo.git("switch", "-q", "-c", branch)
     return repo.head()
+
+
+def uncommitted_changes(repo: GitRepo) -> list[str]:
+    """What ``git status`` lists in the checkout (changed, staged, untracked; ignored files
+    are not listed), read without refreshing its index."""
+    out = repo.git("status", "--porcelain", "-z", "--untracked-files=normal")
+    return [entry[3:] for entry in out.split("\0") if len(entry) > 3 and entry[2] == " "]
+
+
+def refuse_uncommitted(source: GitRepo, changes: list[str] | None = None) -> None:
+    """A run in its own worktree starts from the checkout's last commit: uncommitted changes
+    there would be silently left out, so they are refused with what they are."""
+    changes = uncommitted_changes(source) if changes is None else changes
+    if not changes:
+        return
+    listed = ", ".join(changes[:5]) + (f" and {len(changes) - 5} more" if changes[5:] else "")
+    raise ConfigurationError(
+        f"the checkout {source.root} has uncommitted changes ({listed}); the run works in "
+        "its own worktree from the last commit and would not see them. Commit or stash "
+        "them, or set `workspace.carry_changes: true` in the workflow to copy them into "
+        "the run's worktree"
+    )
+
+
+def _empty_root_commit(repo: GitRepo) -> str:
+    """A commit of the empty tree, on no branch: the start of a run in a repository without
+    commits, so that the user's unborn branch stays unborn."""
+    tree = repo.git("hash-object", "-t", "tree", "-w", "--stdin")
+    return repo.git("commit-tree", tree, "-m", "Initial commit (marathon)")
+
+
+def _worktree_admin_dirs(source: GitRepo, path: Path) -> list[Path]:
+    """The repository's records (``.git/worktrees/<name>``) of a worktree at ``path``."""
+    found = []
+    folder = source.common_dir / "worktrees"
+    if not folder.is_dir():
+        return found
+    target = str(path / ".git")
+    for admin in folder.iterdir():
+        try:
+            gitdir = (admin / "gitdir").read_text().strip()
+        except OSError:
+            continue
+        if gitdir == target or os.path.realpath(gitdir) == os.path.realpath(target):
+            found.append(admin)
+    return found
+
+
+def _worktree_complete(source: GitRepo, path: Path, branch: str) -> bool:
+    admins = _worktree_admin_dirs(source, path)
+    if len(admins) != 1 or (admins[0] / "locked").exists() or not (path / ".git").is_file():
+        return False  # git keeps "locked" until the checkout is done: a kill left it half-made
+    repo = GitRepo(path)
+    return repo.current_branch() == branch and bool(
+        repo.git("rev-parse", "--verify", "-q", "HEAD", check=False)
+    )
+
+
+def add_worktree(
+    source: GitRepo, path: Path, branch: str, *, carry_changes: bool, check: bool = True
+) -> GitRepo:
+    """The run's own worktree at ``path`` on ``branch`` (created from the checkout's HEAD).
+
+    Idempotent, so that a start-up killed anywhere is simply done again on resume: a
+    complete worktree is kept, a half-made one (a kill inside ``git worktree add``) is
+    removed and made again. Uncommitted changes in the user's checkout are refused unless
+    ``carry_changes``: then they are copied into the worktree (uncommitted there too),
+    read through a private index, so the checkout's own index is never written.
+    ``check=False`` (a run's worktree made again on resume) neither looks at nor copies them.
+    """
+    changes = uncommitted_changes(source) if check else []
+    if changes and not carry_changes:
+        refuse_uncommitted(source, changes)
+    if not _worktree_complete(source, path, branch):
+        for admin in _worktree_admin_dirs(source, path):
+            shutil.rmtree(admin, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        exists = source.git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False)
+        kill_at("worktree_add")
+        if exists:
+            source.git("worktree", "add", "-q", str(path), branch)
+        else:
+            start = source.head() or _empty_root_commit(source)
+            source.git("worktree", "add", "-q", "-b", branch, str(path), start)
+        kill_at("worktree_added")
+    repo = GitRepo(path)
+    if changes and carry_changes:
+        _carry_changes(source, repo)
+    return repo
+
+
+def _carry_changes(source: GitRepo, repo: GitRepo) -> None:
+    """Make the worktree's files those of the checkout (tracked changes, deletions and
+    untracked files; not ignored ones), leaving both real indexes alone."""
+    scratch = repo.git_dir / "marathon" / "carry.index"
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    source.git("read-tree", "HEAD", index_file=scratch)
+    source.git("add", "-A", ".", index_file=scratch)
+    tree = source.git("write-tree", index_file=scratch)
+    repo.git("read-tree", "HEAD", index_file=scratch)
+    repo.git("read-tree", "--reset", "-u", tree, index_file=scratch)
+    scratch.unlink(missing_ok=True)
+
+
+def remove_worktree(source: GitRepo, path: Path) -> bool:
+    """Remove a run's worktree (its files and the repository's record of it); the branch
+    stays. True when there was one."""
+    admins = _worktree_admin_dirs(source, path)
+    found = bool(admins) or path.exists()
+    for admin in admins:
+        shutil.rmtree(admin, ignore_errors=True)
+    shutil.rmtree(path, ignore_errors=True)
+    return found
+
+
+def clear_stale_locks(repo: GitRepo, run_id: str) -> list[Path]:
+    """Lock files a killed git left in what only this run uses: its private snapshot index
+    and ref and, for a run's own worktree, the worktree's index. Call only while holding the
+    run's lease (nothing else of ours can be writing them). Returns what was removed."""
+    git_dir = repo.git_dir
+    candidates = [
+        git_dir / "marathon" / f"{run_id}.index.lock",
+        repo.common_dir / f"{snapshot_ref(run_id)}.lock",
+    ]
+    if git_dir != repo.common_dir:  # a linked worktree: its index is the run's own
+        candidates.append(git_dir / "index.lock")
+    removed = []
+    for lock in candidates:
+        if lock.exists():
+            lock.unlink(missing_ok=True)
+            removed.append(lock)
+    return removed
 
 
 def snapshot_ref(run_id: str) -> str:
@@ -307,6 +456,7 @@ def _commit(repo: GitRepo, run_id: str, tree: Any, message: str) -> str:
     change), written in-process."""
     import pygit2
 
+    kill_at("snapshot_mid")
     lib = repo.lib()
     ref = snapshot_ref(run_id)
     existing = lib.references.get(ref)

@@ -35,6 +35,7 @@ from pilot.events import (
     ToolFinished,
     ToolStarted,
     WorkspaceRestored,
+    WorkspaceSnapshot,
 )
 from pilot.images import ImageRef, image_message, prompt_content
 from pilot.progress import FeedbackObs, ProgressLimits, ProgressTracker, Verdict
@@ -97,6 +98,12 @@ class RunState:
     """A tool that was started and not finished: it may have partly run."""
     snapshot: str | None = None
     head: str | None = None
+    snapshot_due: str | None = None
+    """A mutating tool's or a check's result is recorded, its workspace snapshot is not yet
+    (the call id, or ``check-<phase>-<attempt>``): the loop takes it before anything else."""
+    _held_call: tuple[str, str, str] | None = None
+    """That tool's (name, arguments, output), observed by the progress tracker with its
+    snapshot."""
     finished: RunFinished | None = None
     paused: bool = False
     active_seconds: float = 0.0
@@ -187,17 +194,25 @@ class RunState:
             case ToolStarted():
                 self.started_call = ev
             case ToolFinished():
+                started = self.started_call
                 self.started_call = None
                 called = next((c for c in self.pending_calls if c.id == ev.call_id), None)
                 self.pending_calls = [c for c in self.pending_calls if c.id != ev.call_id]
-                if self.phase is not None:
+                arguments = called.arguments if called else ""
+                snapshot_due = (
+                    ev.snapshot is None
+                    and ev.executed
+                    and started is not None
+                    and started.mutates
+                    and started.call_id == ev.call_id
+                )
+                if snapshot_due:
+                    self.snapshot_due = ev.call_id
+                    self._held_call = (ev.name, arguments, ev.output)
+                elif self.phase is not None:
                     self._verdict(
                         self.phase.tracker.observe_call(
-                            ev.name,
-                            called.arguments if called else "",
-                            ev.output,
-                            ev.snapshot is not None,
-                            ev.snapshot,
+                            ev.name, arguments, ev.output, ev.snapshot is not None, ev.snapshot
                         )
                     )
                 self.messages.append(
@@ -216,11 +231,23 @@ class RunState:
                 if ev.name == "finish" and not ev.is_error and self.phase is not None:
                     self.phase.finish_called = True
                     self.phase.finish_summary = _finish_summary(self, ev.call_id)
+            case WorkspaceSnapshot():
+                self.snapshot = ev.snapshot
+                self.head = ev.head or self.head
+                self.snapshot_due = None
+                held, self._held_call = self._held_call, None
+                if held is not None and self.phase is not None:
+                    name, arguments, output = held
+                    self._verdict(
+                        self.phase.tracker.observe_call(name, arguments, output, True, ev.snapshot)
+                    )
             case CheckStarted():
                 if self.phase is not None:
                     self.phase.check_in_flight = ev
             case CheckFinished():
-                if ev.snapshot:
+                if ev.snapshot is None:
+                    self.snapshot_due = f"check-{ev.phase}-{ev.attempt}"
+                else:
                     self.snapshot = ev.snapshot
                 if ev.head:
                     self.head = ev.head

@@ -9,15 +9,18 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import socket
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -44,10 +47,45 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from brain.dbrace import retry_schema_race
-from pilot.errors import AmbiguousRunId, ConfigurationError, LeaseHeld, RunNotFound
+from pilot.errors import (
+    AmbiguousRunId,
+    ConfigurationError,
+    LeaseHeld,
+    MarathonError,
+    RunNotFound,
+)
 from pilot.events import Event, RunFinished, event_from_json, event_to_json
 from pilot.private_files import private_file
 from pilot.sqlite_append import SqliteAppender
+
+SQLITE_BUSY_MS = 250
+"""How long one SQLite statement waits for a lock inside SQLite (``busy_timeout``); past it
+the store waits in Python (``EventStore.lock_wait``), where a stop request is seen."""
+DEFAULT_LOCK_WAIT = 600.0
+"""Seconds a write waits out a database locked by another process before giving up
+(``$MARATHON_DB_LOCK_WAIT`` overrides it)."""
+
+
+class StoreBusy(MarathonError):
+    """The database stayed locked by another process past the bound (or a stop was asked for
+    while waiting): nothing can be recorded, so the run stops where its last committed event
+    left it, and resumes from there."""
+
+
+def is_locked(error: BaseException) -> bool:
+    text = str(error).lower()
+    return isinstance(error, OperationalError) and ("locked" in text or "busy" in text)
+
+
+def lock_wait_from_env() -> float:
+    value = os.environ.get("MARATHON_DB_LOCK_WAIT", "")
+    try:
+        return max(0.0, float(value)) if value else DEFAULT_LOCK_WAIT
+    except ValueError:
+        raise ConfigurationError(
+            f"MARATHON_DB_LOCK_WAIT={value!r} is not a number of seconds; set it to e.g. 600"
+        ) from None
+
 
 SCHEMA_VERSION = 2
 SQLITE_PAGE_SIZE = 16384
@@ -242,6 +280,39 @@ def _owner_is_dead_local_process(owner: str) -> bool:
         return False
 
 
+def lease_holder_gone(record: RunRecord, now: datetime | None = None) -> bool:
+    """A live-looking run (running, cancelling) whose driver is not there: no lease, an
+    expired one, or one held by a process of this host that no longer exists."""
+    if record.status not in ("running", "cancelling"):
+        return False
+    owner, expires = record.lease_owner, record.lease_expires_at
+    if not owner or expires is None or expires <= (now or utcnow()):
+        return True
+    return _owner_is_dead_local_process(owner)
+
+
+def shown_status(record: RunRecord) -> str:
+    """The status the views show: ``interrupted`` for a run whose driver died (``pilot
+    resume`` continues it), else the stored one."""
+    return "interrupted" if lease_holder_gone(record) else record.status
+
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _waits_out_locks(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """A write of the store that waits out another process's lock (``wait_out_locks``)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        store = args[0]
+        assert isinstance(store, EventStore)
+        return store.wait_out_locks(lambda: method(*args, **kwargs))
+
+    return wrapper
+
+
 def new_run_id() -> str:
     return secrets.token_hex(4)
 
@@ -254,6 +325,10 @@ class EventStore:
         if self.url.startswith("sqlite:///") and not self.url.startswith("sqlite:///:memory:"):
             private_file(Path(self.url.removeprefix("sqlite:///")).expanduser())
         self.durability = durability
+        self.lock_wait = lock_wait_from_env()
+        """Seconds a write waits out a lock held by another process (then ``StoreBusy``)."""
+        self.interrupt = threading.Event()
+        """Set (from a signal handler) to stop waiting for a lock at once."""
         self.engine = self._make_engine()
         self._migrate()
         self._sqlite_appender = (
@@ -268,7 +343,7 @@ class EventStore:
 
     def _make_engine(self) -> Engine:
         if self.url.startswith("sqlite"):
-            engine = create_engine(self.url, connect_args={"timeout": 30})
+            engine = create_engine(self.url, connect_args={"timeout": SQLITE_BUSY_MS / 1000})
             synchronous = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}[self.durability]
 
             @event.listens_for(engine, "connect")
@@ -281,11 +356,41 @@ class EventStore:
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.execute(f"PRAGMA synchronous={synchronous}")
                 cursor.execute("PRAGMA foreign_keys=ON")
-                cursor.execute("PRAGMA busy_timeout=30000")
+                cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
                 cursor.close()
 
             return engine
         return create_engine(self.url, pool_pre_ping=True)
+
+    def wait_out_locks(self, write: Callable[[], _T]) -> _T:
+        """``write()``, tried again with backoff while another process holds the database
+        locked, for ``lock_wait`` seconds at most; a stop (``interrupt``) ends the wait at
+        once. Both end in ``StoreBusy``, never in a traceback. A failed write rolled back, so
+        trying it again cannot write twice."""
+        deadline: float | None = None
+        delay = 0.02
+        while True:
+            try:
+                return write()
+            except OperationalError as exc:
+                if not is_locked(exc):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.lock_wait
+                if self.interrupt.is_set():
+                    raise StoreBusy(
+                        "stopped while the database was locked by another process; "
+                        "resume once it is free"
+                    ) from None
+                if now >= deadline:
+                    raise StoreBusy(
+                        f"the database {self.url} stayed locked by another process for "
+                        f"{self.lock_wait:.0f} s (set MARATHON_DB_LOCK_WAIT to wait longer); "
+                        "find what holds it (e.g. `fuser` on the file), then resume"
+                    ) from None
+                self.interrupt.wait(min(delay, deadline - now))
+                delay = min(delay * 2, 1.0)
 
     def _migrate(self) -> None:
         """Create the schema, then migrate forward from whatever version the file has.
@@ -317,6 +422,7 @@ class EventStore:
 
     # -- runs ---------------------------------------------------------------------------------
 
+    @_waits_out_locks
     def create_run(
         self,
         *,
@@ -390,6 +496,7 @@ class EventStore:
         with Session(self.engine) as session:
             return _records(session, query)
 
+    @_waits_out_locks
     def set_status(self, run_id: str, status: str, reason: str = "") -> None:
         with self.engine.begin() as conn:
             conn.execute(
@@ -398,14 +505,17 @@ class EventStore:
                 .values(status=status, status_reason=reason, updated_at=utcnow())
             )
 
+    @_waits_out_locks
     def set_workspace(self, run_id: str, workspace: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(RunRow).where(RunRow.id == run_id).values(workspace=workspace))
 
+    @_waits_out_locks
     def set_params(self, run_id: str, params: dict[str, Any]) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(RunRow).where(RunRow.id == run_id).values(params=params))
 
+    @_waits_out_locks
     def check_workspace_free(self, run_id: str, workspace: str) -> None:
         """Two live runs never share a workspace: claim it for ``run_id`` or refuse."""
         path = str(Path(workspace).resolve())
@@ -511,6 +621,7 @@ class EventStore:
         """
         self.append_many(run_id, [(seq, ev, None)], totals=totals)
 
+    @_waits_out_locks
     def append_many(
         self,
         run_id: str,
@@ -567,6 +678,7 @@ class EventStore:
 
     # -- leases -------------------------------------------------------------------------------
 
+    @_waits_out_locks
     def acquire_lease(self, run_id: str, owner: str, *, seconds: float = 60.0) -> str:
         """Take the run's lease, or raise LeaseHeld. Returns a note when a stale lease was taken.
 
@@ -605,6 +717,7 @@ class EventStore:
                 raise LeaseHeld(run_id, fresh.lease_owner or "?", fresh.lease_expires_at)
         return note
 
+    @_waits_out_locks
     def renew_lease(self, run_id: str, owner: str, *, seconds: float = 60.0) -> bool:
         with self.engine.begin() as conn:
             result = conn.execute(
@@ -614,6 +727,7 @@ class EventStore:
             )
             return result.rowcount == 1
 
+    @_waits_out_locks
     def release_lease(self, run_id: str, owner: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(

@@ -91,6 +91,8 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             text.append(f"image {verb}: {_short(event.error, width - 40)}", style="yellow")
         case ev.ServerBack():
             text.append(f"server back after {event.waited_s:.1f}s", style="green")
+        case ev.WorkspaceSnapshot():
+            text.append(f"  snapshot {event.snapshot[:10]}", style="dim")
         case ev.WorkspaceRestored():
             text.append(f"workspace restored to {event.snapshot[:10]}: {event.reason}", "yellow")
         case ev.RunPaused():

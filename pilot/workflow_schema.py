@@ -448,6 +448,17 @@ class WorkspaceSettings(_Strict):
         "marathon/run-{{ run.id }}",
         description="The run's work branch (Jinja); your checked-out branch is never touched.",
     )
+    in_place: bool = Field(
+        False,
+        description="Work in the checkout itself, switched to the run's branch (uncommitted "
+        "changes come along), instead of in the run's own git worktree under the state "
+        "directory; one run at a time per checkout.",
+    )
+    carry_changes: bool = Field(
+        False,
+        description="Copy the checkout's uncommitted changes into the run's worktree (without "
+        "it a checkout with uncommitted changes is refused).",
+    )
 
     @field_validator("path", "branch")
     @classmethod

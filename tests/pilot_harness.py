@@ -111,6 +111,13 @@ def final_state(db: Path, run_id: str) -> RunState:
     return fold(EventStore(f"sqlite:///{db}").load_events(run_id))
 
 
+def run_workspace(db: Path, run_id: str) -> Path:
+    """Where the run works: its own worktree (the user's checkout is never changed)."""
+    state = final_state(db, run_id)
+    assert state.started is not None, "the run has not started"
+    return Path(state.started.workspace)
+
+
 def transcript(state: RunState) -> list[dict[str, Any]]:
     """The conversation with what differs between two equal runs normalised (call ids, commit
     hashes, the run id): the chaos harness's comparison, so tests and bench judge alike."""

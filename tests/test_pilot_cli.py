@@ -10,7 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from pilot_harness import call, make_repo, pilot_cmd, write_script, write_workflow
+from pilot_harness import (
+    call,
+    make_repo,
+    pilot_cmd,
+    run_workspace,
+    write_script,
+    write_workflow,
+)
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
@@ -103,7 +110,7 @@ def start_until_a_tool_runs(
 
 
 def test_sigterm_pauses_cleanly_and_resume_finishes(tmp_path: Path, slow_run) -> None:
-    _workflow, repo, db = slow_run
+    _workflow, _repo, db = slow_run
     proc, run_id = start_until_a_tool_runs(tmp_path, slow_run, capture=True)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
@@ -121,7 +128,7 @@ def test_sigterm_pauses_cleanly_and_resume_finishes(tmp_path: Path, slow_run) ->
     done = pilot(tmp_path, "resume", run_id[:5], "--db", f"sqlite:///{db}")
     assert done.returncode == 0, done.stderr
     assert store.get_run(run_id).status == "succeeded"
-    assert (repo / "log.txt").read_text().split() == [str(i) for i in range(6)]
+    assert (run_workspace(db, run_id) / "log.txt").read_text().split() == [str(i) for i in range(6)]
 
     listing = pilot(tmp_path, "runs", "--db", f"sqlite:///{db}")
     assert run_id in listing.stdout and "succeeded" in listing.stdout
@@ -133,7 +140,7 @@ def test_sigterm_pauses_cleanly_and_resume_finishes(tmp_path: Path, slow_run) ->
 
 
 def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path: Path, slow_run) -> None:
-    _workflow, repo, db = slow_run
+    _workflow, _repo, db = slow_run
     proc, run_id = start_until_a_tool_runs(tmp_path, slow_run)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
@@ -154,7 +161,7 @@ def test_two_concurrent_resumes_exactly_one_proceeds(tmp_path: Path, slow_run) -
     assert "is being executed by" in refused
     events = EventStore(f"sqlite:///{db}").load_events(run_id)
     assert sum(e.type == "run_resumed" for e in events) == 1
-    assert (repo / "log.txt").read_text().split() == [str(i) for i in range(6)]
+    assert (run_workspace(db, run_id) / "log.txt").read_text().split() == [str(i) for i in range(6)]
 
 
 def test_cancel_a_paused_run(tmp_path: Path, slow_run) -> None:

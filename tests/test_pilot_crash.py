@@ -22,6 +22,7 @@ from pilot_harness import (
     final_state,
     make_repo,
     pilot_cmd,
+    run_workspace,
     transcript,
     tree_hash,
     write_script,
@@ -165,8 +166,9 @@ def test_sigkill_at_every_event_boundary_then_resume_equals_uninterrupted_run(
     resumed = final_state(db_k, run_id)
     assert resumed.finished.status == "succeeded"
     assert transcript(resumed) == transcript(clean)
-    assert tree_hash(repo_k) == tree_hash(repo)
-    ledger = (repo_k / "ledger.txt").read_text().splitlines()
+    work, work_k = run_workspace(db, only_run_id(db)), run_workspace(db_k, run_id)
+    assert tree_hash(work_k) == tree_hash(work)
+    ledger = (work_k / "ledger.txt").read_text().splitlines()
     assert ledger == sim.ledger, "no side effect twice"
     # Every kind of boundary was hit, including between tool_started and tool_finished. An
     # assistant message with calls is committed with its first tool_started, so no kill
@@ -233,11 +235,12 @@ def test_sigkill_inside_a_running_tool_restores_the_workspace_and_runs_it_once(
             assert time.monotonic() < deadline, "the tool never started"
             assert proc.poll() is None
             time.sleep(0.05)
-        assert (repo / "side.txt").read_text() == "before\n"
+        run_id = only_run_id(db)
+        work = run_workspace(db, run_id)
+        assert (work / "side.txt").read_text() == "before\n"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         time.sleep(0.3)  # the orphaned command must be gone (it dies with its parent)
-        run_id = only_run_id(db)
         events = EventStore(f"sqlite:///{db}").load_events(run_id)
         assert events[-1].type == "tool_started"
         hold.unlink()  # the re-run of the command will not wait
@@ -252,7 +255,7 @@ def test_sigkill_inside_a_running_tool_restores_the_workspace_and_runs_it_once(
     state = final_state(db, run_id)
     types = [e.type for e in EventStore(f"sqlite:///{db}").load_events(run_id)]
     assert "workspace_restored" in types
-    assert (repo / "side.txt").read_text() == "before\nafter\n", "partial effect undone, then once"
+    assert (work / "side.txt").read_text() == "before\nafter\n", "partial effect undone, then once"
     assert state.finished.status == "succeeded"
     results = [m for m in state.messages if m["role"] == "tool"]
     assert len(results) == 3, "the model sees exactly one result per call"

@@ -72,10 +72,13 @@ def test_multi_phase_run_succeeds_and_changes_the_workspace_on_its_branch(
     state = outcome.state
     assert [p.outcome for p in state.phases_done] == ["succeeded", "succeeded"]
     assert [p.summary for p in state.phases_done] == ["app.py holds VALUE", "bumped"]
-    assert (repo / "app.py").read_text() == "VALUE = 2\n"
-    assert (repo / "notes" / "done.txt").read_text() == "ok\n"
+    work = Path(state.started.workspace)
+    assert work != repo and state.started.repository == str(repo.resolve())
+    assert (work / "app.py").read_text() == "VALUE = 2\n"
+    assert (work / "notes" / "done.txt").read_text() == "ok\n"
+    assert (repo / "app.py").read_text() == "VALUE = 1\n", "the user's checkout is untouched"
     branch = subprocess.run(
-        ["git", "branch", "--show-current"], cwd=repo, capture_output=True, text=True
+        ["git", "branch", "--show-current"], cwd=work, capture_output=True, text=True
     ).stdout.strip()
     assert branch == state.started.branch
     main_file = subprocess.run(
@@ -254,7 +257,7 @@ def test_length_cut_tool_call_is_not_executed(tmp_path: Path, repo: Path) -> Non
         )
         outcome = run_in_process(workflow, repo, tmp_path / "m.db")
     assert outcome.status == "succeeded"
-    assert not (repo / "big.txt").exists()
+    assert not (Path(outcome.state.started.workspace) / "big.txt").exists()
     first = next(
         e for e in events_of(tmp_path / "m.db", outcome.run_id) if e.type == "tool_finished"
     )

@@ -394,14 +394,14 @@ def test_pages_kept_for_the_model_never_follow_a_link_the_agent_planted(tmp_path
     (repo / ".marathon").symlink_to(outside)
     assert executor().keep_full_output("c1", text) is None
     (repo / ".marathon").unlink()
-    exclude = repo / ".git" / "info" / "exclude"
-    exclude.unlink(missing_ok=True)
-    exclude.symlink_to(victim)
+    ignore = repo / ".marathon" / ".gitignore"  # what makes git ignore the pages
+    ignore.parent.mkdir()
+    ignore.symlink_to(victim)
     assert executor().keep_full_output("c1", text) is None
     assert victim.read_text() == "original\n" and sorted(p.name for p in outside.iterdir()) == [
         "bashrc"
     ]
-    exclude.unlink()
+    ignore.unlink()
     kept = executor().keep_full_output("c1", text)
     assert kept == ".marathon/outputs/c1.txt"
     assert SECRETS["github"] not in (repo / kept).read_text(), "a page is redacted"

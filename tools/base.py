@@ -76,6 +76,7 @@ class ToolContext:
     work_branch: str | None = None
     call_id: str | None = None
     base_commit: str | None = None  # the commit the run started from (git_diff since_start)
+    run_id: str | None = None  # with call_id, the idempotency key commands get (MARATHON_CALL_ID)
 
     def tool_settings(self, tool_name: str) -> dict:
         """The workflow's settings for one tool (empty when none were given)."""

@@ -358,6 +358,18 @@ class CommandResult:
     sandboxed: bool
 
 
+def call_env(ctx: ToolContext) -> dict[str, str]:
+    """The call's identity for the command: ``MARATHON_CALL_ID`` is the same when a call
+    interrupted by a crash is run again after the resume, so a command can make its effects
+    outside the workspace idempotent with it (``<run id>:<call id>``, unique across runs)."""
+    env: dict[str, str] = {}
+    if ctx.run_id:
+        env["MARATHON_RUN_ID"] = ctx.run_id
+    if ctx.call_id:
+        env["MARATHON_CALL_ID"] = f"{ctx.run_id}:{ctx.call_id}" if ctx.run_id else ctx.call_id
+    return env
+
+
 def run_command(
     command: str, ctx: ToolContext, *, timeout: float, settings: dict | None = None
 ) -> CommandResult:
@@ -382,6 +394,7 @@ def run_command(
             raise ToolError(str(exc)) from None
         home = SANDBOX_HOME if sandboxed else str(private_tmp)
         env = command_env(ctx.env_allowlist, home=home, tmpdir=home)
+        env.update(call_env(ctx))
         capture = OutputCapture(
             open_spill=lambda: ctx.artifact_path("run"),
             max_file_bytes=int(settings.get("max_artifact_bytes", 256 * 1024 * 1024)),
