@@ -332,6 +332,11 @@ def transcript(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def workspace_of(state: Any) -> Path:
+    """Where a run worked (its own worktree; the checkout it came from is never changed)."""
+    return Path(state.started.workspace)
+
+
 def tree_hash(repo: Path) -> str:
     """A hash of every non-ignored file's path and bytes in the working tree."""
     listed = subprocess.run(

@@ -29,6 +29,7 @@ from chaos_common import (
     run_id_of,
     run_pilot,
     tree_hash,
+    workspace_of,
     write_script,
     write_workflow,
 )
@@ -92,6 +93,7 @@ def _measure(
     name: str, spec: str, db: Path, repo: Path, steps: int, clean_tree: str, code: int, t0: float
 ) -> FaultResult:
     events, state = load_run(db, run_id_of(db))
+    repo = workspace_of(state) if state.started else repo
     ledger = (repo / "ledger.txt").read_text()
     completed = code == 0 and state.finished is not None and state.finished.status == "succeeded"
     repaired = sum(1 for e in events if e.type == "assistant_message" and e.repairs)
@@ -215,7 +217,7 @@ def fault_matrix(
         t0 = time.monotonic()
         root = _one_run(base, "clean", sim.openai_base_url, steps, 60)
         code = _drive(root)
-        clean_tree = tree_hash(root / "repo")
+        clean_tree = tree_hash(workspace_of(load_run(root / "m.db", run_id_of(root / "m.db"))[1]))
         results.append(
             _measure(
                 "none (clean run)", "-", root / "m.db", root / "repo", steps, clean_tree, code, t0

@@ -45,6 +45,7 @@ from chaos_common import (
     run_pilot,
     transcript,
     tree_hash,
+    workspace_of,
     write_workflow,
 )
 
@@ -123,7 +124,7 @@ def reference_run(servers: Servers, steps: int, base: Path) -> Reference:
         if done.returncode != 0:
             raise RuntimeError(f"the uninterrupted {name} run failed: {done.stderr[-2000:]}")
         events, state = load_run(db, run_id_of(db))
-        runs[name] = (repo, events, state)
+        runs[name] = (workspace_of(state), events, state)
     repo, events, state = runs["fast"]
     _srepo, slow_events, slow_state = runs["slow"]
     windows = [(b.at - a.at).total_seconds() for a, b in itertools.pairwise(slow_events)]
@@ -233,8 +234,9 @@ def run_case(case: KillCase, ref: Reference, servers: Servers, base: Path) -> Ki
         if not result.completed:
             result.error = (resumed.stderr or "")[-400:]
         result.transcript_equal = transcript(state.messages) == ref.transcript
-        result.tree_equal = tree_hash(repo) == ref.tree
-        ledger = (repo / "ledger.txt").read_text()
+        work = workspace_of(state) if state.started else repo
+        result.tree_equal = tree_hash(work) == ref.tree
+        ledger = (work / "ledger.txt").read_text()
         result.duplicates = duplicated_lines(ledger)
         result.ledger_complete = ledger.splitlines() == ledger_expected(ref.steps)
         result.integrity = integrity_ok(db)

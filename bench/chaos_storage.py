@@ -42,6 +42,7 @@ from chaos_common import (
     run_pilot,
     transcript,
     tree_hash,
+    workspace_of,
     write_workflow,
 )
 
@@ -155,10 +156,11 @@ def disk_full(base: Path, endpoint: str, steps: int, clean: tuple) -> StorageRes
         resumed = run_pilot(["resume", run_id], db, timeout=300)
         _events, state = load_run(db, run_id)
         integrity = integrity_ok(db)
-        ledger = (repo / "ledger.txt").read_text()
+        work = workspace_of(state) if state.started else repo
+        ledger = (work / "ledger.txt").read_text()
         same = (
             transcript(state.messages) == clean[0]
-            and tree_hash(repo) == clean[1]
+            and tree_hash(work) == clean[1]
             and duplicated_lines(ledger) == 0
             and ledger.splitlines() == ledger_expected(steps)
         )
@@ -232,7 +234,7 @@ def locked_database(base: Path, endpoint: str, steps: int, hold: float) -> Stora
     run_id = run_id_of(db)
     events, state = load_run(db, run_id)
     integrity = integrity_ok(db)
-    ledger = (repo / "ledger.txt").read_text()
+    ledger = ((workspace_of(state) if state.started else repo) / "ledger.txt").read_text()
     after = 0
     gap = 0.0
     if window is not None:
@@ -275,7 +277,7 @@ def storage_faults(
         db = root / "m.db"
         run_pilot(["run", str(workflow), "--param", f"repo={repo}"], db)
         _e, state = load_run(db, run_id_of(db))
-        clean = (transcript(state.messages), tree_hash(repo))
+        clean = (transcript(state.messages), tree_hash(workspace_of(state)))
         results = [disk_full(base, endpoint, steps, clean)]
         hold = hold or (2.0 if quick else 5.0)
         results.append(locked_database(base, endpoint, steps, hold))

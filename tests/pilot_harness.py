@@ -60,6 +60,7 @@ def write_workflow(
     tools: list[Any] | None = None,
     limits: dict[str, Any] | None = None,
     model: dict[str, Any] | None = None,
+    workspace: dict[str, Any] | None = None,
 ) -> Path:
     data: dict[str, Any] = {
         "name": "test-flow",
@@ -71,7 +72,7 @@ def write_workflow(
             "idle_timeout": 5,
             **(model or {}),
         },
-        "workspace": {"path": "{{ params.repo }}"},
+        "workspace": {"path": "{{ params.repo }}", **(workspace or {})},
         "tools": tools
         or ["read_file", "write_file", "edit_file", "run", "git_commit", "git_diff", "finish"],
         "sandbox": "none",
@@ -116,6 +117,17 @@ def run_workspace(db: Path, run_id: str) -> Path:
     state = final_state(db, run_id)
     assert state.started is not None, "the run has not started"
     return Path(state.started.workspace)
+
+
+def worktree_of(store: EventStore, repo: Path) -> Path:
+    """The workspace of the one run made from the checkout ``repo`` (its own worktree)."""
+    found = []
+    for record in store.list_runs(limit=1000):
+        started = fold(store.load_events(record.id)).started
+        if started is not None and started.repository == str(repo.resolve()):
+            found.append(Path(started.workspace))
+    assert len(found) == 1, f"{len(found)} runs from {repo}"
+    return found[0]
 
 
 def transcript(state: RunState) -> list[dict[str, Any]]:

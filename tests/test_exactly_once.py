@@ -101,8 +101,14 @@ def only_run(world: dict) -> str:
 
 
 def start(world: dict, failpoint: str | None = None) -> subprocess.CompletedProcess:
-    return pilot(world, "run", str(world["workflow"]), "--param", f"repo={world['repo']}",
-                 failpoint=failpoint)  # fmt: skip
+    return pilot(
+        world,
+        "run",
+        str(world["workflow"]),
+        "--param",
+        f"repo={world['repo']}",
+        failpoint=failpoint,
+    )
 
 
 def checkout_facts(repo: Path) -> dict:
@@ -265,8 +271,10 @@ def test_uncommitted_changes_are_refused_or_carried(world: dict, tmp_path: Path)
     assert "Traceback" not in refused.stderr
     assert checkout_facts(repo) == before
 
-    text = world["workflow"].read_text().replace(
-        "path: '{{ params.repo }}'", "path: '{{ params.repo }}'\n  carry_changes: true"
+    text = (
+        world["workflow"]
+        .read_text()
+        .replace("path: '{{ params.repo }}'", "path: '{{ params.repo }}'\n  carry_changes: true")
     )
     assert "carry_changes" in text
     world["workflow"].write_text(text)
@@ -329,8 +337,9 @@ def test_sigterm_while_waiting_for_the_server_pauses_at_once(world: dict) -> Non
     env = {**os.environ, **GIT_ENV, "MARATHON_HOME": str(tmp / "home")}
     db = tmp / "m.db"
     proc = subprocess.Popen(
-        pilot_cmd("run", str(workflow), "--param", f"repo={world['repo']}", "--db",
-                  f"sqlite:///{db}"),  # fmt: skip
+        pilot_cmd(
+            "run", str(workflow), "--param", f"repo={world['repo']}", "--db", f"sqlite:///{db}"
+        ),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -372,9 +381,15 @@ def test_resume_talks_to_the_endpoint_the_run_was_started_with(world: dict) -> N
     )
     url = world["sim"].openai_base_url
     killed = pilot(
-        world, "run", str(workflow), "--param", f"repo={world['repo']}", "--endpoint", url,
+        world,
+        "run",
+        str(workflow),
+        "--param",
+        f"repo={world['repo']}",
+        "--endpoint",
+        url,
         failpoint="kill_at=tool_returned:2",
-    )  # fmt: skip
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     run_id = only_run(world)
     done = pilot(world, "resume", run_id, "--json")
@@ -436,8 +451,9 @@ def test_a_database_locked_by_another_process_pauses_without_a_traceback(world: 
             "MARATHON_DB_LOCK_WAIT": "2",
         }
         proc = subprocess.Popen(
-            pilot_cmd("run", str(workflow), "--param", f"repo={world['repo']}", "--db",
-                      f"sqlite:///{db}"),  # fmt: skip
+            pilot_cmd(
+                "run", str(workflow), "--param", f"repo={world['repo']}", "--db", f"sqlite:///{db}"
+            ),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -475,8 +491,14 @@ def test_sigterm_while_waiting_for_a_database_lock_pauses_at_once(world: dict) -
         assert locker.stdout.readline().strip() == "locked"
         env = {**os.environ, **GIT_ENV, "MARATHON_HOME": str(tmp / "home")}
         proc = subprocess.Popen(
-            pilot_cmd("run", str(world["workflow"]), "--param", f"repo={world['repo']}",
-                      "--db", f"sqlite:///{db}"),  # fmt: skip
+            pilot_cmd(
+                "run",
+                str(world["workflow"]),
+                "--param",
+                f"repo={world['repo']}",
+                "--db",
+                f"sqlite:///{db}",
+            ),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -128,10 +128,14 @@ def run_flow(
             phases=phases or [{"name": "look", "prompt": "Look at the screenshot."}],
             tools=tools or TOOLS,
             model=model,
+            workspace=IN_PLACE,
         )
         outcome = run_in_process(workflow, repo, db)
     return outcome, policy, db
 
+
+IN_PLACE = {"in_place": True}
+"""The server's media directory is in the user's checkout (shots/): the run works there."""
 
 LOOK_THEN_FINISH = [
     {"tool_calls": [call("view_image", path="shots/a.png")]},
@@ -344,6 +348,7 @@ def test_resumed_run_sends_the_bytes_that_were_viewed_even_if_the_file_changed(
             phases=[{"name": "look", "prompt": "Look."}],
             tools=TOOLS,
             model={"server_wait": 1},
+            workspace=IN_PLACE,
         )
         first = run_in_process(workflow, repo, db)
     assert first.status == "paused", first.reason

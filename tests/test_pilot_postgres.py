@@ -10,7 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from pilot_harness import call, make_repo, pilot_cmd, queued, write_script, write_workflow
+from pilot_harness import (
+    call,
+    make_repo,
+    pilot_cmd,
+    queued,
+    worktree_of,
+    write_script,
+    write_workflow,
+)
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
@@ -124,4 +132,4 @@ def test_two_worker_processes_share_one_postgres_queue(tmp_path: Path, pg_url: s
         starts = [e for e in store.load_events(record.id) if e.type == "run_started"]
         assert len(starts) == 1
     for repo in repos:
-        assert (repo / "log.txt").read_text().split() == ["0", "1", "2"]
+        assert (worktree_of(store, repo) / "log.txt").read_text().split() == ["0", "1", "2"]

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pilot_harness import call, make_repo, pilot_cmd, write_script, write_workflow
+from pilot_harness import (
+    call,
+    make_repo,
+    pilot_cmd,
+    worktree_of,
+    write_script,
+    write_workflow,
+)
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
@@ -78,7 +85,8 @@ def test_matrix_runs_in_parallel_each_in_its_own_workspace(tmp_path: Path, sim) 
     runs = EventStore(f"sqlite:///{db}").list_runs()
     assert sorted(r.status for r in runs) == ["succeeded"] * 3
     for repo in repos:
-        assert (repo / "log.txt").read_text().split() == ["0", "1", "2", "3"]
+        work = worktree_of(EventStore(f"sqlite:///{db}"), repo)
+        assert (work / "log.txt").read_text().split() == ["0", "1", "2", "3"]
     starts = sorted(r.created_at for r in runs)
     ends = sorted(r.updated_at for r in runs)
     assert starts[-1] < ends[0], "the three runs overlapped in time"
@@ -119,7 +127,8 @@ def test_worker_killed_mid_queue_and_another_worker_finishes(tmp_path: Path, sim
     runs = store.list_runs()
     assert sorted(r.status for r in runs) == ["succeeded"] * 3
     for repo in repos:
-        assert (repo / "log.txt").read_text().split() == ["0", "1", "2", "3"], "no step twice"
+        work = worktree_of(store, repo)
+        assert (work / "log.txt").read_text().split() == ["0", "1", "2", "3"], "no step twice"
 
 
 def test_sigterm_pauses_a_workers_runs_and_another_worker_resumes_them(tmp_path: Path, sim) -> None:

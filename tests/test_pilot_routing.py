@@ -18,7 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pilot_harness import call, make_repo, pilot_cmd, run_in_process, write_script, write_workflow
+from pilot_harness import (
+    call,
+    make_repo,
+    pilot_cmd,
+    run_in_process,
+    worktree_of,
+    write_script,
+    write_workflow,
+)
 from test_pilot_postgres import (  # noqa: F401  (pg_url: the fixture: a fresh database, or skip)
     pg_url,
     start_workers,
@@ -290,7 +298,8 @@ def test_a_server_killed_mid_run_loses_nothing_and_gets_runs_again_once_back(
         o.reason for o in outcomes + again
     ]
     for repo in first + later:
-        assert (repo / "log.txt").read_text().split() == ["0", "1", "2"], "no step twice"
+        work = worktree_of(store, repo)
+        assert (work / "log.txt").read_text().split() == ["0", "1", "2"], "no step twice"
     assert after_kill[victim.url]["healthy"] is False
     moved = 0
     for outcome in outcomes:
@@ -508,7 +517,7 @@ def test_two_workers_on_one_postgres_queue_share_a_two_server_fleet(
     assert len(owners) == 2, "both workers took runs"
     assert set(served) == {a.openai_base_url, b.openai_base_url}, "both servers served"
     for repo in repos:
-        assert (repo / "log.txt").read_text().split() == ["0", "1"]
+        assert (worktree_of(store, repo) / "log.txt").read_text().split() == ["0", "1"]
 
 
 # -- model.fleet: a brain fleet's replicas become the run's endpoints ------------------------

@@ -346,8 +346,9 @@ def test_a_run_stores_redacted_events_and_leaves_the_workspace_alone(tmp_path: P
     for secret in (OPENAI, GITHUB, "ACME-424242"):
         assert secret not in stored
     assert "[REDACTED:redact[0]]" in stored and "[REDACTED:github_token]" in stored
-    assert (repo / "config.env").read_text() == secret_file, "the workspace is untouched"
-    assert (repo / "out.txt").read_text() == f"copy {GITHUB}\n", "the tool got the real text"
+    work = Path(outcome.state.started.workspace)
+    assert (work / "config.env").read_text() == secret_file, "the workspace is untouched"
+    assert (work / "out.txt").read_text() == f"copy {GITHUB}\n", "the tool got the real text"
 
 
 def test_only_events_made_of_numbers_and_flags_skip_the_screen() -> None:

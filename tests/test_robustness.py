@@ -169,7 +169,7 @@ def test_tool_calls_written_as_text_are_recovered_and_run(
     turns = [{"content": content}, {"tool_calls": [call("finish", summary="ok")]}]
     outcome, events = go(tmp_path, repo, "robust-text-call", turns)
     assert outcome.status == "succeeded"
-    assert (repo / "t.txt").read_text() == "x"
+    assert (Path(outcome.state.started.workspace) / "t.txt").read_text() == "x"
     first = next(e for e in events if isinstance(e, ev.AssistantMessage))
     assert first.tool_calls[0].name == "write_file" and first.repairs
 

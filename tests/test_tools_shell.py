@@ -13,6 +13,7 @@ from tools import sandbox
 from tools.base import ToolContext, ToolResult
 from tools.registry import default_registry
 from tools.sandbox import SandboxStatus, bwrap_status
+from tools.shell import run_command
 from tools.workspace import Workspace
 
 REGISTRY = default_registry()
@@ -199,3 +200,43 @@ def test_bwrap_timeout_kills_everything_inside(tmp_path: Path) -> None:
 def test_auto_mode_uses_bwrap_when_it_works(tmp_path: Path) -> None:
     res = run(make_ctx(tmp_path, "auto"), f"touch {tmp_path}/escape; echo $?")
     assert not (tmp_path / "escape").exists(), res.output
+
+
+@needs_bwrap
+def test_git_commit_in_a_linked_worktree_works_inside_the_sandbox(tmp_path: Path) -> None:
+    """A run's workspace is a linked worktree whose git directories are outside it; the
+    sandboxed command can still commit (they are writable), and sees its MARATHON_CALL_ID."""
+    import subprocess
+
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@x",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@x",
+    }
+    main = tmp_path / "main"
+    main.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "init"]):
+        subprocess.run(["git", *args], cwd=main, env=env, check=True, capture_output=True)
+    work = tmp_path / "work"
+    subprocess.run(
+        ["git", "worktree", "add", "-q", "-b", "w", str(work)], cwd=main, check=True, env=env
+    )
+    ctx = ToolContext(
+        workspace=Workspace(work),
+        artifacts_dir=tmp_path / "artifacts",
+        sandbox="bwrap",
+        call_id="call-1",
+        run_id="r1",
+    )
+    result = run_command(
+        'echo "$MARATHON_CALL_ID" > f.txt && git add f.txt && '
+        "git -c user.name=t -c user.email=t@x commit -qm sandboxed",
+        ctx,
+        timeout=60,
+    )
+    assert result.sandboxed and result.returncode == 0, result.output
+    log = subprocess.run(["git", "log", "--format=%s", "w"], cwd=main, capture_output=True)
+    assert log.stdout.decode().split() == ["sandboxed", "init"]
+    assert (work / "f.txt").read_text() == "r1:call-1\n"

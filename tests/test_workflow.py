@@ -205,7 +205,8 @@ def test_unknown_key_suggests_the_close_one() -> None:
 def test_unknown_key_without_close_match_lists_allowed_keys() -> None:
     text = MINIMAL.replace("  path:", "  colour: red\n  path:")
     assert messages(text) == [
-        'wf.yaml:6:3: workspace.colour: unknown key "colour"; allowed keys here: path, init, branch'
+        'wf.yaml:6:3: workspace.colour: unknown key "colour"; allowed keys here: path, init, '
+        "branch, in_place, carry_changes"
     ]
 
 

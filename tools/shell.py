@@ -358,6 +358,24 @@ class CommandResult:
     sandboxed: bool
 
 
+def linked_git_dirs(root: Path) -> list[Path]:
+    """A linked worktree's git directories, outside it (``.git`` is a file naming them): git
+    commands the agent runs in the sandbox write objects and refs there."""
+    dot_git = root / ".git"
+    if not dot_git.is_file():
+        return []
+    text = dot_git.read_text(errors="replace").strip()
+    if not text.startswith("gitdir:"):
+        return []
+    git_dir = (root / text.removeprefix("gitdir:").strip()).resolve()
+    dirs = [git_dir]
+    try:
+        common = (git_dir / (git_dir / "commondir").read_text().strip()).resolve()
+    except OSError:
+        return dirs
+    return [*dirs, common] if common != git_dir else dirs
+
+
 def call_env(ctx: ToolContext) -> dict[str, str]:
     """The call's identity for the command: ``MARATHON_CALL_ID`` is the same when a call
     interrupted by a crash is run again after the resume, so a command can make its effects
@@ -386,7 +404,7 @@ def run_command(
             argv, sandboxed = wrap(
                 [bash, "-c", command],
                 mode=ctx.sandbox,
-                writable=[root],
+                writable=[root, *linked_git_dirs(root)],
                 cwd=root,
                 network=bool(settings.get("network", False)),
             )
