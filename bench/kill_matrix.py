@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +64,6 @@ KEY = "kill-matrix"
 OUTSIDE = Path("../../outside.txt")
 """The file outside the workspace, from the run's worktree (``<case>/worktrees/<run id>``):
 ``<case>/outside.txt``."""
-RUN_TOOLS = 5
-"""`run` calls in the workflow (each with the three effects)."""
 MUTATING_TOOLS = 8
 """Tools that may change the workspace (each is snapshotted): runs, writes, edits, commits."""
 
@@ -100,7 +98,6 @@ class Reference:
     ignored: list[str]
     events: int
     wall: float
-    marks: list[str] = field(default_factory=list)
 
 
 def effect(outside: Path, mark: str, sleep: float = 0.15) -> str:
@@ -195,7 +192,6 @@ def reference(base: Path, workflow_text: str) -> Reference:
         ignored=(work / "build.log").read_text().splitlines(),
         events=len(events),
         wall=wall,
-        marks=[line.split()[0] for line in lines],
     )
 
 

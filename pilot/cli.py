@@ -662,7 +662,12 @@ def logs(
             for seq, event in store.iter_events(record.id, after_seq=last):
                 console.print(event_line(event, width=line_width(console)))
                 last = seq
-            if not follow or store.get_run(record.id).status not in ("running", "cancelling"):
+            if not follow:
+                break
+            from pilot.store import lease_holder_gone
+
+            now = store.get_run(record.id)
+            if now.status not in ("running", "cancelling") or lease_holder_gone(now):
                 break
             time.sleep(0.5)
 

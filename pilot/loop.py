@@ -643,7 +643,9 @@ class RunLoop:
         if due is None:
             return
         snapshot, head = await asyncio.to_thread(self.workspace.snapshot, f"after {due}")
-        self.emit(ev.WorkspaceSnapshot(call_id=due, snapshot=snapshot, head=head))
+        # Held for the next event's transaction: lost to a kill, it is taken again on resume
+        # (nothing can change the workspace before the next event is committed).
+        self.emit(ev.WorkspaceSnapshot(call_id=due, snapshot=snapshot, head=head), commit=False)
 
     def fit_result(self, finished: ev.ToolFinished, call_id: str) -> ev.ToolFinished:
         """A tool result larger than its share of the window is cut before it enters the

@@ -463,7 +463,7 @@ class _Run:
         held, totals = self.unsaved, self.totals
         try:
             self.commit_held()
-        except SQLAlchemyError:
+        except (SQLAlchemyError, StoreBusy):
             # A full disk, a lock held too long: they stay held, and the next event's commit
             # meets the error again in the run's task, where it is handled.
             self.unsaved, self.totals = held, totals

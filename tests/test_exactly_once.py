@@ -525,3 +525,28 @@ def test_json_events_name_the_snapshot_after_the_result(world: dict) -> None:
     types = [json.loads(line)["type"] for line in done.stdout.splitlines() if line.startswith("{")]
     run_calls = [i for i, t in enumerate(types) if t == "tool_finished"]
     assert types[run_calls[0] + 1] == "workspace_snapshot"
+
+
+def test_a_dry_run_resumes_as_a_dry_run_from_the_line_it_printed(tmp_path: Path) -> None:
+    """The resume line of a dry run has no --dry-run; it still serves the simulated model
+    again instead of waiting on the dead in-process one."""
+    env = {**os.environ, **GIT_ENV, "MARATHON_HOME": str(tmp_path / "home")}
+    env["MARATHON_FAILPOINT"] = "kill_after_seq=6"
+    workflow = Path(__file__).resolve().parents[1] / "workflows" / "refactor_repo.yaml"
+    killed = subprocess.run(
+        pilot_cmd("run", str(workflow), "--dry-run", "--json"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    store = EventStore(f"sqlite:///{tmp_path / 'home' / 'marathon.db'}")
+    (record,) = store.list_runs()
+    env.pop("MARATHON_FAILPOINT")
+    resumed = subprocess.run(
+        pilot_cmd("resume", record.id), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "DRY RUN" in resumed.stdout
+    assert store.get_run(record.id).status == "succeeded"

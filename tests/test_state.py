@@ -125,3 +125,42 @@ def test_active_time_excludes_time_paused() -> None:
         ]
     )
     assert state.elapsed_active(at(3610)) == 30.0
+
+
+def test_a_mutating_result_without_its_snapshot_is_due_and_the_snapshot_event_settles_it() -> None:
+    """The result is committed before the snapshot: folded alone it leaves the snapshot due
+    (a resume takes it, never re-running the tool); an older event carrying its snapshot
+    leaves nothing due."""
+
+    call = ev.ToolCall(id="c1", name="write_file", arguments="{}")
+    head = [
+        ev.RunStarted(
+            workflow="w",
+            workspace="/w",
+            branch="b",
+            endpoint="e",
+            system="s",
+            phases=["p"],
+            owner="o",
+            base_snapshot="base",
+        ),
+        ev.PhaseStarted(index=0, name="p", prompt="go"),
+        ev.AssistantMessage(step=1, tool_calls=[call]),
+        ev.ToolStarted(call_id="c1", name="write_file", mutates=True),
+    ]
+    state = fold([*head, ev.ToolFinished(call_id="c1", name="write_file", output="ok")])
+    assert state.snapshot_due == "c1" and state.snapshot == "base"
+    assert state.started_call is None, "the tool returned: it is not run again"
+    state.apply(ev.WorkspaceSnapshot(call_id="c1", snapshot="s1", head="h1"))
+    assert state.snapshot_due is None and (state.snapshot, state.head) == ("s1", "h1")
+    older = fold(
+        [*head, ev.ToolFinished(call_id="c1", name="write_file", output="ok", snapshot="s1")]
+    )
+    assert older.snapshot_due is None and older.snapshot == "s1"
+    check = fold(
+        [
+            *head[:2],
+            ev.CheckFinished(phase=0, attempt=1, command="t", exit_code=0, passed=True, output=""),
+        ]
+    )
+    assert check.snapshot_due == "check-0-1"
