@@ -196,14 +196,20 @@ def reference(base: Path, workflow_text: str) -> Reference:
 
 
 def cases(
-    ref: Reference, *, quick: bool, randoms: int, seed: int, event_stride: int = 1
+    ref: Reference,
+    *,
+    quick: bool,
+    randoms: int,
+    seed: int,
+    event_stride: int = 1,
+    per_point: int = MUTATING_TOOLS,
 ) -> list[Case]:
     named = ["startup", "worktree_add", "worktree_added"]
     points = {
-        "tool_returned": range(1, MUTATING_TOOLS + 1),
-        "result_committed": range(1, MUTATING_TOOLS + 1),
-        "snapshot_mid": range(2, MUTATING_TOOLS + 3),  # the first is the run's base snapshot
-        "snapshot_taken": range(1, MUTATING_TOOLS + 2),
+        "tool_returned": range(1, per_point + 1),
+        "result_committed": range(1, per_point + 1),
+        "snapshot_mid": range(2, per_point + 2),  # the first is the run's base snapshot
+        "snapshot_taken": range(1, per_point + 1),
     }
     if quick:
         points = {"tool_returned": [1], "result_committed": [1]}
@@ -333,6 +339,7 @@ def matrix(
     randoms: int = 30,
     seed: int = 1,
     event_stride: int = 1,
+    per_point: int = MUTATING_TOOLS,
     base: Path | None = None,
 ) -> tuple[Reference, list[Outcome]]:
     """The reference run, then every case; each case in its own directory (repository,
@@ -352,7 +359,14 @@ def matrix(
         results = [
             run_case(case, ref, base, text, index)
             for index, case in enumerate(
-                cases(ref, quick=quick, randoms=randoms, seed=seed, event_stride=event_stride)
+                cases(
+                    ref,
+                    quick=quick,
+                    randoms=randoms,
+                    seed=seed,
+                    event_stride=event_stride,
+                    per_point=per_point,
+                )
             )
         ]
     shutil.rmtree(base, ignore_errors=True)
@@ -420,6 +434,12 @@ def main() -> int:
     parser.add_argument(
         "--event-stride", type=int, default=1, help="kill after every N-th event (1: all)"
     )
+    parser.add_argument(
+        "--per-point",
+        type=int,
+        default=MUTATING_TOOLS,
+        help="kills at each named tool boundary: its 1st to N-th occurrence",
+    )
     parser.add_argument("--json", type=Path, help="also write every case's outcome here")
     args = parser.parse_args()
     started = time.monotonic()
@@ -428,6 +448,7 @@ def main() -> int:
         randoms=0 if args.quick else args.random,
         seed=args.seed,
         event_stride=args.event_stride,
+        per_point=args.per_point,
     )
     print(
         f"reference run: {ref.events} events, {len(ref.outside)} effects outside the "
