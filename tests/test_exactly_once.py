@@ -146,7 +146,17 @@ def workspace(world: dict, run_id: str) -> Path:
 # -- 1. the re-run window is one commit -----------------------------------------------------
 
 
-@pytest.mark.parametrize("place", ["result_committed", "snapshot_mid:2", "snapshot_taken"])
+SLOW = pytest.mark.slow  # the same property at another point (also in bench/kill_matrix.py)
+
+
+@pytest.mark.parametrize(
+    "place",
+    [
+        "result_committed",
+        pytest.param("snapshot_mid:2", marks=SLOW),
+        pytest.param("snapshot_taken", marks=SLOW),
+    ],
+)
 def test_a_tool_whose_result_is_committed_is_never_run_again(world: dict, place: str) -> None:
     killed = start(world, f"kill_at={place}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -198,7 +208,14 @@ def test_a_command_killed_before_its_result_commit_runs_again_with_the_same_call
 # -- 3. resumable from the first event; liveness ----------------------------------------------
 
 
-@pytest.mark.parametrize("place", ["startup", "worktree_add", "worktree_added"])
+@pytest.mark.parametrize(
+    "place",
+    [
+        pytest.param("startup", marks=SLOW),
+        "worktree_add",
+        pytest.param("worktree_added", marks=SLOW),
+    ],
+)
 def test_a_run_killed_in_start_up_is_interrupted_then_resumed(world: dict, place: str) -> None:
     killed = start(world, f"kill_at={place}")
     assert killed.returncode == -signal.SIGKILL
