@@ -240,7 +240,9 @@ def uncommitted_changes(repo: GitRepo) -> list[str]:
     """What ``git status`` lists in the checkout (changed, staged, untracked; ignored files
     are not listed), read without refreshing its index."""
     out = repo.git("status", "--porcelain", "-z", "--untracked-files=normal")
-    return [entry[3:] for entry in out.split("\0") if len(entry) > 3 and entry[2] == " "]
+    # "XY path" entries (the output's first space may be stripped, so split at the first one)
+    entries = (entry.lstrip(" ") for entry in out.split("\0"))
+    return [entry.split(" ", 1)[1] for entry in entries if " " in entry]
 
 
 def refuse_uncommitted(source: GitRepo, changes: list[str] | None = None) -> None:

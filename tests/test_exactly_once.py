@@ -283,9 +283,10 @@ def test_uncommitted_changes_are_refused_or_carried(world: dict, tmp_path: Path)
     (repo / "new.txt").write_text("untracked\n")
     before = checkout_facts(repo)
     refused = start(world)
-    assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert "uncommitted changes" in refused.stdout and "carry_changes" in refused.stdout
-    assert "Traceback" not in refused.stderr
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "uncommitted changes" in refused.stderr and "carry_changes" in refused.stderr
+    assert "tracked.txt" in refused.stderr and "Traceback" not in refused.stderr
+    assert store_of(world).list_runs() == [], "refused before anything is recorded"
     assert checkout_facts(repo) == before
 
     text = (
