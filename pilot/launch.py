@@ -307,7 +307,7 @@ def preflight(
     ticket = Preflight(new_run_id(), datetime.now().astimezone().isoformat(timespec="seconds"))
     plan = build_plan(loaded, ticket.run_id, started_at=ticket.started_at, endpoint=endpoint)
     repo = check_repository(Path(plan.workspace), init=plan.init_workspace)
-    store.check_workspace_free(ticket.run_id, plan.workspace)
+    store.check_workspace_free(ticket.run_id, plan.workspace, claim=False)
     if repo is not None and not plan.in_place and not plan.carry_changes:
         refuse_uncommitted(repo)
     return ticket

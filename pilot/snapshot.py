@@ -313,7 +313,8 @@ def add_worktree(
         for admin in _worktree_admin_dirs(source, path):
             shutil.rmtree(admin, ignore_errors=True)
         shutil.rmtree(path, ignore_errors=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.chmod(0o700)  # beside the store: private like the rest of it
         exists = source.git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False)
         kill_at("worktree_add")
         if exists:

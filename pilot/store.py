@@ -516,8 +516,9 @@ class EventStore:
             conn.execute(update(RunRow).where(RunRow.id == run_id).values(params=params))
 
     @_waits_out_locks
-    def check_workspace_free(self, run_id: str, workspace: str) -> None:
-        """Two live runs never share a workspace: claim it for ``run_id`` or refuse."""
+    def check_workspace_free(self, run_id: str, workspace: str, *, claim: bool = True) -> None:
+        """Two live runs never share a workspace: claim it for ``run_id`` or refuse
+        (``claim=False``: only look, writing nothing)."""
         path = str(Path(workspace).resolve())
         with self.engine.begin() as conn:
             other = conn.execute(
@@ -535,7 +536,8 @@ class EventStore:
                     f"never share a workspace. Finish or cancel it (`pilot cancel {other.id}`), "
                     "or give this run another directory"
                 )
-            conn.execute(update(RunRow).where(RunRow.id == run_id).values(workspace=path))
+            if claim:
+                conn.execute(update(RunRow).where(RunRow.id == run_id).values(workspace=path))
 
     # -- the queue ----------------------------------------------------------------------------
 

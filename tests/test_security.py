@@ -84,12 +84,16 @@ def _paused_run_with_secrets(tmp_path: Path) -> tuple[Path, Path, str]:
 def test_a_paused_run_leaves_no_secret_in_clear_and_its_state_directory_private(
     tmp_path: Path,
 ) -> None:
-    home, repo, run_id = _paused_run_with_secrets(tmp_path)
-    files = [p for p in home.rglob("*") if p.is_file()]
+    home, _repo, run_id = _paused_run_with_secrets(tmp_path)
+    # The run's worktree (home/worktrees/<id>) is the user's repository checked out: its files
+    # are the user's, kept as git wrote them; only its folder is the state directory's.
+    worktrees = home / "worktrees"
+    ours = [p for p in home.rglob("*") if worktrees not in p.parents]
+    files = [p for p in ours if p.is_file()]
     names = {p.name for p in files}
     assert {"marathon.db", "marathon.db-wal", "state.json", "messages.jsonl"} <= names, names
     assert any(p.name.startswith("run-") for p in files), "the long output's artifact"
-    pages = list((repo / ".marathon").rglob("*.txt"))
+    pages = list((worktrees / run_id / ".marathon").rglob("*.txt"))
     for path in [*files, *pages]:
         data = path.read_bytes()
         for name, secret in SECRETS.items():
@@ -97,7 +101,7 @@ def test_a_paused_run_leaves_no_secret_in_clear_and_its_state_directory_private(
     # The redacted record still says what happened.
     assert b"[REDACTED:" in checkpoint.messages_path(home / "checkpoints" / run_id).read_bytes()
     # Private: every folder 0700, every file 0600, whatever the umask.
-    for path in [home, *home.rglob("*")]:
+    for path in [home, *ours]:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), f"{path} is {oct(mode)}"
 
@@ -198,7 +202,7 @@ def test_a_planted_checkpoint_is_never_executed_and_the_resume_still_works(
     resumes = [e for e in events if isinstance(e, ev.RunResumed)]
     assert resumes and resumes[0].from_checkpoint is None, "the forged checkpoint was not used"
     assert isinstance(events[-1], ev.RunFinished) and events[-1].status == "succeeded"
-    assert (repo / "b.txt").read_text() == "b\n"
+    assert (Path(events[0].workspace) / "b.txt").read_text() == "b\n"
 
 
 PROTECTED = r"""
