@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -368,6 +369,7 @@ class EventStore:
         once. Both end in ``StoreBusy``, never in a traceback. A failed write rolled back, so
         trying it again cannot write twice."""
         deadline: float | None = None
+        told = False
         delay = 0.02
         while True:
             try:
@@ -378,6 +380,14 @@ class EventStore:
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + self.lock_wait
+                elif not told and now > deadline - self.lock_wait + 1.0:
+                    told = True  # a lock held past a second is worth a word, once
+                    print(
+                        f"note: the database is locked by another process; waiting up to "
+                        f"{self.lock_wait:.0f} s (Ctrl-C pauses)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 if self.interrupt.is_set():
                     raise StoreBusy(
                         "stopped while the database was locked by another process; "
