@@ -53,7 +53,13 @@ from pilot.images import (
 from pilot.model_types import ChatRequest, ModelClient, ModelResponse
 from pilot.plan import Limits, PhasePlan, RunPlan
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
-from pilot.repair import extract_text_tool_calls, repair_arguments
+from pilot.repair import (
+    extract_text_tool_calls,
+    fit_arguments,
+    no_call_feedback,
+    repair_arguments,
+    resolve_tool_name,
+)
 from pilot.state import RunState, check_failed_message
 
 _T = TypeVar("_T")
@@ -66,10 +72,6 @@ TOOL_RESULT_SHARE = 0.15
 NUDGE_EMPTY = (
     "Your last answer was empty. Continue the task: call one of the tools, or call `finish` "
     "with a summary if this phase is done."
-)
-NUDGE_TEXT_ONLY = (
-    "You answered with text but called no tool. This run is unattended: nobody will reply. "
-    "Act with a tool call, or call `finish` with a summary if this phase is done."
 )
 LENGTH_CUT = (
     "Error: your answer was cut off by the max_tokens limit before this tool call was complete, "
@@ -508,27 +510,53 @@ class RunLoop:
             self._stop_waiter = asyncio.ensure_future(self.stop.wait())
         return self._stop_waiter
 
+    def phase_schemas(self, phase: PhasePlan) -> dict[str, dict[str, Any] | None]:
+        """The phase's tools and their parameter schemas, to fit calls to."""
+        out: dict[str, dict[str, Any] | None] = {name: None for name in phase.tools}
+        for tool in self.tools.schemas(phase.tools):
+            function = tool.get("function", {}) if isinstance(tool, dict) else {}
+            if function.get("name") in out:
+                out[function["name"]] = function.get("parameters")
+        return out
+
     def record_response(self, step: int, phase: PhasePlan, response: ModelResponse) -> None:
         repairs: list[str] = []
         calls: list[ev.ToolCall] = []
+        schemas = self.phase_schemas(phase)
         for position, call in enumerate(response.tool_calls):
+            name, renamed = call.name, None
+            if name not in schemas and not self.tools.known(name):
+                resolved, renamed = resolve_tool_name(name, list(schemas))
+                name = resolved or name
             fixed = repair_arguments(call.arguments)
             text = "{}"
+            error = fixed.error if fixed.arguments is None else None
             if fixed.arguments is not None:
-                text = json.dumps(fixed.arguments, ensure_ascii=False)
-                repairs.extend(f"{call.name}: {r}" for r in fixed.repairs)
+                arguments = fixed.arguments
+                repairs.extend(f"{name}: {r}" for r in fixed.repairs)
+                if renamed:
+                    repairs.append(renamed)
+                if name in schemas:
+                    fit = fit_arguments(name, arguments, schemas[name])
+                    repairs.extend(fit.repairs)
+                    if fit.arguments is None:
+                        error = fit.error
+                    else:
+                        arguments = fit.arguments
+                text = json.dumps(arguments, ensure_ascii=False)
             calls.append(
                 ev.ToolCall(
                     id=call.id or new_call_id(step, position),
-                    name=call.name,
+                    name=name,
                     arguments=text,
                     raw_arguments=None if text == call.arguments else call.arguments,
-                    error=fixed.error if fixed.arguments is None else None,
+                    error=error,
                 )
             )
         content = response.content
+        found = None
         if not calls and content and response.finish_reason != "length":
-            found = extract_text_tool_calls(content, phase.tools)
+            found = extract_text_tool_calls(content, schemas)
             if found.calls:
                 for position, (name, arguments) in enumerate(found.calls):
                     calls.append(
@@ -576,7 +604,17 @@ class RunLoop:
         if question is not None:
             self.emit(ev.Question(step=step, text=question, reply=QUESTION_REPLY))
         else:
-            self.emit(ev.Nudge(reason="no_tool_call", text=NUDGE_TEXT_ONLY))
+            seen = found or extract_text_tool_calls(content or "", schemas)
+            text = no_call_feedback(seen, schemas, previous=self.last_nudge())
+            self.emit(ev.Nudge(reason="no_tool_call", text=text))
+
+    def last_nudge(self) -> str | None:
+        """The text of the last message the harness added as the user, if it was the last."""
+        for message in reversed(self.state.messages[-4:]):
+            if message.get("role") == "user":
+                content = message.get("content")
+                return content if isinstance(content, str) else None
+        return None
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -597,6 +635,8 @@ class RunLoop:
                 f"Error: the tool {call.name!r} is not available in phase {phase.name!r}. "
                 f"Use one of: {', '.join(phase.tools)}."
             )
+        elif call.error is not None and call.error.startswith("Error:"):
+            refusal = call.error
         elif call.error is not None:
             refusal = (
                 f"Error: the arguments of {call.name} are not valid JSON ({call.error}). "

@@ -13,9 +13,10 @@ what cannot be repaired is reported as an error the model can read.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +24,13 @@ __all__ = [
     "GEMMA_STRING_DELIM",
     "RepairResult",
     "TextCallsResult",
+    "FitResult",
+    "call_shape",
     "extract_text_tool_calls",
+    "fit_arguments",
     "parse_gemma4_arguments",
     "repair_arguments",
+    "resolve_tool_name",
 ]
 
 GEMMA_STRING_DELIM = '<|"|>'
@@ -57,6 +62,10 @@ class TextCallsResult:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     remaining_content: str = ""
     repairs: list[str] = field(default_factory=list)
+    unknown_tools: list[str] = field(default_factory=list)
+    """Names of call-shaped text that name no tool (a phase's title, say)."""
+    errors: list[str] = field(default_factory=list)
+    """Why call-shaped text for a known tool could not be taken (argument by argument)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,27 +509,68 @@ class _Found:
     repairs: list[str]
 
 
-def _call_from_object(obj: Any, *, need_arguments: bool) -> tuple[str, Any] | None:
-    """Recognise ``{"name", "arguments"|"parameters"}`` and OpenAI's ``{"function": {...}}``."""
+class _Tools:
+    """The phase's tools as the text-call finders see them, and what they saw but refused."""
+
+    def __init__(self, tools: Collection[str] | Mapping[str, dict[str, Any] | None]) -> None:
+        self.schemas: Mapping[str, dict[str, Any] | None] | None = (
+            tools if isinstance(tools, Mapping) else None
+        )
+        self.names = frozenset(tools)
+        self.unknown: list[str] = []
+        self.errors: list[str] = []
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def resolve(self, name: str) -> tuple[str | None, str | None]:
+        resolved, note = resolve_tool_name(name, self.names)
+        if resolved is None and name not in self.unknown:
+            self.unknown.append(name)
+        return resolved, note
+
+
+_CALL_META_KEYS = frozenset({"name", "type", "id", "tool", "function", "tool_name"})
+
+
+def _call_from_object(
+    obj: Any, tools: _Tools, *, need_arguments: bool
+) -> tuple[str, Any, list[str]] | None:
+    """Recognise ``{"name", "arguments"|"parameters"}``, OpenAI's ``{"function": {...}}`` and,
+    when the tool's schema is known, flat arguments beside the name (``{"name": "finish",
+    "summary": ...}``). Returns (tool, raw arguments, repairs)."""
     if not isinstance(obj, dict):
         return None
     if isinstance(obj.get("function"), dict):
         obj = obj["function"]
     name = obj.get("name")
     if not isinstance(name, str):
+        name = obj.get("tool") if isinstance(obj.get("tool"), str) else obj.get("tool_name")
+    if not isinstance(name, str):
         return None
-    for key in ("arguments", "parameters"):
-        if key in obj:
-            return name, obj[key]
-    if need_arguments:
+    wrapped = next((k for k in ("arguments", "parameters", "args", "input") if k in obj), None)
+    flat = {k: v for k, v in obj.items() if k not in _CALL_META_KEYS}
+    if wrapped is None and flat and tools.schemas is None:
+        return None  # flat arguments are taken only where the schema can check them
+    if wrapped is None and not flat and need_arguments and tools.schemas is None:
+        if name not in tools:
+            tools.resolve(name)  # a bare {"name": "survey"}: worth telling the model
         return None
-    return name, {}
+    resolved, note = tools.resolve(name)
+    if resolved is None:
+        return None
+    notes = [note] if note else []
+    if wrapped is not None:
+        return resolved, obj[wrapped], notes
+    if flat:
+        notes.append(f"{resolved}: arguments given at the top level, beside the name")
+    return resolved, flat, notes
 
 
 def _calls_from_json_text(
-    text: str, known: Collection[str], *, need_arguments: bool, where: str
+    text: str, tools: _Tools, *, where: str, need_arguments: bool = True
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]] | None:
-    """Parse text holding a call object or a list of them; None unless every call is known."""
+    """Parse text holding a call object or a list of them; None unless every call is usable."""
     value, repairs, err = _parse_json_value(text.strip())
     if err is not None:
         return None
@@ -530,10 +580,10 @@ def _calls_from_json_text(
     calls: list[tuple[str, dict[str, Any]]] = []
     notes: list[str] = []
     for item in items:
-        found = _call_from_object(item, need_arguments=need_arguments)
-        if found is None or found[0] not in known:
+        found = _call_from_object(item, tools, need_arguments=need_arguments)
+        if found is None:
             return None
-        name, raw_args = found
+        name, raw_args, name_notes = found
         if raw_args is None:
             args = RepairResult({}, [])
         elif isinstance(raw_args, str | dict):
@@ -542,14 +592,25 @@ def _calls_from_json_text(
             return None  # arguments that are a list or a number: not a call we can run
         if args.arguments is None:
             return None
+        arguments = args.arguments
+        fit_notes: list[str] = []
+        if tools.schemas is not None:
+            fit = fit_arguments(name, arguments, tools.schemas.get(name))
+            if fit.arguments is None:
+                if fit.error and fit.error not in tools.errors:
+                    tools.errors.append(fit.error)
+                return None
+            arguments, fit_notes = fit.arguments, fit.repairs
         notes.append(f"tool call {name!r} recovered from {where} in content")
+        notes.extend(name_notes)
         notes.extend(f"{name}: {r}" for r in repairs)
         notes.extend(f"{name}: {r}" for r in args.repairs if r != "arguments given as an object")
-        calls.append((name, args.arguments))
+        notes.extend(fit_notes)
+        calls.append((name, arguments))
     return calls, notes
 
 
-def _find_hermes(content: str, known: Collection[str]) -> list[_Found]:
+def _find_hermes(content: str, known: _Tools) -> list[_Found]:
     found: list[_Found] = []
     for m in _HERMES_RE.finditer(content):
         body = m.group(1)
@@ -557,7 +618,7 @@ def _find_hermes(content: str, known: Collection[str]) -> list[_Found]:
             parsed = _qwen_xml_calls(body, known)
         else:
             parsed = _calls_from_json_text(
-                body, known, need_arguments=False, where="<tool_call> text"
+                body, known, where="<tool_call> text", need_arguments=False
             )
         if parsed:
             found.append(_Found(m.start(), m.end(), *parsed))
@@ -565,7 +626,7 @@ def _find_hermes(content: str, known: Collection[str]) -> list[_Found]:
 
 
 def _qwen_xml_calls(
-    body: str, known: Collection[str]
+    body: str, known: _Tools
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]] | None:
     calls: list[tuple[str, dict[str, Any]]] = []
     for fm in _QWEN_XML_FUNC_RE.finditer(body):
@@ -585,7 +646,7 @@ def _qwen_xml_calls(
     ]
 
 
-def _find_gemma(content: str, known: Collection[str]) -> list[_Found]:
+def _find_gemma(content: str, known: _Tools) -> list[_Found]:
     found: list[_Found] = []
     pos = 0
     while True:
@@ -612,12 +673,10 @@ def _find_gemma(content: str, known: Collection[str]) -> list[_Found]:
         found.append(_Found(m.start(), span_end, [(name, parse_gemma4_arguments(body))], notes))
 
 
-def _find_fenced(content: str, known: Collection[str]) -> list[_Found]:
+def _find_fenced(content: str, known: _Tools) -> list[_Found]:
     found: list[_Found] = []
     for m in _FENCED_BLOCK_RE.finditer(content):
-        parsed = _calls_from_json_text(
-            m.group(1), known, need_arguments=True, where="a fenced code block"
-        )
+        parsed = _calls_from_json_text(m.group(1), known, where="a fenced code block")
         if parsed:
             found.append(_Found(m.start(), m.end(), *parsed))
     return found
@@ -657,7 +716,7 @@ _MAX_BARE_JSON_TRIES = 32
 """Bound on call-shaped openings tried per message, so adversarial text stays cheap."""
 
 
-def _find_bare_json(content: str, known: Collection[str], taken: list[_Found]) -> list[_Found]:
+def _find_bare_json(content: str, known: _Tools, taken: list[_Found]) -> list[_Found]:
     """Call-shaped JSON anywhere in prose.
 
     Only openings that look like a call are tried, and at most ``_MAX_BARE_JSON_TRIES`` of
@@ -677,9 +736,7 @@ def _find_bare_json(content: str, known: Collection[str], taken: list[_Found]) -
             pos = covered.end
             continue
         end = _json_span_end(content, i)
-        parsed = _calls_from_json_text(
-            content[i:end], known, need_arguments=True, where="JSON text"
-        )
+        parsed = _calls_from_json_text(content[i:end], known, where="JSON text")
         if parsed:
             found.append(_Found(i, end, *parsed))
             pos = end
@@ -694,19 +751,62 @@ def _overlaps(a: _Found, others: list[_Found]) -> bool:
     return any(a.start < o.end and o.start < a.end for o in others)
 
 
-def extract_text_tool_calls(content: str, known_tools: Collection[str]) -> TextCallsResult:
+_NAMED_JSON_RE = re.compile(r"(?<![\w\"'])([A-Za-z_][\w\-]*)[ \t]*(\(?)[ \t]*(?=\{)")
+
+
+def _find_named_json(content: str, known: _Tools, taken: list[_Found]) -> list[_Found]:
+    """A tool's name followed by its arguments object: ``list_dir {"path": "src"}`` or
+    ``read_file({"path": "a.py"})``. Only an exact tool name counts (a word in prose before a
+    brace is not a call), and the object must fit the tool's parameters."""
+    found: list[_Found] = []
+    for m in _NAMED_JSON_RE.finditer(content):
+        name = m.group(1)
+        if name not in known or any(f.start <= m.start() < f.end for f in taken + found):
+            continue
+        brace = m.end()
+        end = _json_span_end(content, brace)
+        value, repairs, err = _parse_json_value(content[brace:end])
+        if err is not None or not isinstance(value, dict):
+            continue
+        if m.group(2) and content[end : end + 1] == ")":
+            end += 1
+        notes = [f"tool call {name!r} recovered from its name and a JSON object in content"]
+        notes.extend(f"{name}: {r}" for r in repairs)
+        arguments = value
+        if known.schemas is not None:
+            fit = fit_arguments(name, value, known.schemas.get(name))
+            if fit.arguments is None:
+                if fit.error and fit.error not in known.errors:
+                    known.errors.append(fit.error)
+                continue
+            arguments = fit.arguments
+            notes.extend(fit.repairs)
+        found.append(_Found(m.start(), end, [(name, arguments)], notes))
+    return found
+
+
+def extract_text_tool_calls(
+    content: str, known_tools: Collection[str] | Mapping[str, dict[str, Any] | None]
+) -> TextCallsResult:
     """Find tool calls the model wrote as text in ``content`` instead of as real tool calls.
 
     Happens when the server's tool parser does not match the model's output (vLLM returns
-    ``finish_reason="stop"`` with the call left in content). Recognised: Hermes/Qwen
-    ``<tool_call>{...}</tool_call>`` (and Qwen3-Coder's ``<function=...>`` XML inside it), Gemma 4
-    ``<|tool_call>call:name{...}<tool_call|>``, fenced code blocks, and bare JSON
-    ``{"name": ..., "arguments"|"parameters": {...}}`` or a list of them. Only names in
-    ``known_tools`` count; anything else stays in ``remaining_content`` untouched.
+    ``finish_reason="stop"`` with the call left in content; llama.cpp servers without a tool
+    template always do). Recognised: Hermes/Qwen ``<tool_call>{...}</tool_call>`` (and
+    Qwen3-Coder's ``<function=...>`` XML inside it), Gemma 4 ``<|tool_call>call:name{...}``,
+    fenced code blocks, bare JSON ``{"name": ..., "arguments"|"parameters": {...}}`` or a list
+    of them, and a tool's name followed by its arguments object. Only names of
+    ``known_tools`` count (or one unique close spelling of one); anything else stays in
+    ``remaining_content`` untouched.
+
+    Given a mapping of tool names to their parameter schemas, calls are also fitted to them
+    (:func:`fit_arguments`): flat arguments beside the name are taken, copied schema keywords
+    dropped, near-miss argument names renamed. What was call-shaped but unusable is reported
+    in ``unknown_tools`` and ``errors``, so the model can be told exactly what was wrong.
     """
     if not content:
         return TextCallsResult([], content or "", [])
-    known = frozenset(known_tools)
+    known = _Tools(known_tools)
     found: list[_Found] = []
     for finder in (_find_hermes, _find_gemma, _find_fenced):
         for f in finder(content, known):
@@ -715,8 +815,11 @@ def extract_text_tool_calls(content: str, known_tools: Collection[str]) -> TextC
     for f in _find_bare_json(content, known, found):
         if not _overlaps(f, found):
             found.append(f)
+    for f in _find_named_json(content, known, found):
+        if not _overlaps(f, found):
+            found.append(f)
     if not found:
-        return TextCallsResult([], content, [])
+        return TextCallsResult([], content, [], known.unknown, known.errors)
     found.sort(key=lambda f: f.start)
     pieces: list[str] = []
     pos = 0
@@ -730,3 +833,233 @@ def extract_text_tool_calls(content: str, known_tools: Collection[str]) -> TextC
     pieces.append(content[pos:])
     remaining = re.sub(r"\n{3,}", "\n\n", "".join(pieces)).strip()
     return TextCallsResult(calls, remaining, repairs)
+
+
+# --------------------------------------------------------------------------------------------
+# Public: calls fitted to the tools' schemas (names and argument names close to real ones)
+# --------------------------------------------------------------------------------------------
+
+SCHEMA_KEYWORDS = frozenset(
+    {
+        "$schema",
+        "additionalProperties",
+        "required",
+        "properties",
+        "type",
+        "title",
+        "description",
+        "items",
+        "enum",
+        "default",
+    }
+)
+"""JSON-Schema words small models copy from the tool's definition into their arguments."""
+
+ARGUMENT_ALIASES = {
+    "file": "path",
+    "filename": "path",
+    "file_name": "path",
+    "filepath": "path",
+    "file_path": "path",
+    "dir": "path",
+    "directory": "path",
+    "folder": "path",
+    "cmd": "command",
+    "shell": "command",
+    "query": "pattern",
+    "regex": "pattern",
+    "search": "pattern",
+    "text": "content",
+    "contents": "content",
+    "msg": "message",
+    "old": "old_text",
+    "new": "new_text",
+}
+"""Names models use for an argument of another name; taken only when the target exists and
+the model did not also give it (never a guess between two)."""
+
+_NAME_CUTOFF = 0.8
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Arguments fitted to a tool's parameters: dropped schema words, renamed near-misses."""
+
+    arguments: dict[str, Any] | None
+    repairs: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def resolve_tool_name(name: str, known: Collection[str]) -> tuple[str | None, str | None]:
+    """The known tool ``name`` means, and the repair that says so; (None, None) if none.
+
+    Exact names pass untouched. Otherwise a name equal but for case and separators
+    (``Read-File``, ``readFile``) or one unique close spelling (``read_fiel``) is taken; two
+    candidates are ambiguous and refused, since a guessed call may write files.
+    """
+    if name in known:
+        return name, None
+    if not isinstance(name, str) or not name.strip():
+        return None, None
+    by_norm = [k for k in known if _norm(k) == _norm(name)]
+    if len(by_norm) == 1:
+        return by_norm[0], f"tool name {name!r} taken as {by_norm[0]!r}"
+    if by_norm:
+        return None, None
+    close = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=2, cutoff=0.85)
+    if len(close) == 1:
+        target = next(k for k in known if k.lower() == close[0])
+        return target, f"tool name {name!r} taken as {target!r} (closest spelling)"
+    return None, None
+
+
+def _placeholder(prop: dict[str, Any]) -> str:
+    kind = prop.get("type", "any")
+    if isinstance(kind, list):
+        kind = "|".join(str(k) for k in kind)
+    return {"string": '"..."', "integer": "1", "number": "1", "boolean": "true"}.get(
+        str(kind), f"<{kind}>"
+    )
+
+
+def call_shape(name: str, schema: dict[str, Any] | None) -> str:
+    """The exact JSON a model should write to call ``name``, optional arguments marked."""
+    props = (schema or {}).get("properties", {}) or {}
+    required = set((schema or {}).get("required", []) or [])
+    parts = [f'"{k}": {_placeholder(v)}' for k, v in props.items() if k in required]
+    optional = [k for k in props if k not in required]
+    args = "{" + ", ".join(parts) + "}"
+    shape = f'{{"name": "{name}", "arguments": {args}}}'
+    if optional:
+        shape += f" (optional: {', '.join(optional)})"
+    return shape
+
+
+def _rename_target(key: str, props: Collection[str], given: Collection[str]) -> str | None:
+    alias = ARGUMENT_ALIASES.get(key.lower()) or ARGUMENT_ALIASES.get(_norm(key))
+    candidates: list[str] = []
+    if alias in props:
+        candidates = [alias]
+    if not candidates:
+        candidates = [p for p in props if _norm(p) == _norm(key)]
+    if not candidates:
+        candidates = difflib.get_close_matches(key, list(props), n=2, cutoff=_NAME_CUTOFF)
+    if len(candidates) != 1 or candidates[0] in given:
+        return None
+    return candidates[0]
+
+
+def fit_arguments(name: str, arguments: dict[str, Any], schema: dict[str, Any] | None) -> FitResult:
+    """Fit a call's arguments to the tool's parameters, or say exactly what is wrong.
+
+    JSON-Schema keywords that are not parameters are dropped (a copied ``"required": []``);
+    real arguments nested under a copied ``"properties"`` object are lifted out; an argument
+    named close to exactly one parameter (``file_path`` for ``path``, ``comand``) is renamed.
+    Anything else unknown, or a required parameter missing, is an error naming the argument
+    and the exact shape expected. Without a schema the arguments pass as they are.
+    """
+    if schema is None:
+        return FitResult(dict(arguments))
+    props: dict[str, Any] = schema.get("properties", {}) or {}
+    required = [r for r in schema.get("required", []) or [] if isinstance(r, str)]
+    out = dict(arguments)
+    repairs: list[str] = []
+    nested = out.get("properties")
+    if "properties" not in props and isinstance(nested, dict) and nested:
+        if all(isinstance(k, str) and k in props for k in nested):
+            if all(_placeholder_like(v) is False for v in nested.values()):
+                del out["properties"]
+                for k, v in nested.items():
+                    out.setdefault(k, v)
+                repairs.append(f"{name}: arguments lifted out of a copied 'properties' object")
+    dropped = [k for k in out if k in SCHEMA_KEYWORDS and k not in props]
+    for k in dropped:
+        del out[k]
+    if dropped:
+        repairs.append(f"{name}: JSON-Schema keywords dropped from arguments: {', '.join(dropped)}")
+    unknown: list[str] = []
+    for key in [k for k in out if k not in props]:
+        target = _rename_target(key, props, out)
+        if target is None:
+            unknown.append(key)
+            continue
+        out[target] = out.pop(key)
+        repairs.append(f"{name}: argument {key!r} taken as {target!r}")
+    shape = call_shape(name, schema)
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        valid = ", ".join(props) or "none"
+        return FitResult(
+            None,
+            repairs,
+            f"Error: {name} has no argument {names} (its arguments: {valid}). "
+            f"Call it exactly like this: {shape}",
+        )
+    missing = [r for r in required if r not in out]
+    if missing:
+        return FitResult(
+            None,
+            repairs,
+            f"Error: {name} needs the argument {', '.join(repr(m) for m in missing)}. "
+            f"Call it exactly like this: {shape}",
+        )
+    return FitResult(out, repairs)
+
+
+def _placeholder_like(value: Any) -> bool:
+    """True for a value that is a schema fragment (``{"type": "string"}``), not an argument."""
+    return isinstance(value, dict) and "type" in value and set(value) <= SCHEMA_KEYWORDS
+
+
+# --------------------------------------------------------------------------------------------
+# Public: what to tell a model whose answer held no call that could be run
+# --------------------------------------------------------------------------------------------
+
+
+def no_call_feedback(
+    found: TextCallsResult,
+    schemas: Mapping[str, dict[str, Any] | None],
+    previous: str | None = None,
+) -> str:
+    """A specific answer to a turn with text but no runnable call, never the same twice in a row.
+
+    Names what was wrong when something call-shaped was seen (an unknown tool name, with the
+    tools there are; an argument, with the exact shape expected), else says no call was found
+    and shows the exact format with this phase's tools. When that text is what the model was
+    told last time, an example call of another tool is given instead, so a model repeating
+    itself is not answered with the same words.
+    """
+    tools = list(schemas)
+    listed = ", ".join(tools)
+    parts: list[str] = []
+    for name in found.unknown_tools[:3]:
+        parts.append(f"There is no tool named {name!r}. The tools in this phase are: {listed}.")
+    parts.extend(found.errors[:3])
+    if not parts:
+        parts.append(
+            "No tool call was found in your answer, so nothing ran. This run is unattended: "
+            "nobody will reply to text."
+        )
+    example = next((t for t in tools if t != "finish"), tools[0] if tools else "finish")
+    parts.append(
+        f"Answer with one tool call as JSON, for example {call_shape(example, schemas.get(example))}"
+        + (
+            f", or {call_shape('finish', schemas.get('finish'))} when the phase is done."
+            if "finish" in schemas
+            else "."
+        )
+    )
+    text = "\n".join(parts)
+    if previous is not None and text.strip() == previous.strip():
+        others = [t for t in tools if t not in (example, "finish")]
+        alt = others[len(previous) % len(others)] if others else example
+        text = (
+            "Your answer again held no tool call that could be run. Write only the JSON of "
+            f"the call, nothing else, e.g. {call_shape(alt, schemas.get(alt))}. "
+            f"Tools: {listed}."
+        )
+    return text

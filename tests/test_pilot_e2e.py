@@ -210,6 +210,7 @@ def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Pat
         [
             {"tool_calls": [{"name": "read_file", "raw_arguments": '{"path": "app.py",'}]},
             {"tool_calls": [call("delete_everything", path="/")]},
+            {"tool_calls": [call("read_file", colour="app.py")]},
             {"tool_calls": [call("read_file", pth="app.py")]},
             {"tool_calls": [call("finish", summary="ok")]},
         ],
@@ -224,16 +225,21 @@ def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Pat
         outcome = run_in_process(workflow, repo, tmp_path / "m.db")
     assert outcome.status == "succeeded"
     results = [e for e in events_of(tmp_path / "m.db", outcome.run_id) if e.type == "tool_finished"]
-    repaired, unknown, invalid, _finish = results
+    repaired, unknown, invalid, renamed, _finish = results
     assert not repaired.is_error and "VALUE = 1" in repaired.output
     assert unknown.is_error and "no tool named 'delete_everything'" in unknown.output
     assert not unknown.executed
-    assert invalid.is_error and "pth" in invalid.output
+    # The wrong argument is named, with the exact shape expected; nothing ran.
+    assert invalid.is_error and "'colour'" in invalid.output and not invalid.executed
+    assert '{"name": "read_file", "arguments": {"path": "..."}' in invalid.output
+    # A near-miss argument name is taken as the real one, and recorded as a repair.
+    assert not renamed.is_error and "VALUE = 1" in renamed.output
     messages = [
         e for e in events_of(tmp_path / "m.db", outcome.run_id) if e.type == "assistant_message"
     ]
     assert messages[0].repairs, "the broken JSON repair is recorded"
     assert messages[0].tool_calls[0].raw_arguments == '{"path": "app.py",'
+    assert "read_file: argument 'pth' taken as 'path'" in messages[3].repairs
 
 
 def test_length_cut_tool_call_is_not_executed(tmp_path: Path, repo: Path) -> None:

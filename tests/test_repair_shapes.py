@@ -1,0 +1,107 @@
+"""The call shapes a real small model wrote (Qwen2.5-Coder-0.5B under llama.cpp), recovered or
+answered precisely. Each text is what the model really sent in issue 25's runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pilot.repair import call_shape, extract_text_tool_calls, fit_arguments, resolve_tool_name
+from tools.registry import default_registry
+
+REGISTRY = default_registry()
+PHASE = ["read_file", "list_dir", "find_files", "grep", "git_status", "finish"]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in REGISTRY.openai_tools(PHASE)}
+
+
+def test_flat_arguments_beside_the_name_in_a_fence_are_recovered() -> None:
+    content = '```json\n{"name": "finish", "summary": "The survey is done: 3 modules."}\n```'
+    result = extract_text_tool_calls(content, SCHEMAS)
+    assert result.calls == [("finish", {"summary": "The survey is done: 3 modules."})]
+    assert "finish: arguments given at the top level, beside the name" in result.repairs
+
+
+def test_flat_arguments_need_the_schema() -> None:
+    content = '```json\n{"name": "finish", "summary": "done"}\n```'
+    assert extract_text_tool_calls(content, set(PHASE)).calls == []
+
+
+def test_schema_keywords_copied_into_arguments_are_dropped() -> None:
+    content = (
+        'list_dir {"path": "toolz", "depth": 2, "required": [], "additionalProperties": false}'
+    )
+    result = extract_text_tool_calls(content, SCHEMAS)
+    assert result.calls == [("list_dir", {"path": "toolz", "depth": 2})]
+    assert any("JSON-Schema keywords dropped" in r and "required" in r for r in result.repairs)
+
+
+def test_phase_name_used_as_a_tool_name_is_reported_not_run() -> None:
+    content = '```json\n{"name": "survey", "arguments": {"path": "."}}\n```'
+    result = extract_text_tool_calls(content, SCHEMAS)
+    assert result.calls == []
+    assert result.unknown_tools == ["survey"]
+    title = '{"name": "Remove Duplicates and Tangled Logic", "arguments": {}}'
+    assert extract_text_tool_calls(title, SCHEMAS).unknown_tools == [
+        "Remove Duplicates and Tangled Logic"
+    ]
+
+
+def test_several_calls_in_one_message() -> None:
+    content = (
+        'First:\n```json\n{"name": "list_dir", "arguments": {"path": "."}}\n```\n'
+        'then\n```json\n{"name": "read_file", "arguments": {"path": "setup.py"}}\n```'
+    )
+    result = extract_text_tool_calls(content, SCHEMAS)
+    assert [name for name, _ in result.calls] == ["list_dir", "read_file"]
+
+
+def test_close_argument_name_is_renamed_and_recorded() -> None:
+    fit = fit_arguments("read_file", {"file_path": "a.py"}, SCHEMAS["read_file"])
+    assert fit.arguments == {"path": "a.py"}
+    assert fit.repairs == ["read_file: argument 'file_path' taken as 'path'"]
+
+
+def test_unknown_argument_gets_the_exact_shape() -> None:
+    fit = fit_arguments("read_file", {"path": "a.py", "colour": "red"}, SCHEMAS["read_file"])
+    assert fit.arguments is None and fit.error is not None
+    assert "'colour'" in fit.error and '{"name": "read_file", "arguments": {"path": "..."}' in (
+        fit.error
+    )
+
+
+def test_missing_required_argument_gets_the_exact_shape() -> None:
+    fit = fit_arguments("finish", {}, SCHEMAS["finish"])
+    assert fit.error is not None and "'summary'" in fit.error
+    assert call_shape("finish", SCHEMAS["finish"]).startswith(
+        '{"name": "finish", "arguments": {"summary": "..."}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("written", "taken"),
+    [("Read_File", "read_file"), ("readFile", "read_file"), ("list-dir", "list_dir")],
+)
+def test_tool_name_equal_but_for_case_and_separators(written: str, taken: str) -> None:
+    assert resolve_tool_name(written, PHASE)[0] == taken
+
+
+def test_close_tool_name_taken_only_when_unambiguous() -> None:
+    assert resolve_tool_name("read_fiel", PHASE)[0] == "read_file"
+    assert resolve_tool_name("survey", PHASE) == (None, None)
+    # Two tools one edit away: refused, never guessed.
+    assert resolve_tool_name("edit_fil", ["edit_file", "edit_fill"]) == (None, None)
+
+
+def test_the_short_explicit_shape_still_works() -> None:
+    content = '```json\n{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}\n```'
+    schemas = {
+        t["function"]["name"]: t["function"]["parameters"]
+        for t in REGISTRY.openai_tools(["write_file"])
+    }
+    assert extract_text_tool_calls(content, schemas).calls == [
+        ("write_file", {"path": "a.txt", "content": "x"})
+    ]
+
+
+def test_prose_word_before_a_brace_is_not_a_call() -> None:
+    content = 'The config {"path": "x"} is loaded by grep_config {"a": 1}.'
+    assert extract_text_tool_calls(content, SCHEMAS).calls == []
