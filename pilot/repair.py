@@ -22,9 +22,9 @@ from typing import Any
 
 __all__ = [
     "GEMMA_STRING_DELIM",
+    "FitResult",
     "RepairResult",
     "TextCallsResult",
-    "FitResult",
     "call_shape",
     "extract_text_tool_calls",
     "fit_arguments",
@@ -969,13 +969,17 @@ def fit_arguments(name: str, arguments: dict[str, Any], schema: dict[str, Any] |
     out = dict(arguments)
     repairs: list[str] = []
     nested = out.get("properties")
-    if "properties" not in props and isinstance(nested, dict) and nested:
-        if all(isinstance(k, str) and k in props for k in nested):
-            if all(_placeholder_like(v) is False for v in nested.values()):
-                del out["properties"]
-                for k, v in nested.items():
-                    out.setdefault(k, v)
-                repairs.append(f"{name}: arguments lifted out of a copied 'properties' object")
+    if (
+        "properties" not in props
+        and isinstance(nested, dict)
+        and nested
+        and all(isinstance(k, str) and k in props for k in nested)
+        and not any(_placeholder_like(v) for v in nested.values())
+    ):
+        del out["properties"]
+        for k, v in nested.items():
+            out.setdefault(k, v)
+        repairs.append(f"{name}: arguments lifted out of a copied 'properties' object")
     dropped = [k for k in out if k in SCHEMA_KEYWORDS and k not in props]
     for k in dropped:
         del out[k]
@@ -1045,13 +1049,14 @@ def no_call_feedback(
             "nobody will reply to text."
         )
     example = next((t for t in tools if t != "finish"), tools[0] if tools else "finish")
+    done = (
+        f", or {call_shape('finish', schemas.get('finish'))} when the phase is done."
+        if "finish" in schemas
+        else "."
+    )
     parts.append(
-        f"Answer with one tool call as JSON, for example {call_shape(example, schemas.get(example))}"
-        + (
-            f", or {call_shape('finish', schemas.get('finish'))} when the phase is done."
-            if "finish" in schemas
-            else "."
-        )
+        f"Answer with one tool call as JSON, for example "
+        f"{call_shape(example, schemas.get(example))}{done}"
     )
     text = "\n".join(parts)
     if previous is not None and text.strip() == previous.strip():
