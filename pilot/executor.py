@@ -171,3 +171,9 @@ class GitWorkspace:
 
     def restore(self, snapshot: str, head: str | None) -> None:
         restore_snapshot(self.repo, self.run_id, snapshot, head)
+
+    def changed(self, since: str, now: str) -> bool:
+        """Whether two snapshots hold different trees (a change undone again is no change)."""
+        return self.repo.git("rev-parse", f"{since}^{{tree}}") != self.repo.git(
+            "rev-parse", f"{now}^{{tree}}"
+        )

@@ -174,6 +174,7 @@ def build_plan(
                 check_timeout=phase.check_timeout,
                 max_attempts=phase.max_attempts,
                 images=tuple(render_phase_images(loaded, index, run)),
+                require_change=phase.require_change,
             )
         )
     settings = {name: s.model_dump(exclude_none=True) for name, s in wf.tool_settings.items() if s}

@@ -73,6 +73,11 @@ NUDGE_EMPTY = (
     "Your last answer was empty. Continue the task: call one of the tools, or call `finish` "
     "with a summary if this phase is done."
 )
+NOTHING_CHANGED = "the run changed no file"
+"""Said in the outcome of a run that ends with the workspace as it started."""
+NO_CHANGE_CHECK = "a change to the workspace"
+"""The check's label when a ``require_change`` phase is closed on an unchanged tree."""
+NO_CHANGE_OUTPUT = "No file differs from the phase's start; this phase must change the code."
 LENGTH_CUT = (
     "Error: your answer was cut off by the max_tokens limit before this tool call was complete, "
     "so it was not run. Re-issue the call, with shorter arguments if needed (e.g. edit a file "
@@ -199,7 +204,7 @@ class RunLoop:
         if state.phase is None:
             index = state.next_phase_index
             if index >= len(self.plan.phases):
-                self.emit(ev.RunFinished(status="succeeded", reason="all phases done"))
+                self.emit(ev.RunFinished(status="succeeded", reason=self.success_reason()))
                 return
             phase = self.plan.phases[index]
             prompt = f"{self.plan.phase_header(index)}\n\n{phase.prompt}"
@@ -220,6 +225,15 @@ class RunLoop:
         if self.limit_hit(phase.limits, scope="phase"):
             return
         await self.ask_model(phase)
+
+    def success_reason(self) -> str:
+        """Why a run succeeded, saying plainly when it left every file as it found it."""
+        started = self.state.started
+        base = started.base_snapshot if started else None
+        now = self.state.snapshot
+        if base and now and not self.workspace_changed(base, now):
+            return f"all phases done; {NOTHING_CHANGED}"
+        return "all phases done"
 
     def act_on_verdict(self, phase: PhasePlan) -> None:
         """A loop or no progress was seen: nudge the model once, then end the phase as stuck."""
@@ -791,9 +805,25 @@ class RunLoop:
 
     # -- phase end ------------------------------------------------------------------------
 
+    def workspace_changed(self, since: str | None, now: str) -> bool:
+        """Whether the workspace at snapshot ``now`` differs from ``since`` (the phase start)."""
+        if since is None:
+            return True  # no snapshot at the start: nothing to compare with, nothing refused
+        if since == now:
+            return False
+        changed = getattr(self.workspace, "changed", None)
+        return True if changed is None else bool(changed(since, now))
+
     async def close_phase(self, phase: PhasePlan) -> None:
         progress = self.state.phase
         assert progress is not None
+        if phase.require_change and not progress.check_passed:
+            snapshot, head = await asyncio.to_thread(
+                self.workspace.snapshot, f"before closing phase {phase.name}"
+            )
+            if not self.workspace_changed(progress.start_snapshot, snapshot):
+                self.refuse_unchanged(phase, snapshot, head)
+                return
         if not phase.check or progress.check_passed:
             self.emit(
                 ev.PhaseFinished(
@@ -845,6 +875,45 @@ class RunLoop:
             )
         elif attempts_left <= 0:
             reason = f"check `{phase.check}` still failing after {phase.max_attempts} attempt(s)"
+            self.emit(
+                ev.PhaseFinished(
+                    index=progress.index, name=phase.name, outcome="failed", reason=reason
+                )
+            )
+            self.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name}: {reason}"))
+
+    def refuse_unchanged(self, phase: PhasePlan, snapshot: str, head: str | None) -> None:
+        """``require_change`` and nothing changed: a failed attempt, told like a failed check."""
+        progress = self.state.phase
+        assert progress is not None
+        attempt = progress.check_attempts + 1
+        attempts_left = phase.max_attempts - attempt
+        label = NO_CHANGE_CHECK if not phase.check else f"{NO_CHANGE_CHECK}, then `{phase.check}`"
+        feedback = ""
+        if attempts_left > 0:
+            feedback = (
+                f"The phase is not done: it must change the code, and no file differs from "
+                f"when it started. {attempts_left} attempt(s) left. Make the change with the "
+                "tools (write_file or edit_file), check it, then call finish again."
+            )
+        self.emit(ev.CheckStarted(phase=progress.index, attempt=attempt, command=label))
+        self.emit(
+            ev.CheckFinished(
+                phase=progress.index,
+                attempt=attempt,
+                command=label,
+                exit_code=None,
+                passed=False,
+                output=NO_CHANGE_OUTPUT,
+                timed_out=False,
+                duration_s=0.0,
+                snapshot=snapshot,
+                head=head,
+                feedback=feedback,
+            )
+        )
+        if attempts_left <= 0:
+            reason = f"no change made to the workspace in {phase.max_attempts} attempt(s)"
             self.emit(
                 ev.PhaseFinished(
                     index=progress.index, name=phase.name, outcome="failed", reason=reason

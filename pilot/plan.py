@@ -37,6 +37,9 @@ class PhasePlan:
     max_attempts: int = 3
     images: tuple[str, ...] = ()
     """Workspace paths of images attached to the prompt (rendered ``images:``)."""
+    require_change: bool = False
+    """The phase is done only if the workspace differs from the phase's start (and the check
+    passes): a phase whose job is to change code cannot succeed by doing nothing."""
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,10 @@ class ProgressLimits:
     alternation: int = 3
     """A-B-A-B... cycles (A, B = call + arguments + result) before it counts as a loop."""
     no_progress: int = 12
-    """Model turns without a workspace change and without new information."""
+    """Model turns without a workspace change and without new information after which the
+    phase is stuck (exactly this many: the nudge comes before)."""
     no_progress_grace: int = 3
-    """Turns the model gets after a no-progress nudge before it is stuck."""
+    """How many turns before the no-progress limit the model is told (at most half of it)."""
     max_nudges: int = 3
     """Nudges per phase; a detector firing after that many is stuck at once."""
 
@@ -272,16 +273,41 @@ class ProgressTracker:
         return self._fire("alternation", detail, message)
 
     def _no_progress_check(self) -> Verdict:
+        """Warn ``no_progress_grace`` steps before the limit, stop exactly at it.
+
+        ``limits.no_progress`` is the number of steps without progress after which the phase
+        ends as stuck, as the workflow's ``max_no_progress_steps`` says; the nudge comes early
+        enough for the model to react within it (half the limit at most, for small limits).
+        """
         steps = self.steps_since_progress
-        if steps < self.limits.no_progress:
+        limit = self.limits.no_progress
+        warn_at = limit - min(self.limits.no_progress_grace, limit // 2)
+        if steps < warn_at:
             return OK
         detail = f"{steps} steps without a workspace change or new information"
+        nudged = self._nudged_at.get("no_progress")
+        if (
+            nudged is not None
+            and self._last_progress_step <= nudged
+            or (self.nudges >= self.limits.max_nudges)
+        ):
+            if steps < limit:
+                return OK
+            return Verdict(
+                "stuck",
+                "no_progress",
+                detail,
+                f"stuck: {detail} (the limit is {limit})",
+            )
+        self.nudges += 1
+        self._nudged_at["no_progress"] = self.step
         message = (
             f"The last {steps} steps changed no file and brought no new information (the same "
-            "files and results again). Make a concrete change towards the goal now, or call "
-            "`finish` with a summary if the phase is done or you are blocked."
+            f"files and results again); after {limit} such steps this phase stops as stuck. "
+            "Make a concrete change towards the goal now, or call `finish` with a summary if "
+            "the phase is done or you are blocked."
         )
-        return self._fire("no_progress", detail, message)
+        return Verdict("nudge", "no_progress", detail, message)
 
     def _fire(self, kind: Kind, detail: str, message: str) -> Verdict:
         nudged = self._nudged_at.get(kind)

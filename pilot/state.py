@@ -74,6 +74,8 @@ class PhaseProgress:
     pending_verdict: Verdict | None = None
     """A loop or no-progress verdict the loop must act on (nudge or end the phase)."""
     compactions_in_a_row: int = 0
+    start_snapshot: str | None = None
+    """The workspace snapshot when the phase started (``require_change`` compares with it)."""
 
 
 @dataclass
@@ -165,6 +167,7 @@ class RunState:
                     active_at_start=self.elapsed_active(ev.at),
                     message_index=len(self.messages),
                     tracker=ProgressTracker(self.progress_limits, snapshot=self.snapshot),
+                    start_snapshot=self.snapshot,
                 )
                 self.images.update((ref.sha256, ref) for ref in ev.images)
                 self.messages.append(

@@ -32,11 +32,13 @@ def print_outcome(console: Console, store: EventStore, outcome: RunOutcome) -> N
                 GitRepo(Path(started.workspace)), started.base_snapshot, state.snapshot, stat=True
             )
         except Exception:  # the workspace may be gone; the summary must still print
-            stat = ""
+            stat = None
         if stat:
             console.print(f"  changes on branch {started.branch} in {started.workspace}:")
             for line in stat.splitlines():
                 console.print(f"    {line.strip()}", highlight=False)
+        elif stat is not None:
+            console.print(f"  [bold]no change: this run changed no file in {started.workspace}[/]")
     db = db_option(store.url)
     if outcome.status == "paused":
         console.print(f"  resume with: [bold]pilot resume {outcome.run_id}{db}[/]")

@@ -590,6 +590,12 @@ class Phase(_Strict):
         description="Workspace image files (Jinja) attached to the prompt, e.g. "
         "docs/mockup.png; loaded like view_image (PNG, JPEG, WebP, GIF).",
     )
+    require_change: bool = Field(
+        False,
+        description="Done only when the workspace differs from the phase's start (and the "
+        "check passes): for a phase whose job is to change code, so finishing at once on an "
+        "unchanged tree is not a success. No change is sent back like a failed check.",
+    )
     max_attempts: int = Field(
         3,
         ge=1,

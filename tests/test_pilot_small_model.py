@@ -62,3 +62,79 @@ def test_the_shapes_a_small_model_writes_are_run(tmp_path: Path, repo: Path) -> 
     assert any("JSON-Schema keywords dropped" in r for r in repairs)
     assert "read_file: argument 'file_path' taken as 'path'" in repairs
     assert "finish: arguments given at the top level, beside the name" in repairs
+
+
+def test_no_progress_limit_fires_at_the_configured_count(tmp_path: Path, repo: Path) -> None:
+    turns = [{"content": f"Let me think about step {i}."} for i in range(12)]
+    script = write_script(tmp_path / "s.yaml", "idle-model", turns)
+    with running_sim(
+        SimConfig(model="test-model", max_model_len=32768, policy=f"script:{script}")
+    ) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="idle-model",
+            endpoint=sim.openai_base_url,
+            tools=["read_file", "finish"],
+            limits={"max_no_progress_steps": 5},
+            phases=[{"name": "work", "prompt": "Do the work."}],
+        )
+        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+    assert outcome.status == "failed" and "stuck" in (outcome.reason or "")
+    events = events_of(tmp_path / "m.db", outcome.run_id)
+    turns_taken = [e for e in events if isinstance(e, ev.AssistantMessage)]
+    assert len(turns_taken) == 5, "stuck after exactly max_no_progress_steps steps"
+
+
+def run_script(tmp_path: Path, repo: Path, key: str, turns: list, phase: dict) -> tuple:
+    script = write_script(tmp_path / f"{key}.yaml", key, turns)
+    with running_sim(
+        SimConfig(model="test-model", max_model_len=32768, policy=f"script:{script}")
+    ) as sim:
+        workflow = write_workflow(
+            tmp_path / f"{key}-wf.yaml",
+            key=key,
+            endpoint=sim.openai_base_url,
+            phases=[{"name": "change", "prompt": "Change the code.", **phase}],
+        )
+        outcome = run_in_process(workflow, repo, tmp_path / f"{key}.db")
+    return outcome, events_of(tmp_path / f"{key}.db", outcome.run_id)
+
+
+def finish(summary: str) -> dict:
+    return {"tool_calls": [{"name": "finish", "arguments": {"summary": summary}}]}
+
+
+def test_a_phase_that_must_change_code_fails_when_nothing_changed(
+    tmp_path: Path, repo: Path
+) -> None:
+    outcome, events = run_script(
+        tmp_path,
+        repo,
+        "lazy",
+        [finish("done"), finish("done, really")],
+        {"require_change": True, "check": "true", "max_attempts": 2},
+    )
+    assert outcome.status == "failed"
+    assert "no change made to the workspace in 2 attempt(s)" in (outcome.reason or "")
+    checks = [e for e in events if isinstance(e, ev.CheckFinished)]
+    assert [c.passed for c in checks] == [False, False]
+    assert "must change the code" in checks[0].feedback
+
+
+def test_a_phase_that_must_change_code_passes_with_a_change(tmp_path: Path, repo: Path) -> None:
+    write = {
+        "tool_calls": [
+            {"name": "write_file", "arguments": {"path": "NOTES.md", "content": "notes\n"}}
+        ]
+    }
+    outcome, _ = run_script(
+        tmp_path, repo, "busy", [write, finish("wrote notes")], {"require_change": True}
+    )
+    assert outcome.status == "succeeded", outcome.reason
+    assert "changed no file" not in (outcome.reason or "")
+
+
+def test_a_successful_run_that_changed_nothing_says_so(tmp_path: Path, repo: Path) -> None:
+    outcome, _ = run_script(tmp_path, repo, "idle", [finish("nothing to do")], {})
+    assert outcome.status == "succeeded"
+    assert outcome.reason == "all phases done; the run changed no file"

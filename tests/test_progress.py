@@ -152,14 +152,17 @@ def test_rereading_the_same_files_without_changes_is_no_progress() -> None:
         ("grep", args(pattern="parse"), "src/util.py:1: def parse"),
         ("read_file", args(path="README.md"), "# Util"),
     ]
-    verdicts = [turn_with_call(tracker, *calls[i % 3]) for i in range(12)]
-    # The first three were new information; nine turns later nothing new has come in.
+    verdicts = [turn_with_call(tracker, *calls[i % 3]) for i in range(11)]
+    # The first three were new information; then 8 turns brought nothing new.
     assert all(v.action == "ok" for v in verdicts)
-    verdicts = [turn_with_call(tracker, *calls[i % 3]) for i in range(3)]
-    assert [v.action for v in verdicts] == ["ok", "ok", "nudge"]
-    assert verdicts[-1].kind == "no_progress" and "12 steps" in verdicts[-1].message
+    assert tracker.steps_since_progress == 8
+    verdict = turn_with_call(tracker, *calls[2])
+    # Told 3 steps before the limit (12), that the phase stops at 12.
+    assert verdict.action == "nudge" and tracker.steps_since_progress == 9
+    assert verdict.kind == "no_progress" and "after 12 such steps" in verdict.message
     grace = [turn_with_call(tracker, *calls[i % 3]).action for i in range(3)]
-    assert grace == ["ok", "ok", "stuck"]
+    # Stuck exactly at the configured count, not three steps after it.
+    assert grace == ["ok", "ok", "stuck"] and tracker.steps_since_progress == 12
 
 
 def test_reading_new_files_is_progress() -> None:
@@ -176,7 +179,8 @@ def test_errors_are_never_new_information() -> None:
         turn_with_call(tracker, f"tool_{i}", "{}", f"Error: there is no tool named 'tool_{i}'")
         for i in range(5)
     ]
-    assert verdicts[-1].action == "nudge" and verdicts[-1].kind == "no_progress"
+    assert [v.action for v in verdicts] == ["ok", "ok", "nudge", "ok", "stuck"]
+    assert verdicts[-1].kind == "no_progress"
 
 
 def test_text_only_turns_count_as_steps_without_progress() -> None:
@@ -184,7 +188,7 @@ def test_text_only_turns_count_as_steps_without_progress() -> None:
     verdicts = [
         tracker.observe_turn("I will now look at the code.", had_calls=False) for _ in range(4)
     ]
-    assert [v.action for v in verdicts] == ["ok", "ok", "ok", "nudge"]
+    assert [v.action for v in verdicts] == ["ok", "nudge", "ok", "stuck"]
 
 
 def test_failed_check_output_is_new_information() -> None:

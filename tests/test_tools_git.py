@@ -195,3 +195,25 @@ def test_git_diff_since_start_includes_committed_work(tmp_path):
     assert "No changes since the last commit" in registry.invoke("git_diff", {}, ctx).output
     whole = registry.invoke("git_diff", {"since_start": True}, ctx).output
     assert "-one" in whole and "+two" in whole
+
+
+def test_commit_never_stages_build_artefacts_even_without_a_gitignore(ctx: ToolContext) -> None:
+    root = ctx.workspace.root
+    assert not (root / ".gitignore").exists()
+    for rel in [
+        "pkg/__pycache__/mod.cpython-311.pyc",
+        "pkg/__pycache__/__init__.cpython-311.pyc",
+        "top.pyc",
+        ".pytest_cache/v/cache/nodeids",
+        "web/node_modules/left-pad/index.js",
+        "pkg.egg-info/PKG-INFO",
+        "env/pyvenv.cfg",
+        "env/lib/site.py",
+    ]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x\n")
+    (root / "pkg" / "mod.py").write_text("VALUE = 1\n")
+    res = call(ctx, "git_commit", message="add mod")
+    assert not res.is_error, res.output
+    assert sorted(git(root, "ls-files").split()) == ["a.txt", "pkg/mod.py"]
+    assert "Left out 8 build artefact file(s), never committed" in res.output

@@ -41,6 +41,39 @@ def _git(
         ) from None
 
 
+BUILD_ARTEFACTS = (
+    "__pycache__",
+    "*.pyc",
+    "*.pyo",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    ".tox",
+    ".nox",
+    "*.egg-info",
+    ".eggs",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".coverage",
+    ".DS_Store",
+)
+"""Names git_commit never stages, with or without a .gitignore: running the tests leaves them
+behind, and a commit of 15 ``.pyc`` files is noise a reviewer must undo."""
+
+
+def artefact_excludes(root: Path) -> list[str]:
+    """Pathspecs excluding build artefacts anywhere in the tree, plus every virtualenv (a
+    directory holding ``pyvenv.cfg``, whatever its name) in the top two levels."""
+    specs = [f":(exclude,glob)**/{name}" for name in BUILD_ARTEFACTS]
+    specs += [f":(exclude,glob)**/{name}/**" for name in BUILD_ARTEFACTS]
+    for cfg in [*root.glob("*/pyvenv.cfg"), *root.glob("*/*/pyvenv.cfg")]:
+        rel = cfg.parent.relative_to(root).as_posix()
+        specs += [f":(exclude,literal){rel}", f":(exclude,glob){rel}/**"]
+    return specs
+
+
 def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -254,13 +287,15 @@ class GitCommit:
             raise ToolError(
                 "refused to commit: HEAD is detached (not on a branch); switch to a branch first."
             )
-        added = _git(ctx, "add", "-A", "--", ".")
+        excludes = artefact_excludes(ctx.workspace.root)
+        added = _git(ctx, "add", "-A", "--", ".", *excludes)
         if added.returncode != 0:
             raise _fail("git add", added)
+        left = _left_out(ctx, excludes)
         staged = _git(ctx, "diff", "--cached", "--quiet", "--no-ext-diff")
         if staged.returncode == 0:
             return ToolResult.ok(
-                f"Nothing to commit: no changes since the last commit on {branch}."
+                f"Nothing to commit: no changes since the last commit on {branch}.{left}"
             )
         name = str(settings.get("author_name", AGENT_NAME))
         email = str(settings.get("author_email", AGENT_EMAIL))
@@ -277,4 +312,15 @@ class GitCommit:
         short, _, subject = _text(info).strip().partition("\0")
         stat = _git(ctx, "show", "--shortstat", "--format=", "--no-ext-diff", "HEAD")
         summary = _text(stat).strip()
-        return ToolResult.ok(f"Committed {short} on {branch}: {subject}\n{summary}".rstrip())
+        return ToolResult.ok(f"Committed {short} on {branch}: {subject}\n{summary}".rstrip() + left)
+
+
+def _left_out(ctx: ToolContext, excludes: list[str]) -> str:
+    """A note naming the build artefacts present but not committed (empty when none)."""
+    everything = _git(ctx, "ls-files", "--others", "--exclude-standard", "-z", "--", ".")
+    kept = _git(ctx, "ls-files", "--others", "--exclude-standard", "-z", "--", ".", *excludes)
+    left = set(_text(everything).split("\0")) - set(_text(kept).split("\0")) - {""}
+    if not left:
+        return ""
+    shown = ", ".join(sorted(left)[:3]) + (", ..." if len(left) > 3 else "")
+    return f"\nLeft out {len(left)} build artefact file(s), never committed ({shown})."
