@@ -54,6 +54,9 @@ class ModelResolved(_Event):
     type: Literal["model_resolved"] = "model_resolved"
     model: str
     max_model_len: int | None = None
+    window_source: str | None = None
+    """Where the window came from when not ``/v1/models``: a server's own endpoint, the
+    ``model.context_window`` setting, a context error; or why it is unknown."""
 
 
 class PhaseStarted(_Event):
@@ -94,6 +97,8 @@ class Usage(BaseModel):
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated: bool = False
+    """The server sent no usage (llama-cpp-python's streams): the counts are estimates."""
 
 
 class AssistantMessage(_Event):

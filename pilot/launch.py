@@ -196,6 +196,7 @@ def build_plan(
             idle_timeout=model.idle_timeout,
             server_wait=model.server_wait,
             context_margin=model.context_margin,
+            context_window=model.context_window,
             stream_interval=model.stream_interval,
         ),
         workspace=workspace_path,

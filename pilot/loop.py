@@ -50,7 +50,7 @@ from pilot.images import (
     refused_output,
     undecodable,
 )
-from pilot.model_types import ChatRequest, ModelClient, ModelResponse
+from pilot.model_types import ChatRequest, ModelClient, ModelResponse, Usage
 from pilot.plan import Limits, PhasePlan, RunPlan
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
 from pilot.repair import (
@@ -60,6 +60,7 @@ from pilot.repair import (
     repair_arguments,
     resolve_tool_name,
 )
+from pilot.servers import estimate_completion_tokens, estimate_prompt_tokens
 from pilot.state import RunState, check_failed_message
 
 _T = TypeVar("_T")
@@ -335,6 +336,17 @@ class RunLoop:
         except ContextOverflow as exc:
             if budget is not None and (count is None or count.bounded):
                 count = await self.token_counter(model).count(messages, tools)
+            if budget is None and exc.max_model_len:
+                # The server named its window only now (llama-cpp-python does so in its
+                # context error): budget with it from here on, and ask again.
+                self.emit(
+                    ev.ModelResolved(
+                        model=model,
+                        max_model_len=exc.max_model_len,
+                        window_source="the server's context-length error",
+                    )
+                )
+                return
             if budget is None or count is None:
                 raise ConfigurationError(
                     f"{exc} The server did not report its max_model_len, so Marathon cannot "
@@ -347,6 +359,10 @@ class RunLoop:
             if not self.image_fallback(exc):
                 raise
             return
+        if response.usage is None:
+            response = response.model_copy(
+                update={"usage": estimated_usage(messages, tools, count, response)}
+            )
         self.record_response(step, phase, response)
 
     async def fits_without_counting(
@@ -594,7 +610,9 @@ class RunLoop:
                 tool_calls=calls,
                 finish_reason=response.finish_reason,
                 usage=ev.Usage(
-                    prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    estimated=usage.estimated,
                 )
                 if usage
                 else None,
@@ -920,6 +938,26 @@ class RunLoop:
                 )
             )
             self.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name}: {reason}"))
+
+
+def estimated_usage(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    count: PromptCount | None,
+    response: ModelResponse,
+) -> Usage:
+    """Usage for an answer the server sent none for: the prompt's exact count when the budget
+    made one, else an estimate; the answer's estimated. Marked estimated either way, so the
+    run's token limits still fire and the report says the counts are not the server's."""
+    prompt = count.total if count is not None and count.exact else None
+    if prompt is None:
+        prompt = estimate_prompt_tokens(messages, tools)
+    calls = [
+        (c.name, c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments))
+        for c in response.tool_calls
+    ]
+    completion = estimate_completion_tokens(response.content, calls)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, estimated=True)
 
 
 def new_call_id(step: int, position: int) -> str:

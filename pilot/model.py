@@ -50,6 +50,7 @@ from pilot.model_types import (
     resolve_model_name,
 )
 from pilot.plan import ClientSettings
+from pilot.servers import probe_context_window
 from pilot.sse import SSEDecoder
 from pilot.streaming import StreamAccumulator
 
@@ -710,6 +711,13 @@ class OpenAIModelClient:
             limit = extra.get("max_model_len")
             served.append(
                 ServedModel(id=item.id, max_model_len=int(limit) if limit is not None else None)
+            )
+        if served and served[0].max_model_len is None:  # not vLLM or SGLang: ask its own way
+            window = await probe_context_window(
+                self._http_client(), server_root(self.base_url), served[0].id, self._api_key
+            )
+            served[0] = served[0].model_copy(
+                update={"max_model_len": window.tokens, "window_source": window.source}
             )
         return served
 

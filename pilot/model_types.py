@@ -58,6 +58,8 @@ class Usage(BaseModel):
 
     prompt_tokens: int
     completion_tokens: int
+    estimated: bool = False
+    """Counted by the pilot, not the server (which sent no usage)."""
 
 
 class ModelResponse(BaseModel):
@@ -82,6 +84,8 @@ class ServedModel(BaseModel):
 
     id: str
     max_model_len: int | None = None
+    window_source: str | None = None
+    """Where the window was read, when not from ``/v1/models`` (see ``pilot.servers``)."""
 
 
 class WaitEvent(BaseModel):

@@ -73,6 +73,8 @@ class ModelPlan:
     idle_timeout: float = _schema_default("idle_timeout")
     server_wait: float = _schema_default("server_wait")
     context_margin: int = _schema_default("context_margin")
+    context_window: int | None = None
+    """``model.context_window``: the window to budget with, whatever the server says."""
     stream_interval: int | None = None
     """Tokens per streamed chunk asked of vLLM (None: the server's setting)."""
     endpoints: tuple[str, ...] = ()

@@ -286,10 +286,8 @@ class ProgressTracker:
             return OK
         detail = f"{steps} steps without a workspace change or new information"
         nudged = self._nudged_at.get("no_progress")
-        if (
-            (nudged is not None
-            and self._last_progress_step <= nudged)
-            or (self.nudges >= self.limits.max_nudges)
+        if (nudged is not None and self._last_progress_step <= nudged) or (
+            self.nudges >= self.limits.max_nudges
         ):
             if steps < limit:
                 return OK

@@ -588,8 +588,13 @@ class _Run:
                 self.emit(ev.ServerBack(waited_s=wait.waited_s, attempts=wait.attempts))
 
         served = await resolve_model_name(client, self.plan.model.name, on_wait=on_wait)
-        if served.id != self.state.model or served.max_model_len != self.state.max_model_len:
-            self.emit(ev.ModelResolved(model=served.id, max_model_len=served.max_model_len))
+        window, source = served.max_model_len, served.window_source
+        if self.plan.model.context_window is not None:
+            window, source = self.plan.model.context_window, "setting model.context_window"
+        elif window is None and self.state.max_model_len is not None:
+            window, source = self.state.max_model_len, None  # learnt from a context error
+        if served.id != self.state.model or window != self.state.max_model_len:
+            self.emit(ev.ModelResolved(model=served.id, max_model_len=window, window_source=source))
 
     def _cancel_requested(self) -> bool:
         return self.store.get_run(self.run_id).status == "cancelling"

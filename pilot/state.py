@@ -114,6 +114,8 @@ class RunState:
     last_seq: int = 0
     progress_limits: ProgressLimits = field(default_factory=ProgressLimits)
     questions: int = 0
+    usage_estimated: bool = False
+    """Some token counts are estimates (the server sent no usage)."""
     images: dict[str, ImageRef] = field(default_factory=dict)
     """Every image the conversation refers to, by sha256 (see ``pilot.images``)."""
     images_data_only: bool = False
@@ -182,6 +184,7 @@ class RunState:
                 if self.phase is not None:
                     self.phase.steps += 1
                 if ev.usage is not None:
+                    self.usage_estimated = self.usage_estimated or ev.usage.estimated
                     self.prompt_tokens += ev.usage.prompt_tokens
                     self.completion_tokens += ev.usage.completion_tokens
                     if self.phase is not None:

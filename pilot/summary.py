@@ -21,9 +21,10 @@ def print_outcome(console: Console, store: EventStore, outcome: RunOutcome) -> N
     for phase in state.phases_done:
         mark = "[green]✓[/]" if phase.outcome == "succeeded" else "[red]✗[/]"
         console.print(f"  {mark} {phase.name}: {phase.summary or phase.reason or phase.outcome}")
+    estimated = " (estimated: the server sent no usage)" if state.usage_estimated else ""
     console.print(
         f"  steps {state.steps}, tokens {state.prompt_tokens} in / {state.completion_tokens} "
-        f"out, active {format_duration(state.active_seconds)}"
+        f"out{estimated}, active {format_duration(state.active_seconds)}"
     )
     started = state.started
     if started and started.base_snapshot and state.snapshot:

@@ -32,7 +32,17 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             text.append(f"run started: {event.workflow} in {event.workspace} ", style="bold")
             text.append(f"(branch {event.branch})", style="dim")
         case ev.ModelResolved():
-            text.append(f"model {event.model}, context window {event.max_model_len} tokens")
+            if event.max_model_len is None:
+                text.append(
+                    f"model {event.model}, context window unknown "
+                    f"({event.window_source or 'not reported'}): nothing is budgeted until a "
+                    "context error names it; set model.context_window to budget from the start"
+                )
+            else:
+                source = f" ({event.window_source})" if event.window_source else ""
+                text.append(
+                    f"model {event.model}, context window {event.max_model_len} tokens{source}"
+                )
         case ev.PhaseStarted():
             text.append(f"phase {event.index + 1}: {event.name}", style="bold cyan")
         case ev.ModelRequest():

@@ -355,6 +355,14 @@ class ModelSettings(_Strict):
     server_wait: Duration = Field(
         1800, description="How long to keep waiting for a dead or restarting server."
     )
+    context_window: int | None = Field(
+        None,
+        ge=256,
+        description="The served context window in tokens, overriding what the server says. "
+        "For servers that report none (llama-cpp-python, LM Studio, Ollama before a model "
+        "is loaded): set it to the server's --n_ctx / num_ctx so requests are budgeted from "
+        "the first step.",
+    )
     context_margin: int = Field(
         256, ge=0, description="Tokens kept free below the served max_model_len, for safety."
     )

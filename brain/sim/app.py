@@ -34,6 +34,7 @@ from brain.sim.completions import SimCompletionRequest, complete_text
 from brain.sim.config import FaultRule, SimConfig
 from brain.sim.engine import RequestClock, SimEngine, Ticket
 from brain.sim.faults import FaultPlan
+from brain.sim.flavours import FlavourMiddleware
 from brain.sim.kv import prompt_block_hashes
 from brain.sim.logs import LogFn, silent_log, vllm_line
 from brain.sim.media import check_images
@@ -159,6 +160,13 @@ def create_app(
     app.add_exception_handler(validation.VLLMValidationError, _handle_vllm_validation_error)
     if config.api_keys:
         app.add_middleware(AuthMiddleware, tokens=list(config.api_keys))
+    if config.flavour != "vllm":  # another server's wire differences (brain/sim/flavours.py)
+        app.add_middleware(
+            FlavourMiddleware,
+            flavour=config.flavour,
+            model=config.served_names[0],
+            max_model_len=config.max_model_len,
+        )
 
     @app.get("/health")
     async def health() -> Response:

@@ -136,6 +136,9 @@ class SimConfig(BaseModel):
         None, description="Directory file:// images must lie under (vLLM's flag of that name)."
     )
     log_requests: bool = False
+    flavour: Literal["vllm", "llama-cpp-python", "llama.cpp", "ollama"] = Field(
+        "vllm", description="Answer as this server does where it differs from vLLM (flavours.py)."
+    )
     stream_interval: int = Field(
         1,
         ge=1,

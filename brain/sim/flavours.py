@@ -1,0 +1,220 @@
+"""Other OpenAI-compatible servers' wire differences, reproduced on top of the simulated vLLM.
+
+The pilot must work against llama.cpp's ``llama-server``, llama-cpp-python's server and
+Ollama as well as vLLM; what differs on the wire is small and is reproduced here as an ASGI
+middleware, so the suite tests it over loopback (each behaviour is checked against the
+server's own source, named below; see README's compatibility table):
+
+- ``llama-cpp-python`` (abetlen/llama-cpp-python ``llama_cpp/server/app.py``, 0.3.x): no
+  ``/health``, ``/metrics``, ``/tokenize`` (404 ``{"detail": "Not Found"}``); tokens counted
+  at ``POST /extras/tokenize/count`` (``{"input": str}`` -> ``{"count": n}``); ``/v1/models``
+  cards without ``max_model_len``; streamed answers carry no usage (``stream_options`` is
+  ignored); an assistant message with ``content: null`` fails validation with HTTP 500.
+- ``llama.cpp`` (ggml-org/llama.cpp ``tools/server``): the window in ``GET /props``
+  (``default_generation_settings.n_ctx``), ``/health`` answers ``{"status": "ok"}``,
+  ``/v1/models`` without ``max_model_len``.
+- ``ollama`` (ollama/ollama ``server/routes.go``, ``openai/openai.go``): ``GET /`` says
+  "Ollama is running", no ``/health``; the loaded runner's window in ``GET /api/ps``
+  (``context_length``); ``/v1/models`` cards of id/object/created/owned_by only.
+
+Imports nothing of the pilot's; a flavour is a server's config (``SimConfig.flavour``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from brain.sim.tokenizer import count_text
+
+Flavour = Literal["vllm", "llama-cpp-python", "llama.cpp", "ollama"]
+FLAVOURS: tuple[str, ...] = ("vllm", "llama-cpp-python", "llama.cpp", "ollama")
+
+_NOT_FOUND = {
+    "llama-cpp-python": {"/health", "/metrics", "/tokenize", "/detokenize", "/version"},
+    "llama.cpp": {"/version"},
+    "ollama": {"/health", "/metrics", "/tokenize", "/detokenize", "/version"},
+}
+
+
+class FlavourMiddleware:
+    """Makes the simulated vLLM answer as another server would, where they differ."""
+
+    def __init__(self, app: ASGIApp, flavour: str, model: str, max_model_len: int) -> None:
+        self.app = app
+        self.flavour = flavour
+        self.model = model
+        self.max_model_len = max_model_len
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.flavour == "vllm":
+            await self.app(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        if path in _NOT_FOUND.get(self.flavour, set()):
+            await _json(send, 404, {"detail": "Not Found"})
+            return
+        own = self._own_route(path, method)
+        if own is not None:
+            body = await _read_body(receive) if method == "POST" else b""
+            status, payload = own(body)
+            await _json(send, status, payload) if not isinstance(payload, str) else await _text(
+                send, status, payload
+            )
+            return
+        if path == "/v1/models" and method == "GET":
+            await self.app(scope, receive, _ModelsRewrite(send, self.flavour))
+            return
+        if path == "/v1/chat/completions" and method == "POST":
+            body = await _read_body(receive)
+            refusal, body = self._chat_body(body)
+            if refusal is not None:
+                await _json(send, 500, refusal)
+                return
+            await self.app(_with_length(scope, body), _replay(body, receive), send)
+            return
+        await self.app(scope, receive, send)
+
+    def _own_route(self, path: str, method: str):  # type: ignore[no-untyped-def]
+        if self.flavour == "llama-cpp-python" and path == "/extras/tokenize/count":
+            return self._count
+        if self.flavour == "llama.cpp" and path == "/props" and method == "GET":
+            return lambda _body: (
+                200,
+                {
+                    "default_generation_settings": {"n_ctx": self.max_model_len},
+                    "total_slots": 1,
+                    "model_alias": self.model,
+                },
+            )
+        if self.flavour == "ollama" and path == "/" and method in ("GET", "HEAD"):
+            return lambda _body: (200, "Ollama is running")
+        if self.flavour == "ollama" and path == "/api/ps" and method == "GET":
+            card = {"name": self.model, "model": self.model, "context_length": self.max_model_len}
+            return lambda _body: (200, {"models": [card]})
+        return None
+
+    def _count(self, body: bytes) -> tuple[int, Any]:
+        try:
+            text = json.loads(body or b"{}").get("input")
+        except (ValueError, AttributeError):
+            text = None
+        if not isinstance(text, str):
+            return 500, _llama_cpp_python_error("Field required: input")
+        return 200, {"count": count_text(text)}
+
+    def _chat_body(self, body: bytes) -> tuple[dict[str, Any] | None, bytes]:
+        if self.flavour != "llama-cpp-python":
+            return None, body
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return None, body
+        for index, message in enumerate(request.get("messages") or []):
+            if (
+                isinstance(message, dict)
+                and message.get("role") == "assistant"
+                and message.get("content", "") is None
+            ):
+                return _llama_cpp_python_error(
+                    f"{{'type': 'string_type', 'loc': ('body', 'messages', {index}, "
+                    "'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input "
+                    "should be a valid string', 'input': None}"
+                ), body
+        request.pop("stream_options", None)  # llama-cpp-python streams no usage
+        return None, json.dumps(request).encode()
+
+
+def _llama_cpp_python_error(detail: str) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": f"1 validation error:\n  {detail}",
+            "type": "internal_server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+
+
+class _ModelsRewrite:
+    """Buffers ``/v1/models`` and sends it back with the cards this server would give."""
+
+    def __init__(self, send: Send, flavour: str) -> None:
+        self.send = send
+        self.flavour = flavour
+        self.start: Message | None = None
+        self.chunks: list[bytes] = []
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.start = message
+            return
+        self.chunks.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = b"".join(self.chunks)
+        try:
+            data = json.loads(body)
+            for card in data.get("data", []):
+                for key in ("max_model_len", "root", "parent", "permission"):
+                    card.pop(key, None)
+                card["owned_by"] = {"ollama": "library", "llama.cpp": "llamacpp"}.get(
+                    self.flavour, "me"
+                )
+            body = json.dumps(data).encode()
+        except (ValueError, AttributeError):
+            pass
+        assert self.start is not None
+        headers = [(k, v) for k, v in self.start.get("headers", []) if k != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await self.send({**self.start, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, upstream: Receive) -> Receive:
+    """The (rewritten) body once, then the client's own messages (its disconnect)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await upstream()
+
+    return receive
+
+
+def _with_length(scope: Scope, body: bytes) -> Scope:
+    headers = [(k, v) for k, v in scope.get("headers", []) if k != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    return {**scope, "headers": headers}
+
+
+async def _json(send: Send, status: int, payload: Any) -> None:
+    body = json.dumps(payload).encode()
+    await _respond(send, status, body, b"application/json")
+
+
+async def _text(send: Send, status: int, payload: str) -> None:
+    await _respond(send, status, payload.encode(), b"text/plain; charset=utf-8")
+
+
+async def _respond(send: Send, status: int, body: bytes, kind: bytes) -> None:
+    headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
