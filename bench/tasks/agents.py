@@ -1,0 +1,217 @@
+"""The two agents the suite compares on the same model: Marathon's pilot, and a plain loop.
+
+``run_marathon`` drives the pilot in-process on a one-phase workflow: the task's test
+command is the phase's check, ``require_change`` refuses a finish on an unchanged tree, and
+the pilot's repairs, specific feedback, loop detection and compaction are all on.
+
+``run_plain`` is a minimal loop in the style of mini-swe-agent: one bash command per answer
+in a fenced block, its output sent back, the same format reminder whenever the answer has
+not exactly one block, no repairs, no loop detection, no compaction, no check; it stops when
+the model prints the submit word, at the step limit or at a context error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import yaml
+
+from bench.tasks.suite import Task, task_env
+
+SYSTEM_MARATHON = """You are a software engineer fixing a repository alone; nobody answers \
+questions. Work only with the tools. To call a tool, answer with its JSON, e.g.
+{"name": "read_file", "arguments": {"path": "setup.py"}}
+Read the file named in the task, make the smallest change with edit_file (old_text must be \
+copied exactly from the file) or write_file, run the test command with run, and when it \
+passes call {"name": "finish", "arguments": {"summary": "what you changed"}}."""
+
+SYSTEM_PLAIN = """You are a helpful assistant that can interact with a computer shell to \
+solve programming tasks in the repository in your current directory.
+Your response must contain exactly ONE bash code block with ONE command, like:
+```bash
+cat setup.py
+```
+Each command runs in a new shell in the repository. When the task is done, run:
+```bash
+echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT
+```"""
+
+FORMAT_ERROR = (
+    "Please always provide EXACTLY ONE action in triple backticks (```bash ... ```), "
+    "found {n} actions."
+)
+SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+OUTPUT_LIMIT = 6000
+
+
+@dataclass
+class AgentResult:
+    status: str
+    """How the agent stopped: succeeded/failed/limit/paused (Marathon), submitted/limit/
+    error (plain)."""
+    reason: str
+    steps: int
+    prompt_tokens: int
+    completion_tokens: int
+    tokens_estimated: bool
+    wall_s: float
+
+
+def marathon_workflow(
+    task: Task, endpoint: str, *, max_steps: int, max_tokens: int, context_window: int | None
+) -> dict[str, Any]:
+    model: dict[str, Any] = {
+        "endpoint": endpoint,
+        "name": "auto",
+        "temperature": 0.2,
+        "max_tokens": max_tokens,
+        "request_timeout": 900,
+        "idle_timeout": 600,
+        "server_wait": 120,
+    }
+    if context_window:
+        model["context_window"] = context_window
+    return {
+        "name": "bench-task",
+        "params": {"repo": {"type": "path", "required": True}},
+        "model": model,
+        "workspace": {"path": "{{ params.repo }}"},
+        "tools": ["read_file", "edit_file", "write_file", "list_dir", "grep", "run", "finish"],
+        "env_allowlist": ["PYTHONPATH", "PYTHONDONTWRITEBYTECODE"],
+        "sandbox": "none",
+        "system": SYSTEM_MARATHON,
+        "limits": {"max_steps": max_steps, "max_wall_time": "2h", "max_no_progress_steps": 8},
+        "phases": [
+            {
+                "name": "task",
+                "prompt": f"{task.prompt}\nTest command: {task.test}",
+                "check": task.test,
+                "check_timeout": 300,
+                "require_change": True,
+                "max_attempts": 2,
+            }
+        ],
+    }
+
+
+def run_marathon(
+    task: Task,
+    repo: Path,
+    endpoint: str,
+    work: Path,
+    *,
+    max_steps: int,
+    max_tokens: int = 512,
+    context_window: int | None = None,
+) -> AgentResult:
+    from pilot.launch import load_for_run, start_run
+    from pilot.runner import Runner
+    from pilot.store import EventStore
+
+    spec = marathon_workflow(
+        task, endpoint, max_steps=max_steps, max_tokens=max_tokens, context_window=context_window
+    )
+    workflow = work / "workflow.yaml"
+    workflow.write_text(yaml.safe_dump(spec, sort_keys=False))
+    saved = dict(os.environ)
+    os.environ.update(task_env(task, repo))
+    started = time.monotonic()
+    try:
+        store = EventStore(f"sqlite:///{work / 'runs.db'}")
+        loaded = load_for_run(workflow, [f"repo={repo}"])
+        runner = Runner(store)
+
+        async def drive() -> Any:
+            try:
+                return await start_run(runner, loaded)
+            finally:
+                await runner.aclose()
+
+        outcome = asyncio.run(drive())
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    state = outcome.state
+    return AgentResult(
+        status=outcome.status,
+        reason=outcome.reason or "",
+        steps=state.steps,
+        prompt_tokens=state.prompt_tokens,
+        completion_tokens=state.completion_tokens,
+        tokens_estimated=state.usage_estimated,
+        wall_s=time.monotonic() - started,
+    )
+
+
+_BLOCK_RE = re.compile(r"```(?:bash|sh|shell)?\s*\n(.*?)\n?```", re.DOTALL)
+
+
+def run_plain(
+    task: Task,
+    repo: Path,
+    endpoint: str,
+    *,
+    max_steps: int,
+    max_tokens: int = 512,
+    model: str | None = None,
+) -> AgentResult:
+    client = openai.OpenAI(base_url=endpoint, api_key="none", timeout=900, max_retries=2)
+    name = model or client.models.list().data[0].id
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PLAIN},
+        {"role": "user", "content": f"{task.prompt}\nTest command: {task.test}"},
+    ]
+    env = task_env(task, repo)
+    started = time.monotonic()
+    prompt_tokens = completion_tokens = steps = 0
+    status, reason = "limit", f"step limit reached ({max_steps} steps)"
+    while steps < max_steps:
+        steps += 1
+        try:
+            answer = client.chat.completions.create(
+                model=name, messages=messages, temperature=0.2, max_tokens=max_tokens
+            )
+        except openai.BadRequestError as exc:
+            status, reason = "error", f"the server refused the request: {str(exc)[:200]}"
+            break
+        if answer.usage:
+            prompt_tokens += answer.usage.prompt_tokens
+            completion_tokens += answer.usage.completion_tokens
+        text = answer.choices[0].message.content or ""
+        messages.append({"role": "assistant", "content": text})
+        blocks = _BLOCK_RE.findall(text)
+        if len(blocks) != 1:
+            messages.append({"role": "user", "content": FORMAT_ERROR.format(n=len(blocks))})
+            continue
+        command = blocks[0].strip()
+        if SUBMIT in command:
+            status, reason = "submitted", "the model submitted"
+            break
+        try:
+            proc = subprocess.run(
+                command, shell=True, cwd=repo, env=env, capture_output=True, text=True, timeout=120
+            )
+            output = f"returncode {proc.returncode}\n{proc.stdout}{proc.stderr}"
+        except subprocess.TimeoutExpired:
+            output = "the command timed out after 120 s"
+        if len(output) > OUTPUT_LIMIT:
+            half = OUTPUT_LIMIT // 2
+            output = output[:half] + "\n[... output cut ...]\n" + output[-half:]
+        messages.append({"role": "user", "content": output})
+    return AgentResult(
+        status=status,
+        reason=reason,
+        steps=steps,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        tokens_estimated=False,
+        wall_s=time.monotonic() - started,
+    )
