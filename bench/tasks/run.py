@@ -62,7 +62,9 @@ def one_try(task: Any, agent: str, args: argparse.Namespace, cache: Path) -> dic
                 "wall_s": 0.0,
             }
         check = hidden_check(task, repo)
-        reason = check.reason if check.passed else f"{result.status}: {result.reason}; {check.reason}"
+        reason = (
+            check.reason if check.passed else f"{result.status}: {result.reason}; {check.reason}"
+        )
         return {
             "task": task.id,
             "kind": task.kind,
@@ -99,8 +101,11 @@ def tables(rows: list[dict[str, Any]]) -> str:
             f"| {task} | {agent} | {ok}/{len(group)} | {steps:.1f} | {est}{tokens:.0f} | "
             f"{wall:.0f} | {why} |"
         )
-    lines += ["", "| agent | tries | success rate | crashes | mean steps | mean tokens |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| agent | tries | success rate | crashes | mean steps | mean tokens |",
+        "|---|---|---|---|---|---|",
+    ]
     agents: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         agents[row["agent"]].append(row)

@@ -110,8 +110,19 @@ def fetch(package: Package, cache: Path) -> Path:
     if not found:
         spec = f"{package.name}=={package.version}"
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-             spec, "-d", str(cache)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                spec,
+                "-d",
+                str(cache),
+            ],
             capture_output=True,
             text=True,
             timeout=600,
