@@ -1,7 +1,8 @@
 """Against a real llama-cpp-python server with a real model (optional: skipped, with the
 reason, when none answers). Start one as ../shared/realmodel/README.md says, then:
 
-    MARATHON_REAL_LLAMA_URL=http://127.0.0.1:8091/v1 .venv/bin/pytest -m slow tests/test_real_llama.py
+    MARATHON_REAL_LLAMA_URL=http://127.0.0.1:8091/v1 \
+        .venv/bin/pytest -m slow tests/test_real_llama.py
 
 Checks what the loopback flavour stands in for: the window is reported nowhere, streams carry
 no usage, and the pilot's estimate of a prompt is not below the server's own count (the
