@@ -314,7 +314,8 @@ class Router:
             response = await self._http_client().get(f"{server_root(state.url)}/health")
         except httpx.HTTPError:
             return False
-        return response.status_code == 200
+        # llama-cpp-python and Ollama have no /health: a 404 from the HTTP server is it up.
+        return response.status_code in (200, 404)
 
     async def probe_dead(self) -> None:
         """GET /health of the dead endpoints not probed in the last half interval."""

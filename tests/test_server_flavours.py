@@ -4,6 +4,7 @@ llama-cpp-python (no usage in streams, no window anywhere, 500 on null assistant
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,21 @@ def test_llama_cpp_python_flavour_refuses_null_content_as_the_real_server_does()
         assert httpx.get(f"{root}/health").status_code == 404
         count = httpx.post(f"{root}/extras/tokenize/count", json={"input": "hello world"})
         assert count.status_code == 200 and count.json()["count"] > 0
+
+
+def test_servers_without_health_are_healthy_to_the_router() -> None:
+    from pilot.router import Router
+
+    async def main(urls: list[str]) -> list[bool]:
+        router = Router(urls, model="qwen", refresh_interval=0.1)
+        try:
+            states = router.endpoints
+            return [await router._health_ok(ep) for ep in states]
+        finally:
+            await router.aclose()
+
+    a = SimConfig(model="qwen", policy="demo", flavour="llama-cpp-python")
+    b = SimConfig(model="qwen", policy="demo", flavour="ollama")
+    with running_sim(a) as one, running_sim(b) as two:
+        assert asyncio.run(main([one.openai_base_url, two.openai_base_url])) == [True, True]
+    assert asyncio.run(main(["http://127.0.0.1:9/v1"])) == [False], "nothing listening"

@@ -84,7 +84,7 @@ def marathon_workflow(
         "params": {"repo": {"type": "path", "required": True}},
         "model": model,
         "workspace": {"path": "{{ params.repo }}"},
-        "tools": ["read_file", "edit_file", "write_file", "list_dir", "grep", "run", "finish"],
+        "tools": ["read_file", "edit_file", "write_file", "run", "finish"],
         "env_allowlist": ["PYTHONPATH", "PYTHONDONTWRITEBYTECODE"],
         "sandbox": "none",
         "system": SYSTEM_MARATHON,
