@@ -5,8 +5,8 @@ reason, when none answers). Start one as ../shared/realmodel/README.md says, the
         .venv/bin/pytest -m slow tests/test_real_llama.py
 
 Checks what the loopback flavour stands in for: the window is reported nowhere, streams carry
-no usage, and the pilot's estimate of a prompt is not below the server's own count (the
-server counts it in a non-streamed answer) and not far above it.
+no usage, and the pilot's estimate of a prompt is never below the server's own count (which
+it gives in a non-streamed answer), and within 3x of it for plain messages.
 """
 
 from __future__ import annotations
@@ -64,10 +64,18 @@ def test_window_unknown_and_stream_usage_missing_and_estimate_bounds_the_real_co
     assert served[0].max_model_len is None
     assert served[0].window_source == "not reported by the server"
     assert response.usage is None, "llama-cpp-python streams no usage"
-    real = httpx.post(
-        f"{URL}/chat/completions",
-        json={"model": model, "messages": MESSAGES, "tools": tools, "max_tokens": 1},
-        timeout=600,
-    ).json()["usage"]["prompt_tokens"]
+    real = _server_prompt_tokens(model, tools)
     estimate = estimate_prompt_tokens(MESSAGES, tools)
-    assert real <= estimate <= 2 * real, (real, estimate)
+    # Generous by design (limits fire early, never late): never below the server's count,
+    # even where the chat template drops the tools (SmolLM2's has no tool section).
+    assert real <= estimate, (real, estimate)
+    bare = _server_prompt_tokens(model, None)
+    assert bare <= estimate_prompt_tokens(MESSAGES, None) <= 3 * bare
+
+
+def _server_prompt_tokens(model: str, tools: list | None) -> int:
+    body: dict = {"model": model, "messages": MESSAGES, "max_tokens": 1}
+    if tools:
+        body["tools"] = tools
+    answer = httpx.post(f"{URL}/chat/completions", json=body, timeout=600).json()
+    return int(answer["usage"]["prompt_tokens"])
