@@ -832,6 +832,10 @@ def extract_text_tool_calls(
         repairs.extend(f.repairs)
     pieces.append(content[pos:])
     remaining = re.sub(r"\n{3,}", "\n\n", "".join(pieces)).strip()
+    if not re.search(r"\w", remaining):
+        # Only the separators between calls are left (``{...}, {...}``): keeping ", ," as the
+        # answer's text teaches a small model to answer with commas next time.
+        remaining = ""
     return TextCallsResult(calls, remaining, repairs)
 
 

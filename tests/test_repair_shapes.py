@@ -105,3 +105,14 @@ def test_the_short_explicit_shape_still_works() -> None:
 def test_prose_word_before_a_brace_is_not_a_call() -> None:
     content = 'The config {"path": "x"} is loaded by grep_config {"a": 1}.'
     assert extract_text_tool_calls(content, SCHEMAS).calls == []
+
+
+def test_separators_between_calls_are_not_kept_as_text() -> None:
+    content = (
+        '{"name": "list_dir", "arguments": {"path": "."}}, '
+        '{"name": "read_file", "arguments": {"path": "setup.py"}}, '
+        '{"name": "finish", "arguments": {"summary": "done"}}'
+    )
+    result = extract_text_tool_calls(content, SCHEMAS)
+    assert [name for name, _ in result.calls] == ["list_dir", "read_file", "finish"]
+    assert result.remaining_content == ""
