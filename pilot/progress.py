@@ -117,6 +117,15 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
 
 
+_DURATION_RE = re.compile(r"\b\d+(?:\.\d+)?\s*(?:ms|s|sec|secs|seconds)\b")
+
+
+def _untimed(result: str) -> str:
+    """A result with its durations blanked: a test run that fails the same way again is the
+    same result, though it says "1 failed in 0.12s" one time and "in 0.14s" the next."""
+    return _DURATION_RE.sub("<duration>", result)
+
+
 def _canonical(arguments: str) -> str:
     """Arguments with key order and whitespace normalised (so ``{"a":1}`` == ``{ "a": 1 }``)."""
     try:
@@ -221,7 +230,7 @@ class ProgressTracker:
         return self._no_progress_check()
 
     def _call(self, call: CallObs) -> Verdict:
-        sig = _Sig(call.name, _canonical(call.arguments), _digest(call.result))
+        sig = _Sig(call.name, _canonical(call.arguments), _digest(_untimed(call.result)))
         changed = call.mutated and call.snapshot is not None and call.snapshot != self.snapshot
         if call.snapshot is not None:
             self.snapshot = call.snapshot

@@ -360,3 +360,15 @@ def test_tracker_counts_consecutive_empty_turns() -> None:
     assert tracker.consecutive_empty == 2
     tracker.observe_turn("", had_calls=True)
     assert tracker.consecutive_empty == 0
+
+
+def test_a_test_run_failing_the_same_way_again_is_a_repeat_whatever_its_timing() -> None:
+    tracker = ProgressTracker()
+    verdicts = [
+        turn_with_call(
+            tracker, "run", args(command="pytest -q"), f"exit code: 1\n1 failed in 0.{i}2s"
+        )
+        for i in range(3)
+    ]
+    assert [v.action for v in verdicts] == ["ok", "ok", "nudge"]
+    assert verdicts[-1].kind == "repeat"
