@@ -212,6 +212,11 @@ def map_vllm_error(
         )
     if "maximum context length" in lowered:
         return _context_overflow(message)
+    too_long = _int(r"cannot be greater than max_model_len=(\d+)", message)
+    if too_long:  # vLLM 0.33: max_tokens alone over the window; it names the window
+        return ContextOverflow(
+            message, max_model_len=too_long, max_tokens=_int(r"max_tokens=(\d+)", message)
+        )
     if "tool choice requires" in lowered or "enable-auto-tool-choice" in lowered:
         return ConfigurationError(
             f"the server cannot let the model choose tools ({message}). Start vLLM with "

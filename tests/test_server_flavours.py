@@ -29,7 +29,13 @@ def repo(tmp_path: Path) -> Path:
 
 
 def run_against(
-    tmp_path: Path, repo: Path, flavour: str, *, max_model_len: int = 32768, **model: Any
+    tmp_path: Path,
+    repo: Path,
+    flavour: str,
+    *,
+    max_model_len: int = 32768,
+    prompt: str = "Read app.py.",
+    **model: Any,
 ) -> tuple[Any, list[ev.Event]]:
     script = write_script(tmp_path / "s.yaml", f"flavour-{flavour}", TURNS)
     config = SimConfig(
@@ -41,7 +47,7 @@ def run_against(
             key=f"flavour-{flavour}",
             endpoint=sim.openai_base_url,
             tools=["read_file", "finish"],
-            phases=[{"name": "read", "prompt": "Read app.py."}],
+            phases=[{"name": "read", "prompt": prompt}],
             model=model or None,
         )
         outcome = run_in_process(workflow, repo, tmp_path / "m.db")
@@ -80,15 +86,22 @@ def test_context_window_setting_overrides(tmp_path: Path, repo: Path) -> None:
 
 
 def test_window_learnt_from_the_first_context_error(tmp_path: Path, repo: Path) -> None:
+    """The server names its window only when a prompt does not fit: the run records it and
+    budgets with it (here the prompt alone is too long, so it then ends saying so)."""
     outcome, events = run_against(
-        tmp_path, repo, "llama-cpp-python", max_model_len=1024, max_tokens=2048
+        tmp_path,
+        repo,
+        "llama-cpp-python",
+        max_model_len=512,
+        prompt="Read app.py. " + "The quick brown fox jumps. " * 300,
     )
-    assert outcome.status == "succeeded", outcome.reason
     learnt = resolved(events)[-1]
-    assert learnt.max_model_len == 1024
-    assert learnt.window_source == "the server's context-length error"
-    requests = [e for e in events if isinstance(e, ev.ModelRequest)]
-    assert requests[-1].max_tokens < 1024, "budgeted once the window is known"
+    assert (learnt.max_model_len, learnt.window_source) == (
+        512,
+        "the server's context-length error",
+    )
+    assert outcome.status == "failed"
+    assert "context window (512 tokens) is exhausted" in (outcome.reason or "")
 
 
 def test_llama_cpp_server_window_from_props(tmp_path: Path, repo: Path) -> None:
