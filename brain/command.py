@@ -224,15 +224,32 @@ def process_command(spec: ServerSpec) -> list[str]:
     return ["vllm", "serve", *vllm_serve_argv(spec, in_container=False)]
 
 
+BRAIN_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""Variables in every environment the brain builds for a server (process, sim, container, Ray
+node): NVLink multicast off in NCCL, PyTorch's symmetric memory and NVSHMEM. A TP >= 2 server
+gains little from it, and on hosts whose GPUs are shared (NVLink without a working fabric
+manager) a program that uses multicast can put every GPU of the host out of service.
+``spec.env`` may still set them (``env.NCCL_NVLS_ENABLE=1``) where multicast is known to work."""
+
+
+def brain_environment(spec: ServerSpec) -> dict[str, str]:
+    """``BRAIN_ENV`` with the spec's own values for the same names (``spec.env`` wins)."""
+    return {k: spec.env.get(k, v) for k, v in BRAIN_ENV.items()}
+
+
 def process_environment(spec: ServerSpec) -> dict[str, str]:
     """Variables the process (and sim) backend adds to the server's environment.
 
     ``CUDA_VISIBLE_DEVICES`` from ``gpus`` is how a local process is pinned to its GPUs (what
     ``--gpus device=...`` does for a container), so replicas on one machine never share a
     device; a multi-node head gets ``VLLM_HOST_IP`` like vLLM's run_cluster.sh sets it.
-    ``spec.env`` wins over both.
+    ``BRAIN_ENV`` (NVLink multicast off) is always there; ``spec.env`` wins over all of them.
     """
-    env: dict[str, str] = {}
+    env: dict[str, str] = dict(BRAIN_ENV)
     if isinstance(spec.gpus, list):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
     if spec.distributed is not None:
@@ -274,6 +291,8 @@ def ray_worker_docker_argv(spec: ServerSpec) -> list[str]:
         a += ["-v", f"{_expand_host(d.hf_cache)}:{CONTAINER_HF_CACHE}"]
     for k in d.pass_env:
         a += ["-e", k]
+    for k, v in brain_environment(spec).items():
+        a += ["-e", f"{k}={v}"]
     a += ["-e", f"VLLM_HOST_IP={WORKER_IP}", spec.image_ref, "-c"]
     a.append(shlex.join(ray_worker_argv(spec)))
     return a
@@ -414,7 +433,7 @@ def docker_run_options(
     (False for the CI fake image).
     """
     d = spec.docker
-    environment: dict[str, str] = {}
+    environment: dict[str, str] = dict(BRAIN_ENV)
     if environ is not None:
         environment.update({k: environ[k] for k in d.pass_env if k in environ})
     environment.update(spec.env)
@@ -571,9 +590,10 @@ def _distributed_dry_run_lines(spec: ServerSpec) -> list[str]:
         lines.append(shlex.join(ray_worker_docker_argv(spec)))
     elif spec.backend == "process":
         lines.append("# first, on this (head) node, in the same Python environment as vllm:")
-        lines.append(shlex.join(ray_head_argv(spec)))
+        ray_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in brain_environment(spec).items())
+        lines.append(f"{ray_env} " + shlex.join(ray_head_argv(spec)))
         lines.append(others)
-        lines.append(f"VLLM_HOST_IP='{WORKER_IP}' " + shlex.join(ray_worker_argv(spec)))
+        lines.append(f"{ray_env} VLLM_HOST_IP='{WORKER_IP}' " + shlex.join(ray_worker_argv(spec)))
     else:
         lines.append("# the sim serves alone; a real server needs the Ray cluster above")
     lines.append("# check with `ray status` that every node and GPU is there before brain up")

@@ -7,6 +7,11 @@ other part of the brain (launchers, supervisor, registry, ``brain down``) handle
 exactly like a single server. Planning is pure: nothing is started and no port is probed
 here (``brain.fleet_run`` does that). ``fleet_endpoints`` is the pilot's way in: the OpenAI
 base URLs of a fleet's running replicas, read from the brain's registry.
+
+Two replicas share a GPU only when the split is explicit: a GPU listed k times in ``--gpus``
+(``0,0``) is shared by k replicas, each at the profile's ``gpu_memory_utilization / k``.
+vLLM's utilization is a per-instance budget (its docs: two instances on one GPU can each take
+0.5), so the k budgets add up to what the profile asked of the card.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from brain.spec import ServerSpec
 from brain.state import Registry, ServerRecord
 
 MAX_PORT = 65535
+MIN_SHARED_UTILIZATION = 0.05
+"""The smallest per-replica share of a split GPU: below it the CUDA context, the weights and
+the activation profile leave no KV cache (vLLM then refuses with no room for cache blocks)."""
 
 
 @dataclass(frozen=True)
@@ -60,21 +68,16 @@ def replica_name(fleet: str, index: int) -> str:
 
 
 def parse_gpus(value: str | int | Sequence[int | str]) -> list[str]:
-    """``"0,1,2,3"``, ``4`` or ``[0, 1]`` -> ``["0", "1", ...]``; ids may be GPU UUIDs."""
+    """``"0,1,2,3"``, ``4`` or ``[0, 1]`` -> ``["0", "1", ...]``; ids may be GPU UUIDs.
+
+    A GPU may be listed more than once (``0,0``): that is the explicit split of one card
+    between replicas (``plan_replicas`` divides their memory)."""
     if isinstance(value, int):
         value = str(value)
     items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
     gpus = [g.strip() for g in items if g.strip()]
     if not gpus:
         raise SpecError("the GPU list is empty.", field="--gpus", hint="e.g. --gpus 0,1,2,3")
-    dupes = sorted({g for g in gpus if gpus.count(g) > 1})
-    if dupes:
-        raise SpecError(
-            f"GPU {', '.join(dupes)} is listed twice; two replicas on one GPU would each "
-            "reserve gpu_memory_utilization of it and the second would fail to start.",
-            field="--gpus",
-            hint="list each device once",
-        )
     return gpus
 
 
@@ -100,6 +103,17 @@ def gpu_groups(
             + ", or change tensor_parallel_size (--set tensor_parallel_size=N)",
         )
     groups = [list(gpus[i : i + tp]) for i in range(0, len(gpus), tp)]
+    for group in groups:
+        twice = sorted({g for g in group if group.count(g) > 1})
+        if twice:
+            raise SpecError(
+                f"GPU {', '.join(twice)} is twice in one tensor-parallel group "
+                f"({','.join(group)}): one server's ranks need {tp} different GPUs.",
+                field="--gpus",
+                hint=f"give each rank its own GPU; to split GPUs between replicas repeat "
+                f"whole groups of {tp} (e.g. --gpus "
+                f"{','.join(str(i) for i in range(tp))},{','.join(str(i) for i in range(tp))})",
+            )
     if replicas is not None and replicas != len(groups):
         raise SpecError(
             f"--replicas {replicas} at tensor_parallel_size {tp} needs {replicas * tp} GPUs, "
@@ -178,6 +192,7 @@ def plan_replicas(
             field="preload.enabled",
             hint="set preload.enabled=false for a fleet",
         )
+    shares = split_shares(groups, spec.gpu_memory_utilization) if groups is not None else None
     ports = replica_ports(spec.port if base_port is None else base_port, count)
     out = []
     for i in range(count):
@@ -185,8 +200,65 @@ def plan_replicas(
         update: dict[str, Any] = {"name": replica_name(name, index), "port": ports[i]}
         if groups is not None:
             update["gpus"] = [int(g) if g.isdigit() else g for g in groups[i]]
+        if shares is not None and shares[i] is not None:
+            update["gpu_memory_utilization"] = shares[i]
         out.append(Replica(name, index, _revalidate(spec, update)))
     return out
+
+
+def split_shares(groups: Sequence[Sequence[str]], utilization: float) -> list[float | None]:
+    """Per replica (one GPU group each): its memory share when its GPUs are split, else None.
+
+    A group listed k times gets ``utilization / k`` (rounded down to 0.001, so the k shares
+    never add up to more than the profile asked). Refused, saying what to change: replicas
+    that share only some of their GPUs (the unshared ones would sit half idle), and a share
+    below ``MIN_SHARED_UTILIZATION``.
+    """
+    keys = [tuple(g) for g in groups]
+    out: list[float | None] = []
+    for key in keys:
+        k = keys.count(key)
+        overlap = [o for o in keys if o != key and set(o) & set(key)]
+        if overlap:
+            raise SpecError(
+                f"GPU group {','.join(key)} overlaps {','.join(overlap[0])} without being the "
+                "same group: replicas split a GPU only when they share all their GPUs.",
+                field="--gpus",
+                hint="repeat whole groups (e.g. --gpus 0,1,0,1 at tensor_parallel_size 2)",
+            )
+        if k == 1:
+            out.append(None)
+            continue
+        share = int(utilization / k * 1000) / 1000
+        if share < MIN_SHARED_UTILIZATION:
+            raise SpecError(
+                f"GPU {','.join(key)} is listed {k} times: gpu_memory_utilization "
+                f"{utilization} split {k} ways is {utilization / k:.3f} per replica, below "
+                f"{MIN_SHARED_UTILIZATION}, which leaves no room for weights and KV cache.",
+                field="--gpus",
+                hint=f"list it fewer times, or raise gpu_memory_utilization "
+                f"(--set gpu_memory_utilization={min(0.95, MIN_SHARED_UTILIZATION * k):.2f} "
+                "or more)",
+            )
+        out.append(share)
+    return out
+
+
+def shared_gpu_groups(replicas: Sequence[Replica]) -> list[list[Replica]]:
+    """The replicas in start order groups: those on the same GPUs together (in index order),
+    every other replica alone. Two vLLMs profiling memory on one GPU at once charge each
+    other's allocations to their own budget, so a split GPU's replicas start one after the
+    other while different GPUs start in parallel."""
+    chains: dict[object, list[Replica]] = {}
+    for r in replicas:
+        gpus = r.spec.gpus
+        key: object = (
+            tuple(str(g) for g in gpus)
+            if isinstance(gpus, list) and r.spec.backend != "sim"
+            else ("replica", r.index)
+        )
+        chains.setdefault(key, []).append(r)
+    return list(chains.values())
 
 
 def _revalidate(spec: ServerSpec, update: dict[str, Any]) -> ServerSpec:
@@ -200,9 +272,12 @@ def _revalidate(spec: ServerSpec, update: dict[str, Any]) -> ServerSpec:
 
 
 def check_fleet(replicas: Sequence[Replica]) -> list[str]:
-    """Across a fleet: no port or GPU given twice (errors); warnings returned as lines."""
+    """Across a fleet: no port given twice, and no GPU given twice unless split explicitly
+    (the replicas on it have the same GPUs and their utilizations add up to at most 1)
+    (errors); warnings returned as lines."""
     by_port: dict[int, str] = {}
-    by_gpu: dict[str, str] = {}
+    by_gpu: dict[str, Replica] = {}
+    used: dict[str, float] = {}
     names = [r.name for r in replicas]
     if len(set(names)) != len(names):
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -218,13 +293,21 @@ def check_fleet(replicas: Sequence[Replica]) -> list[str]:
         if r.spec.backend == "sim" or not isinstance(r.spec.gpus, list):
             continue
         for g in (str(g) for g in r.spec.gpus):
-            if g in by_gpu:
+            used[g] = used.get(g, 0.0) + r.spec.gpu_memory_utilization
+            other = by_gpu.get(g)
+            if other is not None and (other.spec.gpus != r.spec.gpus or used[g] > 1.0 + 1e-9):
                 raise SpecError(
-                    f"GPU {g} is given to both {by_gpu[g]} and {r.name}.",
+                    f"GPU {g} is given to both {other.name} and {r.name}"
+                    + (
+                        f", whose gpu_memory_utilization add up to {used[g]:.3f} (over 1)."
+                        if other.spec.gpus == r.spec.gpus
+                        else " with different GPU groups."
+                    ),
                     field="gpus",
-                    hint="give each replica its own GPUs",
+                    hint="give each replica its own GPUs, or split one explicitly: list it "
+                    "once per replica in gpus (e.g. gpus: 0,0), which divides the memory",
                 )
-            by_gpu[g] = r.name
+            by_gpu.setdefault(g, r)
     served = sorted({r.spec.effective_served_name for r in replicas})
     warnings = []
     if len(served) > 1:
@@ -395,4 +478,6 @@ __all__ = [
     "plan_replicas",
     "replica_name",
     "replica_ports",
+    "shared_gpu_groups",
+    "split_shares",
 ]

@@ -1,11 +1,13 @@
 """Start and watch a fleet's replicas: the side-effecting half of ``brain.fleet``.
 
-Without ``--watch`` every replica is started at once (in threads, so N loads overlap) and the
+Without ``--watch`` every replica is started at once (in threads, so N loads overlap), except
+that replicas splitting one GPU start one after the other (``shared_gpu_groups``); the
 fleet is all or nothing: if one fails, the ones already up are stopped and the error names the
 replica. With ``--watch`` each replica gets its own supervisor *process* (``brain up
 <replica spec> --watch``): a replica's death, restarts and give-up never touch the others, and
 ``brain down <replica>`` stops just that one while ``brain down <fleet>`` stops them all. The
-parent only starts them, forwards SIGTERM/SIGINT/SIGHUP, and waits.
+parent only starts them (a split GPU's next replica once the previous one answers /health),
+forwards SIGTERM/SIGINT/SIGHUP, and waits.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import yaml
 
 from brain.errors import BrainError, PortInUse
 from brain.events import EventsWriter
-from brain.fleet import Replica, fleet_records
+from brain.fleet import Replica, fleet_records, shared_gpu_groups
 from brain.launchers import make_launcher
 from brain.launchers.base import ServerHandle
 from brain.launchers.ports import ensure_port_free
@@ -97,7 +99,14 @@ def start_fleet(
         except BaseException as exc:
             errors[r.index] = exc
 
-    threads = [threading.Thread(target=one, args=(r,), daemon=True) for r in replicas]
+    def chain(group: list[Replica]) -> None:
+        for r in group:
+            if errors:
+                return
+            one(r)
+
+    groups = shared_gpu_groups(replicas)
+    threads = [threading.Thread(target=chain, args=(g,), daemon=True) for g in groups]
     for t in threads:
         t.start()
     for t in threads:
@@ -136,7 +145,15 @@ def watch_fleet(replicas: Sequence[Replica], *, child_args: Sequence[str], say: 
     Returns 0 when every supervisor stopped cleanly, 1 when any failed or gave up.
     """
     procs: list[tuple[Replica, subprocess.Popen[bytes]]] = []
+    after: dict[int, Replica] = {}
+    for group in shared_gpu_groups(replicas):
+        for before, r in zip(group, group[1:], strict=False):
+            after[r.index] = before
     for r in replicas:
+        if r.index in after:
+            prev = after[r.index]
+            say(f"{r.name} shares GPU {','.join(map(str, r.spec.gpus))}: waiting for {prev.name}")
+            _wait_healthy(prev, next(p for q, p in procs if q.index == prev.index))
         cmd = [*BRAIN_CLI, "up", str(replica_spec_file(r)), "--watch"]
         cmd += ["--fleet-member", f"{r.fleet}:{r.index}", *child_args]
         procs.append((r, subprocess.Popen(cmd)))
@@ -164,6 +181,22 @@ def watch_fleet(replicas: Sequence[Replica], *, child_args: Sequence[str], say: 
                     say(f"{r.name}: its supervisor exited with code {code}; the others go on")
         time.sleep(0.2)
     return 1 if any(codes.values()) else 0
+
+
+def _wait_healthy(replica: Replica, proc: subprocess.Popen[bytes]) -> None:
+    """Until ``replica`` answers /health 200, its supervisor exits, or its load timeout passes
+    (then the next replica starts anyway; its own start reports what went wrong)."""
+    import httpx
+
+    url = f"http://{replica.spec.host}:{replica.spec.port}/health"
+    deadline = time.monotonic() + replica.spec.timeouts.load_timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
 
 
 def stop_fleet_supervisors(name: str, registry: Registry, timeout: float) -> None:

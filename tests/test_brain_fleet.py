@@ -93,11 +93,71 @@ def test_replicas_that_do_not_fit_the_gpus_are_refused_with_the_count_that_fits(
     assert "needs 6 GPUs" in str(e.value) and "--replicas 2" in e.value.hint
 
 
-def test_a_gpu_listed_twice_or_no_gpu_at_all_is_refused():
-    with pytest.raises(SpecError, match="listed twice"):
-        parse_gpus("0,1,1")
+def test_no_gpu_at_all_is_refused():
     with pytest.raises(SpecError, match="empty"):
         parse_gpus(" , ")
+
+
+# --------------------------------------------------------------------------- one GPU split
+
+
+def test_a_gpu_listed_twice_is_split_each_replica_gets_half_the_memory():
+    spec = apply_overrides(load_profile("qwen2.5-1.5b-smoke"), ["gpu_memory_utilization=0.9"])
+    reps = plan_replicas(spec, gpus=parse_gpus("0,0"), base_port=9000)
+    assert [(r.spec.gpus, r.spec.gpu_memory_utilization) for r in reps] == [
+        ([0], 0.45),
+        ([0], 0.45),
+    ]
+    assert check_fleet(reps) == []
+    for r in reps:
+        line = docker_run_command_line(r.spec)
+        assert "--gpu-memory-utilization 0.45" in line and "device=0" in line
+    # a mixed list: only the split GPU's replicas are divided
+    mixed = plan_replicas(spec, gpus=parse_gpus("0,0,0,1"), base_port=9000)
+    assert [r.spec.gpu_memory_utilization for r in mixed] == [0.3, 0.3, 0.3, 0.9]
+    # whole TP groups may be repeated
+    tp = plan_replicas(load_profile(TP2), gpus=parse_gpus("0,1,0,1"), base_port=9000)
+    assert [r.spec.gpus for r in tp] == [[0, 1], [0, 1]]
+    assert {r.spec.gpu_memory_utilization for r in tp} == {
+        int(load_profile(TP2).gpu_memory_utilization / 2 * 1000) / 1000
+    }
+
+
+def test_a_split_that_cannot_work_is_refused_saying_what_to_change():
+    spec = apply_overrides(load_profile("qwen2.5-1.5b-smoke"), ["gpu_memory_utilization=0.09"])
+    with pytest.raises(SpecError) as e:
+        plan_replicas(spec, gpus=parse_gpus("0,0"))
+    assert "split 2 ways is 0.045 per replica, below 0.05" in str(e.value)
+    assert "gpu_memory_utilization=0.10" in e.value.hint
+    with pytest.raises(SpecError, match="twice in one tensor-parallel group") as e:
+        plan_replicas(load_profile(TP2), gpus=parse_gpus("0,0"))
+    assert "--gpus 0,1,0,1" in e.value.hint
+    with pytest.raises(SpecError, match="overlaps 1,2 without being the same group"):
+        plan_replicas(load_profile(TP2), gpus=parse_gpus("0,1,1,2"))
+
+
+def test_separate_entries_on_one_gpu_are_allowed_only_when_their_memory_fits(tmp_path):
+    both = plan_replicas(load_profile("gemma4-e4b-mtp"), gpus=["0"], fleet="f")
+    both += plan_replicas(
+        load_profile("gemma4-e4b-mtp"), gpus=["0"], base_port=8100, fleet="f", first_index=1
+    )
+    with pytest.raises(SpecError, match="add up to 1.800") as e:
+        check_fleet(both)
+    assert "gpus: 0,0" in e.value.hint
+    half = apply_overrides(load_profile("gemma4-e4b-mtp"), ["gpu_memory_utilization=0.45"])
+    ok = plan_replicas(half, gpus=["0"], fleet="f")
+    ok += plan_replicas(half, gpus=["0"], base_port=8100, fleet="f", first_index=1)
+    assert check_fleet(ok) == []
+
+
+def test_up_sim_on_a_split_gpu_dry_run_shows_the_halved_memory():
+    r = brain("up", "qwen2.5-1.5b-smoke", "--gpus", "0,0", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert r.output.count("--gpu-memory-utilization") == 2
+    util = load_profile("qwen2.5-1.5b-smoke").gpu_memory_utilization
+    assert r.output.count(f"--gpu-memory-utilization {int(util / 2 * 1000) / 1000}") == 2
+    bad = runner.invoke(app, ["up", TP2, "--gpus", "0,0", "--dry-run"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
 
 
 def test_ports_are_the_base_plus_i_and_zero_asks_the_os_for_each():
@@ -265,6 +325,9 @@ def test_up_sim_replicas_start_answer_are_listed_found_and_stopped_together():
             for i, p in enumerate(ports)
         ]
         assert fleet_endpoints("trio") == [f"http://127.0.0.1:{p}/v1" for p in ports]
+        for x in records:  # each replica's real process runs with NVLink multicast off
+            environ = open(f"/proc/{x.handle['ref']}/environ", "rb").read().split(b"\0")
+            assert b"NCCL_NVLS_ENABLE=0" in environ
 
         # a replica that died (unsupervised here) is no longer an endpoint
         os.kill(int(records[1].handle["ref"]), signal.SIGKILL)
