@@ -12,6 +12,7 @@ forwards SIGTERM/SIGINT/SIGHUP, and waits.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -147,7 +148,7 @@ def watch_fleet(replicas: Sequence[Replica], *, child_args: Sequence[str], say: 
     procs: list[tuple[Replica, subprocess.Popen[bytes]]] = []
     after: dict[int, Replica] = {}
     for group in shared_gpu_groups(replicas):
-        for before, r in zip(group, group[1:], strict=False):
+        for before, r in itertools.pairwise(group):
             after[r.index] = before
     for r in replicas:
         if r.index in after:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
+from pathlib import Path
 
 import httpx
 import pytest
@@ -141,7 +142,7 @@ def test_separate_entries_on_one_gpu_are_allowed_only_when_their_memory_fits(tmp
     both += plan_replicas(
         load_profile("gemma4-e4b-mtp"), gpus=["0"], base_port=8100, fleet="f", first_index=1
     )
-    with pytest.raises(SpecError, match="add up to 1.800") as e:
+    with pytest.raises(SpecError, match=r"add up to 1\.800") as e:
         check_fleet(both)
     assert "gpus: 0,0" in e.value.hint
     half = apply_overrides(load_profile("gemma4-e4b-mtp"), ["gpu_memory_utilization=0.45"])
@@ -326,7 +327,7 @@ def test_up_sim_replicas_start_answer_are_listed_found_and_stopped_together():
         ]
         assert fleet_endpoints("trio") == [f"http://127.0.0.1:{p}/v1" for p in ports]
         for x in records:  # each replica's real process runs with NVLink multicast off
-            environ = open(f"/proc/{x.handle['ref']}/environ", "rb").read().split(b"\0")
+            environ = Path(f"/proc/{x.handle['ref']}/environ").read_bytes().split(b"\0")
             assert b"NCCL_NVLS_ENABLE=0" in environ
 
         # a replica that died (unsupervised here) is no longer an endpoint
