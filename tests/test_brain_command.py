@@ -9,6 +9,7 @@ import pytest
 from docker.types import DeviceRequest
 
 from brain.command import (
+    BRAIN_ENV,
     docker_run_command_line,
     docker_run_options,
     dry_run_text,
@@ -111,7 +112,7 @@ def test_gemma_docker_options_map_onto_the_sdk():
                 "mode": "rw",
             },
         },
-        "environment": {"HF_TOKEN": "hf_x"},
+        "environment": {**BRAIN_ENV, "HF_TOKEN": "hf_x"},
     }
     assert len(dev) == 1 and isinstance(dev[0], DeviceRequest)
     assert dev[0]["DeviceIDs"] == ["0"] and dev[0]["Capabilities"] == [["gpu"]]

@@ -100,7 +100,8 @@ def test_dry_run_shows_the_head_and_worker_set_up_per_backend():
     assert "on every other node (1)" in text and "--address=10.0.0.1:6379" in text
     proc = dry_run_text(two_nodes("backend=process"))
     assert "VLLM_HOST_IP=10.0.0.1 vllm serve Qwen/Qwen3-32B" in proc
-    assert "\nray start --head --node-ip-address=10.0.0.1 --port=6379\n" in proc
+    off = "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"
+    assert f"\n{off} ray start --head --node-ip-address=10.0.0.1 --port=6379\n" in proc
     assert process_environment(two_nodes("backend=process"))["VLLM_HOST_IP"] == HEAD
 
 

@@ -71,3 +71,22 @@ make_bins() {
   printf '#!%s\nimport sys\nfrom pilot.cli import app\nsys.exit(app())\n' "$PY" > $R/bin/pilot
   chmod +x $R/bin/*
 }
+# assemble: vLLM + wheels + the project + the model config from the stash (c1 from g1, c2 here)
+assemble() {
+  [ -n "$LOCAL" ] && return 0
+  [ -f $R/assembled ] && return 0
+  cp .gpucarry/c2/* /tmp/stash/
+  mkdir -p $R/vl $R/site $R/stage
+  ts "untar vllm"; cat /tmp/stash/vllm.part* | xz -d | tar -x -C $R/vl || { echo "VLLM UNTAR FAILED"; exit 1; }
+  tar -xf /tmp/stash/rest.tar -C $R/stage
+  ts "pip install"; $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $R/site $R/stage/wheels/*.whl 2>&1 | tail -3
+  mkdir -p $R/m && tar -xJf $R/stage/main.tar.xz -C $R/m
+  rm -rf $R/smol && cp -r $R/stage/smol $R/smol && cp $R/stage/hermes.jinja $R/smol/chat_template.jinja
+  touch $R/assembled; ts "assembled"
+}
+# gpus_used: every GPU's used memory (MiB), comma-separated
+gpus_used() { local u; u=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' | paste -sd, -); echo ${u:-NA}; }
+# worker_of PID: the TP rank-1 worker under a vLLM server (else the engine, for the sim)
+worker_of() { local p w=""; for p in $(descendants $1); do tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q 'Worker.*TP1\|TP1.*Worker' && w=$p; grep -q 'Worker_TP1\|WorkerTP1' /proc/$p/comm 2>/dev/null && w=$p; done; echo ${w:-$(engine_of $1)}; }
+# wait_healthy PORT SECONDS: until /health answers 200 (prints ok or timeout)
+wait_healthy() { local i; for i in $(seq 1 $2); do curl -sf -m 2 http://127.0.0.1:$1/health >/dev/null && echo ok && return 0; sleep 1; done; echo timeout; }
