@@ -32,6 +32,7 @@ from brain.fleet import (
     parse_gpus,
     plan_replicas,
     replica_ports,
+    shared_gpu_groups,
 )
 from brain.profiles import apply_overrides, load_profile
 from brain.state import Registry
@@ -122,6 +123,14 @@ def test_a_gpu_listed_twice_is_split_each_replica_gets_half_the_memory():
     assert {r.spec.gpu_memory_utilization for r in tp} == {
         int(load_profile(TP2).gpu_memory_utilization / 2 * 1000) / 1000
     }
+
+
+def test_replicas_splitting_a_gpu_start_one_after_the_other_others_in_parallel():
+    spec = load_profile("qwen2.5-1.5b-smoke")
+    reps = plan_replicas(spec, gpus=parse_gpus("0,0,1"), base_port=9000)
+    assert [[r.index for r in g] for g in shared_gpu_groups(reps)] == [[0, 1], [2]]
+    sims = plan_replicas(load_profile("sim"), gpus=parse_gpus("0,0"), base_port=9000)
+    assert [[r.index for r in g] for g in shared_gpu_groups(sims)] == [[0], [1]]
 
 
 def test_a_split_that_cannot_work_is_refused_saying_what_to_change():

@@ -9,7 +9,7 @@ source "$(dirname "$0")/common.sh"
 GPUS=${SPLIT:-0,1}; NAME=duo; [ -n "$SPLIT" ] && NAME=half
 exec > >(tee $ART/x2fleet_${NAME}_console.txt) 2>&1
 ts "x2fleet start (gpus $GPUS)"; gpumem
-make_bins
+assemble; make_bins
 MODEL=$(cat $R/model_dummy.txt 2>/dev/null); [ -n "$MODEL" ] || MODEL=$([ -n "$LOCAL" ] && echo sim/smol || echo $R/smol)
 LF=; [ -z "$LOCAL" ] && LF=dummy
 P=$(profile smolfleet $MODEL 8030 off $LF)
@@ -40,7 +40,7 @@ mk_matrix $R/m1_$NAME.yaml 1 8; mk_matrix $R/m2_$NAME.yaml 9 12
 ts "pilot run --parallel 8 over the fleet"; T=$(now)
 ( timeout 500 pilot run $R/wf_$NAME.yaml --matrix $R/m1_$NAME.yaml --parallel 8 --json > $B/${NAME}_pilot1.jsonl 2> $B/${NAME}_pilot1.err; echo "rc=$?" >> $B/${NAME}_pilot1.err ) & PR=$!
 for i in $(seq 1 300); do $PY $S/runs.py | grep -q 'running .*8031x' && break; kill -0 $PR 2>/dev/null || break; sleep 0.5; done
-$PY $S/runs.py | tee $B/${NAME}_runs_before_kill.txt
+$PY $S/runs.py | head -8 | tee $B/${NAME}_runs_before_kill.txt
 R1=$(server_pid $NAME-r1); PG=$(ps -o pgid= -p ${R1:-1} | tr -d ' ')
 ts "kill -9 of replica 1 (server $R1, process group $PG) mid-run" | tee $B/${NAME}_kill.txt
 KT=$(now); [ -n "$PG" ] && kill -9 -- -$PG
@@ -52,13 +52,13 @@ for i in $(seq 1 480); do
 done
 fig ${NAME}_replica_kill_to_healthy_s ${BACK:-none}
 wait $PR; fig ${NAME}_pilot1_wall_s $(since $T); tail -5 $B/${NAME}_pilot1.err
-$PY $S/runs.py | tee $B/${NAME}_runs_after_kill.txt
+$PY $S/runs.py | head -8 | tee $B/${NAME}_runs_after_kill.txt  # newest first: this batch
 fig ${NAME}_pilot1_succeeded "$(grep -c succeeded $B/${NAME}_runs_after_kill.txt)/8"
 fig ${NAME}_runs_moved_8031_to_8030 $(grep -c '8031x[0-9]*>8030' $B/${NAME}_runs_after_kill.txt)
 for w in $R/ws_${NAME}_*; do git -C $w log --oneline 2>/dev/null | head -1; done > $B/${NAME}_workspaces.txt
 ts "the replica is back: a second batch of 4"; T=$(now)
 timeout 300 pilot run $R/wf_$NAME.yaml --matrix $R/m2_$NAME.yaml --parallel 4 --json > $B/${NAME}_pilot2.jsonl 2> $B/${NAME}_pilot2.err; echo "rc=$?" >> $B/${NAME}_pilot2.err
-$PY $S/runs.py | tee $B/${NAME}_runs_end.txt
+$PY $S/runs.py | head -12 | tee $B/${NAME}_runs_end.txt
 fig ${NAME}_all_succeeded "$(grep -c succeeded $B/${NAME}_runs_end.txt)/12"
 fig ${NAME}_batch2_runs_on_8031 $(head -4 $B/${NAME}_runs_end.txt | grep -c ' 8031x')
 tail -20 $B/${NAME}_watch.txt
