@@ -101,9 +101,12 @@ def start_fleet(
             errors[r.index] = exc
 
     def chain(group: list[Replica]) -> None:
-        for r in group:
+        for before, r in zip([None, *group], group, strict=False):
             if errors:
                 return
+            if before is not None:
+                gpus = ",".join(map(str, r.spec.gpus)) if isinstance(r.spec.gpus, list) else ""
+                say(f"{r.name} shares GPU {gpus} with {before.name}: starting it now")
             one(r)
 
     groups = shared_gpu_groups(replicas)

@@ -432,3 +432,22 @@ def test_each_replica_has_its_own_supervisor_one_restarts_while_the_others_serve
     assert types[:2] == ["starting", "ready"]
     assert "died" in types and "restarting" in types and types[-1] == "stopped"
     assert [e.type for e in events.read("wf-r0")] == ["starting", "ready", "stopped"]
+
+
+def test_replicas_splitting_one_gpu_start_one_after_the_other_at_half_the_memory(monkeypatch):
+    monkeypatch.setenv("MARATHON_VLLM_EXECUTABLE", f"{sys.executable} -m brain.sim.vllm_entry")
+    base = free_port_block(2)
+    r = brain("up", "sim", "--set", "backend=process", "--gpus", "0,0", "--port", str(base),
+              "--set", "name=half", "--set", "gpu_memory_utilization=0.8")  # fmt: skip
+    try:
+        assert r.exit_code == 0, r.output
+        shares = r.output.index("half-r1 shares GPU 0 with half-r0: starting it now")
+        assert r.output.index("half-r0 ready") < shares < r.output.index("half-r1 ready")
+        for rec in fleet_records("half"):
+            pid = rec.handle["ref"]
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert argv[argv.index(b"--gpu-memory-utilization") + 1] == b"0.4"
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert b"CUDA_VISIBLE_DEVICES=0" in environ and b"NCCL_NVLS_ENABLE=0" in environ
+    finally:
+        assert brain("down", "half").exit_code == 0
