@@ -46,7 +46,12 @@ class Timing(BaseModel):
 
     load_delay: float = Field(0.0, ge=0, description="Seconds before the port is bound.")
     ttft: float = Field(0.002, ge=0, description="Base time to first token, seconds.")
-    ttft_per_token: float = Field(0.0, ge=0, description="Extra prefill seconds per prompt token.")
+    ttft_per_token: float = Field(
+        0.0,
+        ge=0,
+        description="Prefill seconds per computed prompt token; all requests' prefill tokens "
+        "share one lane and lengthen the decode steps they are batched with (engine.py).",
+    )
     itl: float = Field(0.001, ge=0, description="Seconds per decode step (inter-token latency).")
 
 
@@ -104,6 +109,13 @@ class SimConfig(BaseModel):
     policy: str = "demo"
     api_keys: list[str] = Field(default_factory=list)
     max_num_seqs: int = Field(16, ge=1)
+    max_num_batched_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="vLLM's --max-num-batched-tokens: tokens one engine step computes, prefill "
+        "chunks and decodes together (None: vLLM's chunked-prefill default, at least 2048 and "
+        "at least max_model_len).",
+    )
     max_queue: int | None = Field(
         None, ge=0, description="Waiting requests before 503 (None: unbounded)."
     )
@@ -159,6 +171,11 @@ class SimConfig(BaseModel):
     def version_string(self) -> str:
         """What /version and the startup lines report."""
         return self.version or VERSION_STRINGS[self.vllm_version]
+
+    @property
+    def batched_tokens(self) -> int:
+        """The per-step token budget the scheduler uses and the startup line reports."""
+        return self.max_num_batched_tokens or max(2048, self.max_model_len)
 
     @property
     def num_kv_blocks(self) -> int:

@@ -12,8 +12,16 @@ What it models, all with asyncio sleeps so the event loop never blocks:
   blocks go back to the pool (still cached) and which rejoins the queue's front; readmitted,
   it prefills its prompt and its output so far again, minus what the prefix cache still holds
   (``vllm:num_preemptions``);
-* time to first token = ``ttft + ttft_per_token * computed prompt tokens`` after admission,
-  where cached prefix tokens cost nothing;
+* one GPU's compute, shared as vLLM's scheduler shares it: each engine step computes up to
+  ``max_num_batched_tokens`` tokens, the decode tokens of every running request batched
+  together plus chunks of the waiting prefills, first come first served, and a step takes
+  ``itl`` for its decodes plus ``ttft_per_token`` for each prefill token it computes. The sim
+  keeps one prefill lane for that: a prefill (or a recompute after preemption) queues its
+  computed tokens behind the others' (cached prefix tokens cost nothing), and while the lane
+  is busy every decode step is longer by the chunk it carries. So two long prefills at once
+  take twice as long as one, and a prefix recomputed for one request slows all of them; a
+  request alone keeps ``ttft + ttft_per_token * computed tokens`` to its first token and
+  ``itl`` a step;
 * decoding in steps of ``itl`` seconds; each step emits one token, plus, with speculative
   decoding on, the accepted prefix of ``k`` drafted tokens (each position accepted with
   probability ``acceptance`` while all before it were). So MTP shows as more tokens per second
@@ -107,6 +115,8 @@ class SimEngine:
         self.kv = KVCache(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self._running: list[_Request] = []
         self._waiting: list[_Request] = []
+        self._lane_until = 0.0
+        """When the prefill lane has computed every prefill token queued on it (monotonic)."""
         self.metrics = self._declare_metrics()
 
     # ----------------------------------------------------------------- metrics
@@ -455,13 +465,28 @@ class SimEngine:
     # ------------------------------------------------------------------ timing
 
     async def prefill(self, request: _Request, clock: RequestClock) -> None:
-        """The prefill sleep: computed tokens only (cached prefix blocks cost nothing)."""
+        """The prefill: ``ttft``, then the computed tokens (cached prefix blocks cost nothing)
+        on the shared lane, behind the prefill tokens queued before them."""
         timing = self.config.timing
-        computed = request.prompt_tokens + request.generated - request.hit_tokens
+        computed = max(0, request.prompt_tokens + request.generated - request.hit_tokens)
+        now = time.monotonic()
         if clock.scheduled is None:
-            clock.scheduled = time.monotonic()
+            clock.scheduled = now
         self.metrics.observe("vllm:iteration_tokens_total", max(1, computed))
-        await asyncio.sleep(timing.ttft + timing.ttft_per_token * max(0, computed))
+        done = now
+        if timing.ttft_per_token > 0 and computed:
+            done = max(now, self._lane_until) + timing.ttft_per_token * computed
+            self._lane_until = done
+        await asyncio.sleep(timing.ttft + (done - now))
+
+    def step_time(self) -> float:
+        """One decode step: ``itl``, plus the prefill chunk batched into it while the lane has
+        prefill tokens queued (at most ``max_num_batched_tokens`` of them)."""
+        timing = self.config.timing
+        queued = self._lane_until - time.monotonic()
+        if queued <= 0:
+            return timing.itl
+        return timing.itl + min(queued, timing.ttft_per_token * self.config.batched_tokens)
 
     def decoder(self, request_number: int) -> Decoder:
         rng = random.Random(f"{self.config.seed}:spec:{request_number}")
@@ -513,7 +538,7 @@ class Decoder:
         """Sleep one decode step and return how many tokens it produced (<= remaining)."""
         engine = self._engine
         spec = engine.config.speculative
-        await self._sleep_until_next_step(engine.config.timing.itl)
+        await self._sleep_until_next_step(engine.step_time())
         produced = 1
         if spec.enabled:
             accepted = self._accepted()

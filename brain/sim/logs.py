@@ -89,8 +89,7 @@ def ready_lines(config: SimConfig, load_seconds: float) -> list[str]:
         vllm_line("Available KV cache memory: 1.00 GiB", "gpu_worker.py:560"),
         *kv_lines,
         vllm_line(
-            "Chunked prefill is enabled with "
-            f"max_num_batched_tokens={max(2048, config.max_model_len)}.",
+            f"Chunked prefill is enabled with max_num_batched_tokens={config.batched_tokens}.",
             "scheduler.py:252",
         ),
     ]
