@@ -67,3 +67,14 @@ async def test_a_prefix_recomputed_after_preemption_costs_the_other_requests_tim
     newcomer = await _prefill(engine, 3, 100)
     await recompute
     assert newcomer >= (500 + 100) * PER_TOKEN  # behind B's recompute, not 100 tokens' time
+
+
+@pytest.mark.anyio
+async def test_an_aborted_prefill_gives_its_queued_tokens_back():
+    engine = _engine()
+    task = asyncio.ensure_future(_prefill(engine, 1, 20000))  # 2 s of prefill
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert engine.step_time() == pytest.approx(0.001)  # the lane is not held by it

@@ -19,8 +19,8 @@ What it models, all with asyncio sleeps so the event loop never blocks:
   keeps one prefill lane for that: a prefill (or a recompute after preemption) queues its
   computed tokens behind the others' (cached prefix tokens cost nothing), and while the lane
   is busy every decode step is longer by the chunk it carries. So two long prefills at once
-  take twice as long as one, and a prefix recomputed for one request slows all of them; a
-  request alone keeps ``ttft + ttft_per_token * computed tokens`` to its first token and
+  take twice as long as one, a prefix recomputed for one request slows all of them (an
+  aborted request's chunks not yet computed are dropped); a request alone keeps ``ttft + ttft_per_token * computed tokens`` to its first token and
   ``itl`` a step;
 * decoding in steps of ``itl`` seconds; each step emits one token, plus, with speculative
   decoding on, the accepted prefix of ``k`` drafted tokens (each position accepted with
@@ -473,11 +473,16 @@ class SimEngine:
         if clock.scheduled is None:
             clock.scheduled = now
         self.metrics.observe("vllm:iteration_tokens_total", max(1, computed))
-        done = now
+        done = start = now
         if timing.ttft_per_token > 0 and computed:
-            done = max(now, self._lane_until) + timing.ttft_per_token * computed
+            start = max(now, self._lane_until)
+            done = start + timing.ttft_per_token * computed
             self._lane_until = done
-        await asyncio.sleep(timing.ttft + (done - now))
+        try:
+            await asyncio.sleep(timing.ttft + (done - now))
+        except asyncio.CancelledError:  # aborted: its chunks not yet computed never will be
+            self._lane_until -= max(0.0, done - max(time.monotonic(), start))
+            raise
 
     def step_time(self) -> float:
         """One decode step: ``itl``, plus the prefill chunk batched into it while the lane has
