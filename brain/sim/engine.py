@@ -20,8 +20,8 @@ What it models, all with asyncio sleeps so the event loop never blocks:
   computed tokens behind the others' (cached prefix tokens cost nothing), and while the lane
   is busy every decode step is longer by the chunk it carries. So two long prefills at once
   take twice as long as one, a prefix recomputed for one request slows all of them (an
-  aborted request's chunks not yet computed are dropped); a request alone keeps ``ttft + ttft_per_token * computed tokens`` to its first token and
-  ``itl`` a step;
+  aborted request's chunks not yet computed are dropped); a request alone keeps
+  ``ttft + ttft_per_token * computed tokens`` to its first token and ``itl`` a step;
 * decoding in steps of ``itl`` seconds; each step emits one token, plus, with speculative
   decoding on, the accepted prefix of ``k`` drafted tokens (each position accepted with
   probability ``acceptance`` while all before it were). So MTP shows as more tokens per second
