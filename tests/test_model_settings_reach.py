@@ -43,6 +43,7 @@ OTHER = {
     "idle_timeout": 54,
     "server_wait": 43,
     "context_margin": 99,
+    "context_window": 16384,
     "vision": False,
 }
 """Settings used by the pilot itself, with values unlike the schema's defaults."""
@@ -136,6 +137,14 @@ def _context_margin(seen: Seen) -> None:
     assert seen.plan.model.context_margin == OTHER["context_margin"]
 
 
+def _context_window(seen: Seen) -> None:
+    # The sim serves 32768; the run must budget with the setting instead.
+    resolved = [e for e in seen.extra["events"] if e.type == "model_resolved"]
+    assert resolved, "the run recorded no model_resolved event"
+    assert resolved[-1].max_model_len == OTHER["context_window"]
+    assert resolved[-1].window_source == "setting model.context_window"
+
+
 def _vision(seen: Seen) -> None:
     assert seen.plan.media.vision is False
 
@@ -152,6 +161,7 @@ CHECKS: dict[str, Callable[[Seen], None]] = {
     "idle_timeout": _client_setting("idle_timeout"),
     "server_wait": _client_setting("server_wait"),
     "context_margin": _context_margin,
+    "context_window": _context_window,
     "vision": _vision,
 }
 
@@ -187,19 +197,20 @@ def test_every_model_setting_reaches_the_request_or_its_component(
             model={**REQUEST, **OTHER},
         )
         loaded = load_for_run(workflow, [f"repo={repo}"])
-        runner = Runner(EventStore(f"sqlite:///{tmp_path / 'm.db'}"))
+        store = EventStore(f"sqlite:///{tmp_path / 'm.db'}")
+        runner = Runner(store)
 
-        async def run() -> tuple[str, Any]:
+        async def run() -> tuple[str, str, Any]:
             try:
                 outcome = await start_run(runner, loaded, endpoint=None)
                 plan = build_plan(loaded, outcome.run_id)
                 # The runner's cached client for this plan: the one the run's requests used.
                 assert len(runner._clients) == 1
-                return outcome.status, runner._client(plan)
+                return outcome.status, outcome.run_id, runner._client(plan)
             finally:
                 await runner.aclose()
 
-        status, client = asyncio.run(run())
+        status, run_id, client = asyncio.run(run())
         assert status == "succeeded"
         seen = Seen(
             sim_url=sim.openai_base_url,
@@ -208,7 +219,7 @@ def test_every_model_setting_reaches_the_request_or_its_component(
             client=client,
             workflow=workflow,
             repo=repo,
-            extra={"tmp": tmp_path},
+            extra={"tmp": tmp_path, "events": store.load_events(run_id)},
         )
     failed = []
     for name in ModelSettings.model_fields:
