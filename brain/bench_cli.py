@@ -5,18 +5,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from brain.bench import BenchConfig, BenchError, run_bench, validate_config
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+from brain.bench_output import err, run_and_report
 
 
 def _ints(text: str | None, option: str) -> list[int]:
@@ -199,37 +195,18 @@ def bench_command(
     except (ValueError, BenchError) as exc:  # pydantic's ValidationError is a ValueError
         err.print(f"[red]brain bench:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
-    try:
-        if plot is not None:
-            from brain.bench_plot import _pyplot
-
-            _pyplot()  # fail before the run, not after it
-        progress = None if quiet else (lambda msg: err.print(f"[dim]{escape(msg)}[/dim]"))
-        report = asyncio.run(run_bench(config, progress))
-    except BenchError as exc:
-        err.print(f"[red]brain bench:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(1) from None
-
-    from brain.bench_report import print_report, render_markdown, write_json
-
-    print_report(report, out)
-    if json_path is not None:
-        write_json(report, json_path)
-        err.print(f"wrote {json_path}")
-    if markdown is not None:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(render_markdown(report), encoding="utf-8")
-        err.print(f"wrote {markdown}")
-    if plot is not None:
-        from brain.bench_plot import write_plot
-
-        write_plot(report, plot)
-        err.print(f"wrote {plot}")
-    if not any(p.completed for ep in report.endpoints for p in ep.points) and not any(
-        d.runs > d.failed for ep in report.endpoints for d in ep.depths
-    ):
-        err.print("[red]brain bench:[/red] no request succeeded")
-        raise typer.Exit(1)
+    run_and_report(
+        lambda progress: run_bench(config, progress),
+        report_module="brain.bench_report",
+        succeeded=lambda report: (
+            any(p.completed for ep in report.endpoints for p in ep.points)
+            or any(d.runs > d.failed for ep in report.endpoints for d in ep.depths)
+        ),
+        json_path=json_path,
+        markdown=markdown,
+        plot=plot,
+        quiet=quiet,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from brain.bench import BenchError
 from brain.bench_replay import ReplayEndpointReport, ReplayPoint, ReplayReport
-from brain.bench_report import _num
+from brain.bench_report import _num, comparison_headers, comparison_rows
 
 RATIO_NAMES = {
     "run_wall": "run wall",
@@ -83,20 +83,6 @@ def depth_cells(p: ReplayPoint) -> Iterator[list[str]]:
         ]
 
 
-def _ratio_keys(report: ReplayReport) -> list[str]:
-    keys: list[str] = []
-    for row in report.comparison:
-        keys += [k for k in row.ratios if k not in keys]
-    return keys
-
-
-def ratio_cells(report: ReplayReport, keys: list[str]) -> Iterator[list[str]]:
-    for row in report.comparison:
-        yield [row.point] + [
-            f"{row.ratios[k]:.2f}x" if row.ratios.get(k) is not None else "" for k in keys
-        ]
-
-
 def _notes(ep: ReplayEndpointReport) -> list[str]:
     notes = []
     for p in ep.points:
@@ -144,9 +130,9 @@ def render_rich(report: ReplayReport) -> Group:
         parts += [Text(n, style="yellow") for n in _notes(ep)]
     if report.comparison:
         a, b = report.endpoints[0].label, report.endpoints[1].label
-        keys = _ratio_keys(report)
+        keys = comparison_headers(report)
         headers = [f"{a}/{b}"] + [RATIO_NAMES.get(k, k) for k in keys]
-        t = _table(f"ratios {a}/{b}", headers, ratio_cells(report, keys))
+        t = _table(f"ratios {a}/{b}", headers, comparison_rows(report, keys))
         if t:
             parts.append(t)
     return Group(*parts)
@@ -173,9 +159,9 @@ def render_markdown(report: ReplayReport) -> str:
         out += [f"- {n}" for n in _notes(ep)]
     if report.comparison:
         a, b = report.endpoints[0].label, report.endpoints[1].label
-        keys = _ratio_keys(report)
+        keys = comparison_headers(report)
         headers = [f"{a}/{b}"] + [RATIO_NAMES.get(k, k) for k in keys]
-        out += [_md(headers, ratio_cells(report, keys)), ""]
+        out += [_md(headers, comparison_rows(report, keys)), ""]
     return "\n".join(out).strip() + "\n"
 
 

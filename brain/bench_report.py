@@ -5,8 +5,9 @@ Pure formatting of a ``BenchReport``; no I/O beyond writing the file it is asked
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -125,14 +126,23 @@ def spec_rows(ep: EndpointReport) -> Iterator[list[str]]:
 SPEC_HEADERS = ["point", "drafts", "draft tok", "accepted", "rate", "mean len", "per position"]
 
 
-def comparison_headers(report: BenchReport) -> list[str]:
+class _Compared(Protocol):
+    """A report with point-by-point ratios: the synthetic bench's and the replay's."""
+
+    @property
+    def comparison(self) -> Sequence[Any]: ...
+
+
+def comparison_headers(report: _Compared) -> list[str]:
+    """Every ratio name of the comparison, in first-seen order."""
     keys: list[str] = []
     for row in report.comparison:
         keys += [k for k in row.ratios if k not in keys]
     return keys
 
 
-def comparison_rows(report: BenchReport, keys: list[str]) -> Iterator[list[str]]:
+def comparison_rows(report: _Compared, keys: list[str]) -> Iterator[list[str]]:
+    """One row a point: its label, then each ratio as ``1.23x`` (blank where absent)."""
     for row in report.comparison:
         yield [row.point] + [
             f"{row.ratios[k]:.2f}x" if row.ratios.get(k) is not None else "" for k in keys
@@ -282,3 +292,10 @@ def render_markdown(report: BenchReport) -> str:
 def write_json(report: BenchReport, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+
+def write_plot(report: BenchReport, path: Path) -> None:
+    """The bench's figure (matplotlib, from the ``bench`` extra, imported only here)."""
+    from brain.bench_plot import write_plot as plot
+
+    plot(report, path)
