@@ -15,7 +15,7 @@ from rich.text import Text
 
 from brain.bench import BenchError
 from brain.bench_replay import ReplayEndpointReport, ReplayPoint, ReplayReport
-from brain.bench_report import _num, comparison_headers, comparison_rows
+from brain.bench_report import _md, _num, comparison_headers, comparison_rows
 
 RATIO_NAMES = {
     "run_wall": "run wall",
@@ -140,12 +140,6 @@ def render_rich(report: ReplayReport) -> Group:
 
 def print_report(report: ReplayReport, console: Console | None = None) -> None:
     (console or Console()).print(render_rich(report))
-
-
-def _md(headers: list[str], rows: Iterator[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def render_markdown(report: ReplayReport) -> str:
