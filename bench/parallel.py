@@ -114,11 +114,11 @@ def pilot_child(
     from pilot.executor import RegistryExecutor
     from pilot.heap import settle_startup_heap
     from pilot.loop import RunLoop
-    from pilot.model import OpenAIModelClient
-    from pilot.plan import ModelPlan, PhasePlan, RunPlan
+    from pilot.model.client import OpenAIModelClient
     from pilot.runner import Runner, _Run, progress_limits
     from pilot.state import RunState
-    from pilot.store import EventStore
+    from pilot.store.event_store import EventStore
+    from pilot.workflow.plan import ModelPlan, PhasePlan, RunPlan
     from tools.base import ToolResult
     from tools.registry import ToolRegistry, default_registry
 

@@ -245,7 +245,7 @@ def run_once(steps: int, window: int, kv_tokens: int, replay: Path | None) -> di
     }
     if replay is not None:
         from pilot.replay_export import export_run, write_replay
-        from pilot.store import EventStore
+        from pilot.store.event_store import EventStore
 
         lines = export_run(
             EventStore(db),

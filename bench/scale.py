@@ -5,7 +5,7 @@ same fixed capacity: ``max_num_seqs`` C batch slots (a request beyond them waits
 server's queue, ``vllm:num_requests_waiting``), a fixed TTFT and a fixed time per token. Then one
 ``pilot run --matrix --parallel R --endpoint URL1 --endpoint URL2 ...`` process drives R runs
 at once (the real CLI: git workspaces, the event store in SQLite, the real tools), routed over
-the N servers by ``pilot.router``. Each run makes S ``read_file`` steps (a different file
+the N servers by ``pilot.model.router``. Each run makes S ``read_file`` steps (a different file
 each), each answer A tokens long, then ``finish``.
 
 One server cannot take R runs at once (R > C), so requests queue and the batch takes about
@@ -115,7 +115,7 @@ def sample_load(sims: list[SimProcess], peaks: dict[str, list[float]]) -> None:
 
 
 def run_point(servers: int, args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    from pilot.store import EventStore
+    from pilot.store.event_store import EventStore
 
     sim_args = [
         "--model", "scale-model", "--max-model-len", "32768",

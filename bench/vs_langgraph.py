@@ -242,9 +242,9 @@ def marathon_child(
     import pilot.runner as runner_module
     from pilot.heap import settle_startup_heap
     from pilot.launch import load_for_run, resume_run, start_run
-    from pilot.model_types import ChatRequest, ModelResponse, ServedModel, ToolCallOut, Usage
+    from pilot.model.types import ChatRequest, ModelResponse, ServedModel, ToolCallOut, Usage
     from pilot.runner import Runner
-    from pilot.store import EventStore
+    from pilot.store.event_store import EventStore
 
     imported = time.perf_counter()
     workload, first_step, clock, marks = child_setup(mode, n)
@@ -254,8 +254,9 @@ def marathon_child(
     class WorkloadModel:
         """The workload's model behind ``ModelClient``: step i's answer, or the final one.
 
-        Same seam and behaviour as ``pilot.model.ScriptedModelClient`` (which lives beside the
-        HTTP client, so importing it loads ``openai``); no I/O, no copy of the request kept.
+        Same seam and behaviour as ``pilot.model.client.ScriptedModelClient`` (which lives
+        beside the HTTP client, so importing it loads ``openai``); no I/O, no copy of the request
+        kept.
         """
 
         def __init__(self, first: int) -> None:

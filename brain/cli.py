@@ -31,7 +31,7 @@ def main(
 
 def _register() -> None:
     """Each command lives with the module that owns it."""
-    from brain.bench_cli import register as register_bench
+    from brain.bench.cli import register as register_bench
     from brain.cli_server import register as register_server
     from brain.sim.cli import sim_command
 

@@ -189,7 +189,7 @@ def up(
     from brain.spec import check_launchable, ensure_api_key
 
     if fleet or replicas is not None or gpus:
-        from brain.fleet_cli import plan_from_cli, up_fleet
+        from brain.fleet.cli import plan_from_cli, up_fleet
 
         planned = plan_from_cli(
             profile=profile,
@@ -292,7 +292,7 @@ def down(
     if name is None and len(records) > 1 and len(fleets) == 1 and None not in fleets:
         name = records[0].fleet
     if name and registry.get(name) is None and any(r.fleet == name for r in records):
-        from brain.fleet_cli import down_fleet
+        from brain.fleet.cli import down_fleet
 
         down_fleet(name)
         return
@@ -362,7 +362,7 @@ def ps(
     json_out: bool = typer.Option(False, "--json", help="One JSON object per server."),
 ) -> None:
     """The servers and weight-cache daemons the brain started."""
-    from brain.fleet_cli import ps_tables
+    from brain.fleet.cli import ps_tables
 
     registry = Registry()
     if json_out:
@@ -457,7 +457,7 @@ def status(
     records = registry.servers()
     members = [r for r in records if name and r.fleet == name]
     if registry.get(name or "") is None and (members or (name is None and len(records) > 1)):
-        from brain.fleet_cli import status_overview, status_overview_json
+        from brain.fleet.cli import status_overview, status_overview_json
 
         if json_out:
             for line in status_overview_json(members or records):

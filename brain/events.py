@@ -1,7 +1,8 @@
 """Server events (start, ready, died, restarting, gave_up, stopped) into the pilot's database.
 
 The brain never imports the pilot, so this is a small SQLAlchemy Core writer for the same
-``server_events`` table (id, server, at, type, payload JSON) that ``pilot.store`` maps; it
+``server_events`` table (id, server, at, type, payload JSON) that
+``pilot.store.event_store`` maps; it
 creates the table (and the same indexes) when absent, so whichever side runs first works.
 ``pilot show`` then lists server deaths next to the run that lived through them.
 """

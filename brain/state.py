@@ -34,7 +34,8 @@ def logs_dir() -> Path:
 
 def events_db_url() -> str:
     """The database the pilot uses too: ``$MARATHON_DB``, else ``marathon.db`` beside the
-    brain's state (same rule as ``pilot.store.default_db_url``, without importing the pilot)."""
+    brain's state (same rule as ``pilot.store.event_store.default_db_url``, without importing
+    the pilot)."""
     if url := os.environ.get("MARATHON_DB"):
         return url
     home = os.environ.get("MARATHON_HOME")

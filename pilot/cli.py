@@ -103,7 +103,7 @@ def _endpoints(values: list[str]) -> list[str] | None:
     """``--endpoint`` given any number of times, each maybe a comma-separated list; each must
     be an http(s) URL (a ConfigurationError says which is not)."""
     from pilot.launch import split_endpoints
-    from pilot.workflow_schema import check_endpoint_url
+    from pilot.workflow.schema import check_endpoint_url
 
     urls = split_endpoints(values)
     for url in urls:
@@ -227,7 +227,7 @@ def _detach(console: Console, argv: list[str]) -> int:
     from datetime import datetime
 
     from pilot.private_files import private_dirs
-    from pilot.store import state_dir
+    from pilot.store.event_store import state_dir
 
     args, env = _db_to_environment([a for a in argv if a != "--detach"])
     if "--json" not in args:
@@ -488,7 +488,7 @@ def list_runs(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""
-    from pilot.store import shown_status
+    from pilot.store.event_store import shown_status
     from pilot.ui import format_duration, local_time
 
     records = _records(db, lambda store: store.list_runs(limit=limit))
@@ -516,7 +516,7 @@ def list_runs(
 
 def _db_flag_of(db: str | None) -> str:
     from pilot.environ import db_option
-    from pilot.store import default_db_url
+    from pilot.store.event_store import default_db_url
 
     return db_option(db or default_db_url())
 
@@ -540,7 +540,7 @@ def _records(db: str | None, read: Any) -> list[Any]:
 
 
 def _record_json(record: Any) -> str:
-    from pilot.store import shown_status
+    from pilot.store.event_store import shown_status
 
     return json.dumps(
         {
@@ -605,7 +605,7 @@ def show(
         for item in server:
             _print_server_event(console, json_lines, *item)
         if not json_lines:
-            from pilot.store import shown_status
+            from pilot.store.event_store import shown_status
 
             status = shown_status(store.get_run(record.id))
             console.print(f"[bold]{record.id}[/] {status} {record.status_reason}")
@@ -618,7 +618,7 @@ def show(
 def _run_server_events(store: Any, record: Any) -> list[Any]:
     """The brain's events, in the run's window, of the servers on the run's own endpoints."""
     from pilot.events import RunStarted
-    from pilot.report import run_servers
+    from pilot.report.build import run_servers
 
     endpoints: list[str] = []
     for _seq, event in store.iter_events(record.id):
@@ -664,7 +664,7 @@ def logs(
                 last = seq
             if not follow:
                 break
-            from pilot.store import lease_holder_gone
+            from pilot.store.event_store import lease_holder_gone
 
             now = store.get_run(record.id)
             if now.status not in ("running", "cancelling") or lease_holder_gone(now):
@@ -829,7 +829,7 @@ def schema() -> None:
 
 def _register_more() -> None:
     from pilot.replay_export import register as register_replay
-    from pilot.report_cli import register
+    from pilot.report.cli import register
 
     register(app)
     register_replay(app)

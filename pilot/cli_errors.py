@@ -82,7 +82,7 @@ def open_store(url: str | None, durability: str = "normal", *, create: bool = Tr
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-    from pilot.store import EventStore, default_db_url
+    from pilot.store.event_store import EventStore, default_db_url
 
     if durability not in DURABILITIES:
         raise ConfigurationError(

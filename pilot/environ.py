@@ -75,7 +75,7 @@ def db_option(url: str) -> str:
     """`` --db URL`` for a command line Marathon prints, or "" when the URL is the default or
     came from ``$MARATHON_DB`` (the printed command then finds it the same way); the URL's
     password is shown as ``***``."""
-    from pilot.store import state_dir
+    from pilot.store.event_store import state_dir
 
     if url in (taken_db_url(), f"sqlite:///{state_dir() / 'marathon.db'}"):
         return ""

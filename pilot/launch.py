@@ -19,9 +19,8 @@ from rich.console import Console
 
 from pilot.errors import ConfigurationError
 from pilot.images import MediaPlan
-from pilot.plan import Limits, ModelPlan, NotifyPlan, PhasePlan, RunPlan
 from pilot.runner import Runner, RunOutcome
-from pilot.store import EventStore, RunRecord, state_dir
+from pilot.store.event_store import EventStore, RunRecord, state_dir
 from pilot.workflow import (
     LoadedWorkflow,
     RunContext,
@@ -35,8 +34,9 @@ from pilot.workflow import (
     render_system,
     render_workspace_path,
 )
-from pilot.workflow_load import render_phase_images
-from pilot.workflow_schema import ModelSettings, check_endpoint_url
+from pilot.workflow.load import render_phase_images
+from pilot.workflow.plan import Limits, ModelPlan, NotifyPlan, PhasePlan, RunPlan
+from pilot.workflow.schema import ModelSettings, check_endpoint_url
 
 EndpointOverride = str | Sequence[str] | None
 """Endpoints given on the command line instead of the workflow's (see :func:`split_endpoints`)."""
@@ -248,7 +248,7 @@ def split_endpoints(value: EndpointOverride) -> list[str]:
 def model_targets(model: ModelSettings, override: EndpointOverride = None) -> tuple[str, ...]:
     """The endpoints a run may use: the command line's, else the workflow's ``endpoint`` or
     ``endpoints``, else the running replicas of its brain ``fleet``, else its brain profile's.
-    Two or more are routed (``pilot.router``).
+    Two or more are routed (``pilot.model.router``).
     """
     given = split_endpoints(override)
     if given:
@@ -268,7 +268,7 @@ def model_targets(model: ModelSettings, override: EndpointOverride = None) -> tu
 
 def _fleet_endpoints(name: str) -> tuple[str, ...]:
     from brain.errors import BrainError
-    from brain.fleet import fleet_endpoints
+    from brain.fleet.plan import fleet_endpoints
 
     try:
         return tuple(fleet_endpoints(name))
@@ -304,7 +304,7 @@ def preflight(
     a git repository, used by a live run, or a checkout with uncommitted changes its worktree
     would not see) before any record of it is written."""
     from pilot.snapshot import check_repository, refuse_uncommitted
-    from pilot.store import new_run_id
+    from pilot.store.event_store import new_run_id
 
     ticket = Preflight(new_run_id(), datetime.now().astimezone().isoformat(timespec="seconds"))
     plan = build_plan(loaded, ticket.run_id, started_at=ticket.started_at, endpoint=endpoint)
@@ -462,7 +462,7 @@ class DryRun:
 def _declares_repo_param(workflow: Path) -> bool:
     import yaml
 
-    from pilot.workflow_load import MAX_FILE_BYTES
+    from pilot.workflow.load import MAX_FILE_BYTES
 
     try:
         if workflow.stat().st_size > MAX_FILE_BYTES:

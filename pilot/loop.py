@@ -50,8 +50,8 @@ from pilot.images import (
     refused_output,
     undecodable,
 )
-from pilot.model_types import ChatRequest, ModelClient, ModelResponse, Usage
-from pilot.plan import Limits, PhasePlan, RunPlan
+from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
+from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
 from pilot.repair import (
     extract_text_tool_calls,
@@ -60,8 +60,8 @@ from pilot.repair import (
     repair_arguments,
     resolve_tool_name,
 )
-from pilot.servers import estimate_completion_tokens, estimate_prompt_tokens
 from pilot.state import RunState, check_failed_message
+from pilot.workflow.plan import Limits, PhasePlan, RunPlan
 
 _T = TypeVar("_T")
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pilot.plan import NotifyPlan, RunPlan
+from pilot.workflow.plan import NotifyPlan, RunPlan
 
 __all__ = ["USER_NOTIFY_ENV", "notify_queue_end", "notify_run_end", "run_payload"]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.launch import EndpointOverride, Preflight, build_plan, load_for_run
 from pilot.runner import Runner, RunOutcome
-from pilot.store import EventStore, RunRecord
+from pilot.store.event_store import EventStore, RunRecord
 from pilot.workflow import LoadedWorkflow
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def load_matrix(path: Path) -> list[dict[str, Any]]:
     """A params matrix: a YAML list of param mappings, one run each."""
-    from pilot.workflow_load import load_yaml_file
+    from pilot.workflow.load import load_yaml_file
 
     data = load_yaml_file(path)
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):

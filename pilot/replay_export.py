@@ -35,7 +35,7 @@ from pilot import events as ev
 from pilot.context import SUMMARY_MAX_TOKENS, Budget, summary_request
 from pilot.errors import ConfigurationError
 from pilot.state import RunState
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 REPLAY_VERSION = 1
 

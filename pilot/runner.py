@@ -5,7 +5,7 @@ The runner owns the one place where events are written (``_Run.emit``): append t
 shown or acted upon that is not already durable: an event the loop holds back (an assistant
 message whose call runs next, a read-only tool's result) is committed with the next one, or
 as soon as the run's task yields to the event loop, whichever comes first. Every
-``checkpoint_every`` events the state is checkpointed (``pilot.checkpoint``), so a resume
+``checkpoint_every`` events the state is checkpointed (``pilot.store.checkpoint``), so a resume
 folds only what came after.
 """
 
@@ -22,13 +22,6 @@ from typing import Any
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from pilot import events as ev
-from pilot.checkpoint import (
-    CHECKPOINT_EVERY,
-    CheckpointWriter,
-    delete_checkpoint,
-    delete_legacy,
-    load_run_state,
-)
 from pilot.context import ServerCounts
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
@@ -39,9 +32,8 @@ from pilot.failpoints import (
     kill_at,
 )
 from pilot.loop import RunLoop, StopRequested
-from pilot.model_types import ModelClient
+from pilot.model.types import ModelClient
 from pilot.notify import notify_run_end
-from pilot.plan import RunPlan
 from pilot.private_files import private_dirs
 from pilot.progress import ProgressLimits
 from pilot.redact import redact_for_storage
@@ -55,7 +47,21 @@ from pilot.snapshot import (
     take_snapshot,
 )
 from pilot.state import RunState, fold
-from pilot.store import EventStore, StoreBusy, is_storage_full, lease_owner_id, state_dir
+from pilot.store.checkpoint import (
+    CHECKPOINT_EVERY,
+    CheckpointWriter,
+    delete_checkpoint,
+    delete_legacy,
+    load_run_state,
+)
+from pilot.store.event_store import (
+    EventStore,
+    StoreBusy,
+    is_storage_full,
+    lease_owner_id,
+    state_dir,
+)
+from pilot.workflow.plan import RunPlan
 from tools.registry import ToolRegistry, default_registry
 
 Observer = Callable[[str, int, ev.Event, RunState], None]
@@ -131,7 +137,7 @@ class Runner:
     checkpoint_every: int = field(
         default_factory=lambda: checkpoint_every_from_env(CHECKPOINT_EVERY)
     )
-    """Events between two state checkpoints (``pilot.checkpoint``)."""
+    """Events between two state checkpoints (``pilot.store.checkpoint``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
 
@@ -143,21 +149,23 @@ class Runner:
 
     def checkpoint_dir(self, run_id: str) -> Path:
         """Where a run's state checkpoint lives: the state directory, beside (never among) the
-        artifacts the tools write (``pilot.checkpoint``)."""
+        artifacts the tools write (``pilot.store.checkpoint``)."""
         return self.artifacts_dir(run_id).parent.parent / "checkpoints" / run_id
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
-        with several endpoints, one router for them and a per-run view of it (``pilot.router``:
-        a run's requests stay on one endpoint while it is healthy)."""
+        with several endpoints, one router for them and a per-run view of it
+        (``pilot.model.router``: a run's requests stay on one endpoint while it is healthy)."""
         if self.client_factory is not None:
             return self.client_factory(plan)
-        from pilot.model import OpenAIModelClient  # imported when needed: openai is slow to load
+        from pilot.model.client import (
+            OpenAIModelClient,
+        )  # imported when needed: openai is slow to load
 
         model = plan.model
         key = self._client_key(plan)
         if len(model.targets) > 1:
-            from pilot.router import Router
+            from pilot.model.router import Router
 
             if key not in self._clients:
                 self._clients[key] = Router.for_model(model)
@@ -172,7 +180,7 @@ class Runner:
     def _client_key(plan: RunPlan) -> tuple:
         model = plan.model
         if len(model.targets) > 1:
-            from pilot.router import Router
+            from pilot.model.router import Router
 
             return Router.key_of(model)
         return (model.endpoint, model.client)
@@ -429,7 +437,7 @@ class _Run:
 
     def checkpoint(self, last_payload: str) -> None:
         """Save the state (every event in it is committed; the last one's JSON is given) so
-        that a resume folds only what follows (``pilot.checkpoint``). A cache: a failure to
+        that a resume folds only what follows (``pilot.store.checkpoint``). A cache: a failure to
         write it costs a longer resume, nothing else."""
         self.checkpointed_seq = self.state.last_seq
         if self.checkpoints is None:
@@ -579,7 +587,7 @@ class _Run:
         return self.outcome()
 
     async def _resolve_model(self, client: ModelClient) -> None:
-        from pilot.model_types import resolve_model_name
+        from pilot.model.types import resolve_model_name
 
         async def on_wait(wait: Any) -> None:
             if wait.kind == "unavailable":

@@ -9,7 +9,7 @@ from rich.console import Console
 from pilot.environ import db_option
 from pilot.runner import RunOutcome
 from pilot.snapshot import GitRepo, diff_snapshots
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 from pilot.ui import format_duration
 
 

@@ -22,7 +22,7 @@ import chaos_common
 from pilot.launch import load_for_run, resume_run, start_run
 from pilot.runner import Runner, RunOutcome
 from pilot.state import RunState, fold
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 GIT_ENV = chaos_common.GIT_ENV
 

@@ -19,7 +19,7 @@ from pilot import events as ev
 from pilot.admission import Admission, KvView, MetricsKvSource, combine, decide, kv_limit
 from pilot.queue import load_many, run_many
 from pilot.runner import Runner
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 KEY = "admission-flow"
 

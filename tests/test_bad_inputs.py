@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pilot_harness import make_repo
 
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 REPO = Path(__file__).resolve().parents[1]
 

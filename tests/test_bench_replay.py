@@ -14,9 +14,9 @@ import typer
 from pilot_harness import make_repo, run_in_process, write_workflow
 from typer.testing import CliRunner
 
-from brain.bench import BenchError
-from brain.bench_cli import register
-from brain.bench_replay import (
+from brain.bench.cli import register
+from brain.bench.generator import BenchError
+from brain.bench.replay import (
     ReplayConfig,
     RequestRow,
     load_replay,
@@ -24,7 +24,7 @@ from brain.bench_replay import (
     run_replay,
     salted,
 )
-from brain.bench_replay_report import render_markdown, write_plot
+from brain.bench.replay_report import render_markdown, write_plot
 from brain.sim.config import SimConfig, Speculative, Timing
 from brain.sim.policy import SimChatRequest, SimTurn
 from brain.sim.script_policy import ScriptPolicy
@@ -32,7 +32,7 @@ from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.replay_export import export_run, write_replay
 from pilot.state import RunState
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 LONG_ANSWER = ScriptPolicy.from_dict({"default": {"content": "word " * 400}})
 

@@ -9,7 +9,7 @@ import random
 import pytest
 from rich.console import Console
 
-from brain.bench import (
+from brain.bench.generator import (
     BenchConfig,
     BenchError,
     BenchReport,
@@ -30,7 +30,7 @@ from brain.bench import (
     summarize_ms,
     synthetic_prompts,
 )
-from brain.bench_report import render_markdown, render_rich
+from brain.bench.report import render_markdown, render_rich
 from brain.metrics import SpecDecodeStats
 from brain.sim.tokenizer import count_chat
 
@@ -202,7 +202,7 @@ def test_rich_and_markdown_output_show_every_section():
 
 
 def test_plot_without_matplotlib_says_what_to_install(monkeypatch, tmp_path):
-    from brain import bench_plot
+    from brain.bench import plot as bench_plot
 
     real_import = builtins.__import__
 
@@ -218,7 +218,7 @@ def test_plot_without_matplotlib_says_what_to_install(monkeypatch, tmp_path):
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from brain.bench_plot import write_plot
+    from brain.bench.plot import write_plot
 
     path = tmp_path / "bench.png"
     write_plot(_report(), path)

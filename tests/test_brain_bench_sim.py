@@ -17,8 +17,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from brain.bench import BenchConfig, BenchReport, run_bench
-from brain.bench_cli import register
+from brain.bench.cli import register
+from brain.bench.generator import BenchConfig, BenchReport, run_bench
 from brain.sim.config import FaultRule, SimConfig, Speculative, Timing
 from brain.sim.script_policy import ScriptPolicy
 from brain.sim.server import running_sim

@@ -23,7 +23,7 @@ from brain.cli import app
 from brain.command import docker_run_command_line, process_environment
 from brain.errors import BrainError, FleetNotRunning, SpecError
 from brain.events import ServerEventWriter
-from brain.fleet import (
+from brain.fleet.plan import (
     check_fleet,
     fleet_endpoints,
     fleet_records,

@@ -16,7 +16,7 @@ from brain.command import (
     process_environment,
     ray_worker_docker_argv,
 )
-from brain.fleet import parse_gpus, plan_replicas
+from brain.fleet.plan import parse_gpus, plan_replicas
 from brain.launchers.process import ProcessLauncher
 from brain.profiles import apply_overrides, load_profile
 

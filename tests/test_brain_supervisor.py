@@ -104,7 +104,7 @@ def test_a_killed_server_is_restarted_and_every_step_is_recorded(events, tmp_pat
     assert "timeline" in ready
 
     # The pilot reads the same table through its own store.
-    from pilot.store import EventStore
+    from pilot.store.event_store import EventStore
 
     store = EventStore(f"sqlite:///{tmp_path / 'marathon.db'}")
     pilot_view = [(s, t) for _at, s, t, _p in store.server_events()]

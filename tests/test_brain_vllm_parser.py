@@ -103,7 +103,7 @@ def _cases() -> dict[str, dict]:
         ),
     }
     # A fleet replica is its profile with another name, port and GPUs: the TP-2 one on "2,3".
-    from brain.fleet import parse_gpus, plan_replicas
+    from brain.fleet.plan import parse_gpus, plan_replicas
 
     replica = plan_replicas(
         load_profile("gemma4-e4b-mtp-tp2"), gpus=parse_gpus("0,1,2,3"), base_port=9000

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from pilot import checkpoint
 from pilot import events as ev
-from pilot.checkpoint import checkpoint_path, load_run_state
 from pilot.runner import Runner, _Run
 from pilot.state import RunState, fold
-from pilot.store import EventStore
+from pilot.store import checkpoint
+from pilot.store.checkpoint import checkpoint_path, load_run_state
+from pilot.store.event_store import EventStore
 from pilot.ui import event_line
 
 

@@ -17,7 +17,7 @@ from pilot_harness import call, make_repo, pilot_cmd, write_script, write_workfl
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -38,7 +38,7 @@ from pilot.context import (
     summary_request,
 )
 from pilot.errors import BadRequest, ContextOverflow, ServerUnavailable
-from pilot.model import ChatRequest, OpenAIModelClient, RetryPolicy
+from pilot.model.client import ChatRequest, OpenAIModelClient, RetryPolicy
 
 MODEL = "sim/context-model"
 WINDOW = 8192

@@ -24,7 +24,7 @@ from pilot_harness import GIT_ENV, call, final_state, pilot_cmd, write_script, w
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 KEY = "exactly-once"
 

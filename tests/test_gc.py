@@ -12,10 +12,10 @@ from pilot_harness import make_repo
 from sqlalchemy import insert, update
 
 from pilot import events as ev
-from pilot.gc import artifacts_dir, database_bytes, describe, gc
 from pilot.runner import Runner
 from pilot.snapshot import GitRepo, take_snapshot
-from pilot.store import EventStore, RunRow, ServerEventRow
+from pilot.store.event_store import EventStore, RunRow, ServerEventRow
+from pilot.store.retention import artifacts_dir, database_bytes, describe, gc
 
 NOW = datetime(2025, 7, 1, 8, 0, tzinfo=UTC)
 
@@ -240,7 +240,7 @@ def test_pilot_gc_command_dry_run_then_real(store: EventStore, repo: GitRepo) ->
     import typer
     from typer.testing import CliRunner
 
-    from pilot.report_cli import register
+    from pilot.report.cli import register
 
     app = typer.Typer()
     register(app)

@@ -39,7 +39,7 @@ from pilot import events as ev
 from pilot.images import MediaPlan
 from pilot.launch import resume_run
 from pilot.runner import Runner
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 KEY = "images-e2e"
 TOOLS: list[Any] = ["view_image", "read_file", "finish"]

@@ -22,7 +22,6 @@ from brain.sim.config import FaultRule, SimConfig, Speculative
 from brain.sim.script_policy import ScriptPolicy
 from brain.sim.server import RunningSim, running_sim
 from brain.sim.tokenizer import count_chat
-from pilot import model as pilot_model
 from pilot.errors import (
     BadRequest,
     ConfigurationError,
@@ -30,7 +29,8 @@ from pilot.errors import (
     ModelNotFound,
     ServerUnavailable,
 )
-from pilot.model import (
+from pilot.model import client as pilot_model
+from pilot.model.client import (
     ChatRequest,
     OpenAIModelClient,
     RetryPolicy,

@@ -16,7 +16,7 @@ from pilot.errors import (
     ServerUnavailable,
     StreamInterrupted,
 )
-from pilot.model import (
+from pilot.model.client import (
     ChatRequest,
     ModelClient,
     ModelResponse,
@@ -29,7 +29,7 @@ from pilot.model import (
     map_vllm_error,
     server_root,
 )
-from pilot.streaming import StreamAccumulator
+from pilot.model.streaming import StreamAccumulator
 
 
 def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> dict:

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from pilot.errors import ConfigurationError
-from pilot.model import SAME_500_LIMIT, ChatRequest, OpenAIModelClient, RetryPolicy, map_vllm_error
+from pilot.model.client import (
+    SAME_500_LIMIT,
+    ChatRequest,
+    OpenAIModelClient,
+    RetryPolicy,
+    map_vllm_error,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -115,7 +121,7 @@ async def test_a_release_that_ignores_stream_interval_is_not_sent_it(version, se
     async with server(routes, seen) as client:
         req = ChatRequest(model="smol", messages=[{"role": "user", "content": "hi"}],
                           extra_body={"stream_interval": 8})  # fmt: skip
-        with caplog.at_level(logging.WARNING, logger="pilot.model"):
+        with caplog.at_level(logging.WARNING, logger="pilot.model.client"):
             for _ in range(2):
                 assert (await client.complete(req)).content == "hi"
     bodies = [b for p, b in seen if p == "/v1/chat/completions"]

@@ -23,10 +23,10 @@ from brain.sim.policy import Policy, SimChatRequest, SimTurn, load_policy
 from brain.sim.server import running_sim
 from pilot.errors import ConfigurationError
 from pilot.launch import build_plan, load_for_run, start_run
-from pilot.plan import RunPlan
 from pilot.runner import Runner
-from pilot.store import EventStore
-from pilot.workflow_schema import ModelSettings
+from pilot.store.event_store import EventStore
+from pilot.workflow.plan import RunPlan
+from pilot.workflow.schema import ModelSettings
 
 KEY = "settings-reach"
 MODEL = "settings-model"

@@ -21,7 +21,7 @@ from pilot_harness import (
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 
 def env_for(tmp_path: Path) -> dict[str, str]:

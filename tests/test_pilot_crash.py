@@ -32,7 +32,7 @@ from pilot_harness import (
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 KEY = "crash-matrix"
 

@@ -21,7 +21,7 @@ from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.launch import load_for_run, start_run
 from pilot.runner import Runner, RunOutcome
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 
 @pytest.fixture

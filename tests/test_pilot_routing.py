@@ -1,4 +1,4 @@
-"""Runs routed over several servers of one model (``model.endpoints``, ``pilot.router``).
+"""Runs routed over several servers of one model (``model.endpoints``, ``pilot.model.router``).
 
 Real parts throughout: simulated vLLM servers on loopback (in-process threads, or processes
 of their own where one must die by SIGKILL), real pilot runs on git workspaces, SQLite, and
@@ -38,13 +38,13 @@ from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.errors import WorkflowError
 from pilot.launch import build_plan, load_for_run, split_endpoints, start_run
-from pilot.model import OpenAIModelClient
-from pilot.model_types import ChatRequest, ModelResponse, RetryPolicy, WaitEvent
+from pilot.model.client import OpenAIModelClient
+from pilot.model.router import Router
+from pilot.model.types import ChatRequest, ModelResponse, RetryPolicy, WaitEvent
 from pilot.queue import enqueue
-from pilot.report import build_report, render_markdown
-from pilot.router import Router
+from pilot.report.build import build_report, render_markdown
 from pilot.runner import Runner, RunOutcome
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 from pilot.ui import event_line
 from pilot.workflow import parse_workflow_text
 
@@ -529,7 +529,7 @@ def test_a_workflow_naming_a_brain_fleet_routes_over_its_running_replicas(
     from typer.testing import CliRunner
 
     from brain.cli import app as brain_app
-    from brain.fleet import fleet_endpoints
+    from brain.fleet.plan import fleet_endpoints
 
     monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))
     script = steps_script(tmp_path / "s.yaml", 2)

@@ -12,7 +12,7 @@ from pilot_harness import make_repo, run_in_process, write_script, write_workflo
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 
 @pytest.fixture

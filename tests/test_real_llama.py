@@ -17,9 +17,9 @@ import os
 import httpx
 import pytest
 
-from pilot.model import OpenAIModelClient
-from pilot.model_types import ChatRequest
-from pilot.servers import estimate_prompt_tokens
+from pilot.model.client import OpenAIModelClient
+from pilot.model.servers import estimate_prompt_tokens
+from pilot.model.types import ChatRequest
 from tools.registry import default_registry
 
 URL = os.environ.get("MARATHON_REAL_LLAMA_URL", "http://127.0.0.1:8091/v1")

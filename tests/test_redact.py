@@ -21,7 +21,7 @@ from pilot.redact import (
     redact_for_storage,
     redact_text,
 )
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 from pilot.workflow import parse_workflow_text
 
 GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"

@@ -13,7 +13,7 @@ from pilot_harness import make_repo
 from sqlalchemy import insert
 
 from pilot import events as ev
-from pilot.report import (
+from pilot.report.build import (
     build_report,
     is_test_command,
     load_stored_events,
@@ -21,9 +21,9 @@ from pilot.report import (
     parse_since,
     render_markdown,
 )
-from pilot.report_html import render_html
+from pilot.report.html import render_html
 from pilot.snapshot import GitRepo, start_work_branch, take_snapshot
-from pilot.store import EventRow, EventStore, ServerEventRow
+from pilot.store.event_store import EventRow, EventStore, ServerEventRow
 
 T0 = datetime(2025, 6, 1, 22, 0, 0, tzinfo=UTC)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -482,7 +482,7 @@ def test_pilot_report_command_writes_markdown_and_html(
     import typer
     from typer.testing import CliRunner
 
-    from pilot.report_cli import register
+    from pilot.report.cli import register
 
     app = typer.Typer()
     register(app)
@@ -531,7 +531,7 @@ def test_server_events_are_matched_to_the_runs_own_endpoint(
 
 
 def test_phase_labels_started_close_together_get_their_own_rows() -> None:
-    from pilot.report_html import label_rows
+    from pilot.report.html import label_rows
 
     marks = [(at(0), "implement"), (at(1), "verify"), (at(2), "docs"), (at(500), "late")]
     rows = label_rows(marks, lambda t: (t - at(0)).total_seconds())
@@ -539,7 +539,7 @@ def test_phase_labels_started_close_together_get_their_own_rows() -> None:
 
 
 def test_one_file_is_one_file() -> None:
-    from pilot.report import plural
+    from pilot.report.build import plural
 
     assert (plural(1, "file"), plural(2, "file"), plural(0, "file")) == (
         "1 file",

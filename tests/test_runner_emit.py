@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 from pilot import events as ev
 from pilot.runner import Runner, _Run
 from pilot.state import RunState
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 
 def open_run(db: Path) -> tuple[EventStore, _Run, list[str]]:

@@ -15,11 +15,11 @@ from pilot_harness import _closing, call, make_repo, pilot_cmd, write_script, wr
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
-from pilot import checkpoint
 from pilot import events as ev
 from pilot.launch import load_for_run, start_run
 from pilot.runner import Runner
-from pilot.store import EventStore
+from pilot.store import checkpoint
+from pilot.store.event_store import EventStore
 
 SECRETS = {
     "openai": "sk-proj-" + "Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe",
@@ -209,7 +209,7 @@ PROTECTED = r"""
 import json, os, sys
 from pathlib import Path
 from pilot.environ import protect_environment, db_option
-from pilot.store import default_db_url
+from pilot.store.event_store import default_db_url
 from tools.base import ToolContext
 from tools.shell import run_command
 from tools.workspace import Workspace
@@ -335,7 +335,7 @@ def test_grep_and_view_image_judge_a_huge_file_by_its_size(tmp_path: Path) -> No
 
 
 def test_a_report_prints_the_database_url_masked(tmp_path: Path) -> None:
-    from pilot.report import build_report
+    from pilot.report.build import build_report
 
     store = EventStore(f"sqlite:///{tmp_path / 'r.db'}")
     run_id = store.create_run(

@@ -15,7 +15,7 @@ from pilot_harness import make_repo, run_in_process, write_script, write_workflo
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.store import EventStore
+from pilot.store.event_store import EventStore
 
 TURNS = [
     {"tool_calls": [{"name": "read_file", "arguments": {"path": "app.py"}}]},
@@ -138,7 +138,7 @@ def test_llama_cpp_python_flavour_refuses_null_content_as_the_real_server_does()
 
 
 def test_servers_without_health_are_healthy_to_the_router() -> None:
-    from pilot.router import Router
+    from pilot.model.router import Router
 
     async def main(urls: list[str]) -> list[bool]:
         router = Router(urls, model="qwen", refresh_interval=0.1)

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from pilot import events as ev
 from pilot.errors import AmbiguousRunId, LeaseHeld, RunNotFound
-from pilot.store import EventStore, utcnow
+from pilot.store.event_store import EventStore, utcnow
 
 
 def make_store(tmp_path: Path) -> EventStore:
@@ -197,7 +197,7 @@ def test_a_workspace_is_never_shared_by_two_live_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "opener",
     [
-        "from pilot.store import EventStore as Open",
+        "from pilot.store.event_store import EventStore as Open",
         "from brain.events import ServerEventWriter as Open",  # a fleet's supervisors
     ],
 )

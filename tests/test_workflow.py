@@ -600,7 +600,7 @@ def test_a_huge_workflow_params_or_matrix_file_is_refused_before_it_is_read(
     """A 60 MB workflow was accepted and stored with its run: the inputs are capped, with an
     error that names the file and says what to do."""
     from pilot.queue import load_matrix
-    from pilot.workflow_load import load_params_file, load_workflow
+    from pilot.workflow.load import load_params_file, load_workflow
 
     big = tmp_path / "big.yaml"
     big.write_text("name: w\n")

@@ -114,7 +114,7 @@ def run_marathon(
 ) -> AgentResult:
     from pilot.launch import load_for_run, start_run
     from pilot.runner import Runner
-    from pilot.store import EventStore
+    from pilot.store.event_store import EventStore
 
     spec = marathon_workflow(
         task, endpoint, max_steps=max_steps, max_tokens=max_tokens, context_window=context_window

@@ -14,7 +14,7 @@ import sys
 from urllib.parse import urlparse
 
 from pilot import events as ev
-from pilot.store import EventStore, default_db_url
+from pilot.store.event_store import EventStore, default_db_url
 
 
 def path_of(endpoint: str | None) -> str:

@@ -48,7 +48,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from brain.bench import (
+from brain.bench.generator import (
     BenchError,
     Endpoint,
     Percentiles,

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from pilot.model_types import ToolCallOut, Usage
+from pilot.model.types import ToolCallOut, Usage
 
 __all__ = ["StreamAccumulator"]
 

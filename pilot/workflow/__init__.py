@@ -1,8 +1,11 @@
-"""Workflow files: the public API (schema, loading with file:line errors, templating).
+"""The workflow wing: a workflow file, from YAML text to the plan one run follows.
 
-The implementation is split by concern: ``workflow_schema`` (what a workflow may
-say), ``workflow_load`` (YAML -> validated workflow, every error located) and
-``templating`` (sandboxed, strict Jinja). Import from here; the split is private.
+Modules, by concern: ``schema`` (what a workflow may say, pydantic), ``load`` (YAML ->
+validated workflow, every error located at file:line), ``templating`` (sandboxed, strict
+Jinja) and ``plan`` (``RunPlan``: what the loop needs, rendered for one run).
+
+It must not touch the store, the model server or the workspace: loading a workflow has no
+side effects, so ``--dry-run`` and ``pilot check`` can load anything safely.
 
 Typical use::
 
@@ -15,8 +18,7 @@ Typical use::
 from __future__ import annotations
 
 from pilot.errors import WorkflowError, WorkflowErrors
-from pilot.templating import RunContext
-from pilot.workflow_load import (
+from pilot.workflow.load import (
     LoadedWorkflow,
     load_params_file,
     load_workflow,
@@ -28,7 +30,7 @@ from pilot.workflow_load import (
     render_system,
     render_workspace_path,
 )
-from pilot.workflow_schema import (
+from pilot.workflow.schema import (
     DEFAULT_ENDPOINT,
     FORMAT_VERSION,
     PARAM_TYPES,
@@ -42,6 +44,7 @@ from pilot.workflow_schema import (
     WorkspaceSettings,
     parse_duration,
 )
+from pilot.workflow.templating import RunContext
 
 __all__ = [
     "DEFAULT_ENDPOINT",

@@ -13,9 +13,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from brain.bench import BenchError
-from brain.bench_replay import ReplayEndpointReport, ReplayPoint, ReplayReport
-from brain.bench_report import _md, _num, comparison_headers, comparison_rows
+from brain.bench.generator import BenchError
+from brain.bench.replay import ReplayEndpointReport, ReplayPoint, ReplayReport
+from brain.bench.report import _md, _num, comparison_headers, comparison_rows
 
 RATIO_NAMES = {
     "run_wall": "run wall",
@@ -167,7 +167,7 @@ def write_json(report: ReplayReport, path: Path) -> None:
 def write_plot(report: ReplayReport, path: Path) -> None:
     """TTFT, computed prefill, hit rate and decode speed against request depth (one line per
     endpoint and concurrency), and each point's mean run wall against concurrency."""
-    from brain.bench_plot import _pyplot
+    from brain.bench.plot import _pyplot
 
     plt = _pyplot()
     if not any(p.depths for ep in report.endpoints for p in ep.points):

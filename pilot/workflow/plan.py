@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pilot.images import MediaPlan
-from pilot.workflow_schema import ModelSettings
+from pilot.workflow.schema import ModelSettings
 
 
 def _schema_default(name: str) -> Any:
@@ -78,7 +78,7 @@ class ModelPlan:
     stream_interval: int | None = None
     """Tokens per streamed chunk asked of vLLM (None: the server's setting)."""
     endpoints: tuple[str, ...] = ()
-    """Several servers of one model, routed per run (``pilot.router``); ``endpoint`` is then
+    """Several servers of one model, routed per run (``pilot.model.router``); ``endpoint`` is then
     the first of them. Empty: ``endpoint`` is the only one."""
 
     @property

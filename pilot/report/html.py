@@ -2,7 +2,7 @@
 
 The page must open on an air-gapped machine, so nothing is fetched: no fonts, no stylesheets,
 no plotting library. The timeline plot (steps over wall time, server downtime shaded, phase
-boundaries marked) is SVG written here. Only renders ``pilot.report.Report``; reads nothing.
+boundaries marked) is SVG written here. Only renders ``pilot.report.build.Report``; reads nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from html import escape
 
-from pilot.report import (
+from pilot.report.build import (
     SUMMARY_COLUMNS,
     Interval,
     Report,

@@ -1,4 +1,4 @@
-"""Start and watch a fleet's replicas: the side-effecting half of ``brain.fleet``.
+"""Start and watch a fleet's replicas: the side-effecting half of ``brain.fleet.plan``.
 
 Without ``--watch`` every replica is started at once (in threads, so N loads overlap), except
 that replicas splitting one GPU start one after the other (``shared_gpu_groups``); the
@@ -26,7 +26,7 @@ import yaml
 
 from brain.errors import BrainError, PortInUse
 from brain.events import EventsWriter
-from brain.fleet import Replica, fleet_records, shared_gpu_groups
+from brain.fleet.plan import Replica, fleet_records, shared_gpu_groups
 from brain.launchers import make_launcher
 from brain.launchers.base import ServerHandle
 from brain.launchers.ports import ensure_port_free

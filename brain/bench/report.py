@@ -13,7 +13,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from brain.bench import BenchReport, EndpointReport, Percentiles, PointResult
+from brain.bench.generator import BenchReport, EndpointReport, Percentiles, PointResult
 
 RATIO_NAMES = {
     "output_throughput": "out tok/s",
@@ -296,6 +296,6 @@ def write_json(report: BenchReport, path: Path) -> None:
 
 def write_plot(report: BenchReport, path: Path) -> None:
     """The bench's figure (matplotlib, from the ``bench`` extra, imported only here)."""
-    from brain.bench_plot import write_plot as plot
+    from brain.bench.plot import write_plot as plot
 
     plot(report, path)

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from brain.bench import BenchError, BenchReport
+from brain.bench.generator import BenchError, BenchReport
 
 INSTALL_HINT = "pip install 'marathon[bench]' (or: pip install 'matplotlib>=3.8')"
 

@@ -2,7 +2,7 @@
 
 A workflow's ``model.endpoints`` (or ``--endpoint`` given several times) names several
 OpenAI-compatible servers serving the same model. :class:`Router` holds one
-:class:`~pilot.model.OpenAIModelClient` per endpoint, shared by every run of the process (as
+:class:`~pilot.model.client.OpenAIModelClient` per endpoint, shared by every run of the process (as
 ``Runner`` shares one client per endpoint), and ``Router.for_run(run_id)`` gives each run its
 :class:`RoutedModelClient`, the ``ModelClient`` its loop talks to. The policy:
 
@@ -46,8 +46,8 @@ from typing import Any, TypeVar
 import httpx
 
 from pilot.errors import ConfigurationError, ServerUnavailable
-from pilot.model import OpenAIModelClient, is_refused, notify_wait, server_root
-from pilot.model_types import (
+from pilot.model.client import OpenAIModelClient, is_refused, notify_wait, server_root
+from pilot.model.types import (
     ChatRequest,
     ModelResponse,
     RetryPolicy,
@@ -55,7 +55,7 @@ from pilot.model_types import (
     WaitCallback,
     WaitEvent,
 )
-from pilot.plan import ClientSettings, ModelPlan
+from pilot.workflow.plan import ClientSettings, ModelPlan
 
 __all__ = [
     "FAILOVER_WAIT",
@@ -399,7 +399,7 @@ class Router:
 
 
 class RoutedModelClient:
-    """One run's :class:`~pilot.model_types.ModelClient` over a :class:`Router`.
+    """One run's :class:`~pilot.model.types.ModelClient` over a :class:`Router`.
 
     Every call goes to the run's endpoint; when that one is dead, to the least loaded healthy
     one (which becomes the run's). The run's ``on_wait`` hears one ``unavailable`` when a call

@@ -37,7 +37,10 @@ from pilot.errors import (
     ServerUnavailable,
     StreamInterrupted,
 )
-from pilot.model_types import (
+from pilot.model.servers import probe_context_window
+from pilot.model.sse import SSEDecoder
+from pilot.model.streaming import StreamAccumulator
+from pilot.model.types import (
     ChatRequest,
     ModelClient,
     ModelResponse,
@@ -49,10 +52,7 @@ from pilot.model_types import (
     WaitEvent,
     resolve_model_name,
 )
-from pilot.plan import ClientSettings
-from pilot.servers import probe_context_window
-from pilot.sse import SSEDecoder
-from pilot.streaming import StreamAccumulator
+from pilot.workflow.plan import ClientSettings
 
 __all__ = [
     "ChatRequest",

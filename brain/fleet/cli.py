@@ -2,8 +2,8 @@
 
 ``brain.cli_server`` hands over here when a command is about a fleet (``--replicas``,
 ``--gpus``, ``--fleet FILE``, or a fleet's name); single servers never pass through. Thin
-like the rest of the CLI: planning is ``brain.fleet``, starting and watching is
-``brain.fleet_run``.
+like the rest of the CLI: planning is ``brain.fleet.plan``, starting and watching is
+``brain.fleet.run``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import httpx
 from rich.table import Table
 
 from brain.errors import BrainError, SpecError
-from brain.fleet import (
+from brain.fleet.plan import (
     Replica,
     check_fleet,
     fleet_records,
@@ -116,7 +116,7 @@ def up_fleet(
 ) -> int:
     """``brain up`` for a fleet; returns the exit code."""
     from brain.cli_server import _events, _preflight, _say, out
-    from brain.fleet_run import clear_stale, ensure_ports_free, start_fleet, watch_fleet
+    from brain.fleet.run import clear_stale, ensure_ports_free, start_fleet, watch_fleet
 
     warnings = check_fleet(replicas)
     if dry_run:
@@ -155,7 +155,7 @@ def up_fleet(
 def down_fleet(name: str) -> None:
     """Stop every replica of fleet ``name``: their supervisors together, then what is left."""
     from brain.cli_server import _down_one, out
-    from brain.fleet_run import stop_fleet_supervisors
+    from brain.fleet.run import stop_fleet_supervisors
 
     registry = Registry()
     records = fleet_records(name, registry)

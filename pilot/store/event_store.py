@@ -57,7 +57,7 @@ from pilot.errors import (
 )
 from pilot.events import Event, RunFinished, event_from_json, event_to_json
 from pilot.private_files import private_file
-from pilot.sqlite_append import SqliteAppender
+from pilot.store.sqlite_append import SqliteAppender
 
 SQLITE_BUSY_MS = 250
 """How long one SQLite statement waits for a lock inside SQLite (``busy_timeout``); past it

@@ -1,7 +1,7 @@
 """The data the pilot exchanges with a model server, and the ``ModelClient`` seam.
 
-Kept apart from ``pilot.model`` so the loop, the runner and tests can speak these types without
-importing the OpenAI client. Plain data, one Protocol and the model-name check: no I/O here.
+Kept apart from ``pilot.model.client`` so the loop, the runner and tests can speak these types
+without importing the OpenAI client. Plain data, one Protocol and the model-name check: no I/O here.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ServedModel(BaseModel):
     id: str
     max_model_len: int | None = None
     window_source: str | None = None
-    """Where the window was read, when not from ``/v1/models`` (see ``pilot.servers``)."""
+    """Where the window was read, when not from ``/v1/models`` (see ``pilot.model.servers``)."""
 
 
 class WaitEvent(BaseModel):

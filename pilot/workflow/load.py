@@ -41,7 +41,8 @@ except ImportError:  # pragma: no cover - depends on the PyYAML build
     _CParser = None  # type: ignore[assignment, misc]
 
 from pilot.errors import WorkflowError, WorkflowErrors
-from pilot.templating import (
+from pilot.workflow.schema import EXTENSION_PREFIX, Loc, ParamSpec, Workflow, coerce_param
+from pilot.workflow.templating import (
     RunContext,
     SourceSpan,
     TemplateKind,
@@ -49,7 +50,6 @@ from pilot.templating import (
     compile_template,
     make_environment,
 )
-from pilot.workflow_schema import EXTENSION_PREFIX, Loc, ParamSpec, Workflow, coerce_param
 
 __all__ = [
     "LoadedWorkflow",

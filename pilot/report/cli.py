@@ -1,4 +1,4 @@
-"""``pilot report`` and ``pilot gc``: thin commands over pilot.report and pilot.gc.
+"""``pilot report`` and ``pilot gc``: thin commands over the report and ``store.retention``.
 
 ``register(app)`` adds both to the ``pilot`` typer app; the work is imported lazily inside each
 command so ``pilot --help`` stays fast.
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         """
         from pilot.cli_errors import open_store
         from pilot.errors import MarathonError
-        from pilot.report import build_report, parse_since, render
+        from pilot.report.build import build_report, parse_since, render
 
         if fmt not in ("md", "html"):
             raise _fail(f"unknown --format {fmt!r}; use md (Markdown) or html")
@@ -87,9 +87,9 @@ def register(app: typer.Typer) -> None:
         """Remove old finished runs: events, artifacts, worktrees, snapshot refs (branches
         with --delete-branches); then vacuum the store."""
         from pilot.cli_errors import open_store
-        from pilot.gc import describe
-        from pilot.gc import gc as collect
-        from pilot.report import parse_age
+        from pilot.report.build import parse_age
+        from pilot.store.retention import describe
+        from pilot.store.retention import gc as collect
 
         try:
             age = parse_age(older_than)

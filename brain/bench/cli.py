@@ -11,8 +11,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from brain.bench import BenchConfig, BenchError, run_bench, validate_config
-from brain.bench_output import err, run_and_report
+from brain.bench.generator import BenchConfig, BenchError, run_bench, validate_config
+from brain.bench.output import err, run_and_report
 
 
 def _ints(text: str | None, option: str) -> list[int]:
@@ -124,7 +124,7 @@ def bench_command(
     if len(names) != 2 or not all(names):
         raise typer.BadParameter("expected two names, e.g. mtp,base", param_hint="--labels")
     if replay:
-        from brain.bench_replay_cli import replay_command
+        from brain.bench.replay_cli import replay_command
 
         stray = [
             name
@@ -197,7 +197,7 @@ def bench_command(
         raise typer.Exit(2) from None
     run_and_report(
         lambda progress: run_bench(config, progress),
-        report_module="brain.bench_report",
+        report_module="brain.bench.report",
         succeeded=lambda report: (
             any(p.completed for ep in report.endpoints for p in ep.points)
             or any(d.runs > d.failed for ep in report.endpoints for d in ep.depths)

@@ -5,7 +5,7 @@ into a list of ``Replica``s here: each one a complete ServerSpec named ``<fleet>
 its own port (base port + i) and its own GPUs (groups of ``tensor_parallel_size``), so every
 other part of the brain (launchers, supervisor, registry, ``brain down``) handles a replica
 exactly like a single server. Planning is pure: nothing is started and no port is probed
-here (``brain.fleet_run`` does that). ``fleet_endpoints`` is the pilot's way in: the OpenAI
+here (``brain.fleet.run`` does that). ``fleet_endpoints`` is the pilot's way in: the OpenAI
 base URLs of a fleet's running replicas, read from the brain's registry.
 
 Two replicas share a GPU only when the split is explicit: a GPU listed k times in ``--gpus``

@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from brain.bench import BenchError
-from brain.bench_output import err, run_and_report
-from brain.bench_replay import ReplayConfig, run_replay, validate_replay_config
+from brain.bench.generator import BenchError
+from brain.bench.output import err, run_and_report
+from brain.bench.replay import ReplayConfig, run_replay, validate_replay_config
 
 
 def replay_command(
@@ -61,7 +61,7 @@ def replay_command(
         raise typer.Exit(2) from None
     run_and_report(
         lambda progress: run_replay(config, progress),
-        report_module="brain.bench_replay_report",
+        report_module="brain.bench.replay_report",
         succeeded=lambda report: any(p.completed for ep in report.endpoints for p in ep.points),
         json_path=json_path,
         markdown=markdown,

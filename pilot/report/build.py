@@ -6,7 +6,7 @@ nothing the model said about itself is taken as an outcome: a phase "succeeded" 
 ``phase_finished`` event says so after its check passed, not because the model claimed it.
 
 ``build_report`` gathers the facts into plain data (``Report``); ``render_markdown`` and
-``pilot.report_html.render_html`` turn that data into text. This module must not write to the
+``pilot.report.html.render_html`` turn that data into text. This module must not write to the
 store or the workspace.
 """
 
@@ -26,7 +26,7 @@ from sqlalchemy import select
 
 from pilot import environ
 from pilot import events as ev
-from pilot.store import (
+from pilot.store.event_store import (
     EventRow,
     EventStore,
     RunRecord,
@@ -1138,7 +1138,7 @@ def render(report: Report, fmt: str) -> str:
     if fmt == "md":
         return render_markdown(report)
     if fmt == "html":
-        from pilot.report_html import render_html
+        from pilot.report.html import render_html
 
         return render_html(report)
     raise ValueError(f"unknown report format {fmt!r}; use md or html")

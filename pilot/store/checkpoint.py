@@ -14,7 +14,7 @@ sha256.
 
 What a checkpoint may never do is run code: it is read by ``pilot resume``, and a file planted
 by the agent's own commands must not execute there. So:
-- it is JSON data (``pilot.statecodec``: only JSON values and the state's own classes are
+- it is JSON data (``pilot.store.statecodec``: only JSON values and the state's own classes are
   built from it), never pickle;
 - it lives in the store's state directory (``checkpoints/<run>``, mode 0700, files 0600), not
   beside the artifacts the tools write, and never inside the run's workspace (a database kept
@@ -43,12 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from pilot import events as ev
-from pilot import progress, state, statecodec
+from pilot import progress, state
 from pilot.private_files import inside, private_dirs, write_private
 from pilot.progress import ProgressLimits
 from pilot.redact import redactor_for
 from pilot.state import RunState, fold
-from pilot.store import EventStore
+from pilot.store import statecodec
+from pilot.store.event_store import EventStore
 
 CHECKPOINT_EVERY = 256
 """Events between two checkpoints: a resume folds at most this many (about 5 ms' worth)."""
