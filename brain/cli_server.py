@@ -10,81 +10,40 @@ non-zero; tracebacks are for bugs only.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import signal
-import sys
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from brain.cli_common import (
+    BackendOpt,
+    NoGpuOpt,
+    PresetOpt,
+    ProfileArg,
+    SetOpt,
+    build_spec,
+    expected_errors,
+    fmt_age,
+    launcher_for_record,
+    out,
+    pid_alive,
+    preflight,
+    say,
+    server_events,
+    stop_server,
+)
 from brain.errors import BrainError, SpecError
 from brain.launchers import make_launcher
 from brain.launchers.base import Launcher, ServerHandle
 from brain.spec import ServerSpec
 from brain.state import Registry, ServerRecord, state_dir
 
-DEFAULT_PROFILE = "gemma4-e4b-mtp"
-F = TypeVar("F", bound=Callable[..., Any])
-
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
-"""Tables written to a pipe or file are as wide as their cells: nothing is cut or wrapped."""
-err = Console(stderr=True, highlight=False)
-
-
-def _expected_errors(fn: F) -> F:
-    """Print BrainErrors (and their diagnosis) as messages and exit 1, without a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SpecError as exc:
-            err.print(f"[red]spec error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except BrainError as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-# --------------------------------------------------------------------------- spec building
-
-
-def build_spec(
-    profile: str | None,
-    sets: list[str] | None = None,
-    preset: str | None = None,
-    backend: str | None = None,
-    no_gpu: bool = False,
-) -> ServerSpec:
-    """Profile, then preset, then ``--backend``/``--no-gpu``, then ``--set`` (last wins)."""
-    from brain.profiles import apply_overrides, apply_preset, load_profile
-
-    spec = load_profile(profile or DEFAULT_PROFILE)
-    if preset:
-        spec = apply_preset(spec, preset)
-    extra: list[str] = []
-    if backend:
-        extra.append(f"backend={backend}")
-    if no_gpu:
-        extra.append("docker.request_gpus=false")
-    overrides = extra + list(sets or [])
-    return apply_overrides(spec, overrides) if overrides else spec
-
 
 def _launcher_for(spec: ServerSpec, pull: bool = False) -> Launcher:
     return make_launcher(spec.backend, request_gpus=None, pull=pull)
-
-
-def _launcher_for_record(record: ServerRecord) -> Launcher:
-    return make_launcher(record.backend)
 
 
 def _pick(registry: Registry, name: str | None) -> ServerRecord:
@@ -111,60 +70,18 @@ def _pick(registry: Registry, name: str | None) -> ServerRecord:
     return records[0]
 
 
-def _pid_alive(pid: int | None) -> bool:
-    from brain.launchers.process import pid_alive
-
-    return pid_alive(pid)
-
-
-def _say(msg: str) -> None:
-    err.print(f"[dim]brain:[/dim] {escape(msg)}", markup=True, soft_wrap=True)
-
-
-def _preflight(registry: Registry) -> Callable[[ServerSpec], None]:
-    from brain.preload import check_preload
-    from brain.supervisor import GpuGuard
-
-    guard = GpuGuard(_say)
-
-    def preflight(spec: ServerSpec) -> None:
-        guard.before_start(spec)
-        check_preload(spec, registry)
-
-    return preflight
-
-
-def _events() -> Any:
-    from brain.events import NullEvents, ServerEventWriter
-
-    try:
-        return ServerEventWriter()
-    except Exception as exc:  # an unwritable database must not stop the server
-        _say(f"server events will not be recorded ({exc})")
-        return NullEvents()
-
-
-def _fmt_age(seconds: float) -> str:
-    s = int(max(0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
 # --------------------------------------------------------------------------- commands
 
 
-@_expected_errors
+@expected_errors
 def up(
-    profile: str = typer.Argument(None, help=f"Profile name or YAML file [{DEFAULT_PROFILE}]."),
-    set_: list[str] = typer.Option(None, "--set", help="Override a spec key: key=value."),
-    preset: str = typer.Option(None, "--preset", help="Apply a preset (brain profiles)."),
+    profile: ProfileArg = None,
+    set_: SetOpt = None,
+    preset: PresetOpt = None,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the command, start nothing."),
     watch: bool = typer.Option(False, "--watch", help="Stay in the foreground; restart on death."),
-    backend: str = typer.Option(None, "--backend", help="docker, process or sim."),
-    no_gpu: bool = typer.Option(False, "--no-gpu", help="Docker: leave out the GPU request."),
+    backend: BackendOpt = None,
+    no_gpu: NoGpuOpt = False,
     pull: bool = typer.Option(False, "--pull", help="Docker: pull the image if it is missing."),
     max_restarts: int = typer.Option(5, "--max-restarts", help="With --watch: cap per window."),
     window: float = typer.Option(600.0, "--window", help="With --watch: the window, seconds."),
@@ -222,7 +139,7 @@ def up(
     existing = registry.get(spec.name)
     if existing is not None:
         handle = ServerHandle.from_dict(existing.handle)
-        if _launcher_for_record(existing).status(handle).alive:
+        if launcher_for_record(existing).status(handle).alive:
             raise BrainError(
                 f"{spec.name} is already running on port {handle.port} "
                 f"(brain restart {spec.name} / brain down {spec.name})."
@@ -236,17 +153,17 @@ def up(
     supervisor = Supervisor(
         spec,
         launcher,
-        _events(),
+        server_events(),
         policy=RestartPolicy(max_restarts=max_restarts, window_s=window),
         registry=registry,
-        preflight=_preflight(registry),
-        after_stop=GpuGuard(_say).after_stop,
+        preflight=preflight(registry),
+        after_stop=GpuGuard(say).after_stop,
         poll_interval_s=poll_interval,
-        say=_say,
+        say=say,
         fleet=member_fleet,
         replica=member_index,
     )
-    _say(f"starting {spec.name} ({spec.backend}: {spec.model}) on {spec.host}:{spec.port}")
+    say(f"starting {spec.name} ({spec.backend}: {spec.model}) on {spec.host}:{spec.port}")
     if not watch:
         info = supervisor.start_once()
         _print_ready(spec, info)
@@ -280,7 +197,7 @@ def _print_ready(spec: ServerSpec, info: Any) -> None:
         out.print(f"  API key: in {state_dir() / 'api-keys' / (spec.name + '.key')}")
 
 
-@_expected_errors
+@expected_errors
 def down(
     name: str = typer.Argument(None, help="Server or fleet name (default: the only one)."),
 ) -> None:
@@ -296,37 +213,15 @@ def down(
 
         down_fleet(name)
         return
-    _down_one(registry, _pick(registry, name))
+    stop_server(registry, _pick(registry, name))
 
 
-def _down_one(registry: Registry, rec: ServerRecord) -> None:
-    """Stop one server: its supervisor first (so it does not restart it), then the server."""
-    spec = rec.server_spec()
-    if rec.supervisor_pid and _pid_alive(rec.supervisor_pid) and rec.supervisor_pid != os.getpid():
-        os.kill(rec.supervisor_pid, signal.SIGTERM)
-        deadline = time.monotonic() + spec.timeouts.stop_timeout_s + 15
-        while _pid_alive(rec.supervisor_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _pid_alive(rec.supervisor_pid):
-            raise BrainError(f"the supervisor (pid {rec.supervisor_pid}) did not stop in time.")
-    launcher = _launcher_for_record(rec)
-    handle = ServerHandle.from_dict(rec.handle)
-    if launcher.status(handle).alive:
-        launcher.stop(handle, timeout=spec.timeouts.stop_timeout_s)
-    registry.remove(rec.name)
-    _events().record(rec.name, "stopped", {"reason": "brain down", "ref": handle.ref})
-    from brain.supervisor import GpuGuard
-
-    GpuGuard(_say).after_stop(spec)
-    out.print(f"stopped {rec.name}")
-
-
-@_expected_errors
+@expected_errors
 def restart(name: str = typer.Argument(None, help="Server name (default: the only one).")) -> None:
     """Restart a server; with a live weight-cache daemon for it, load from the daemon."""
     registry = Registry()
     rec = _pick(registry, name)
-    if rec.supervisor_pid and _pid_alive(rec.supervisor_pid):
+    if rec.supervisor_pid and pid_alive(rec.supervisor_pid):
         os.kill(rec.supervisor_pid, signal.SIGHUP)
         out.print(f"asked the supervisor (pid {rec.supervisor_pid}) to restart {rec.name}")
         return
@@ -340,24 +235,29 @@ def restart(name: str = typer.Argument(None, help="Server name (default: the onl
                 update={"enabled": True, "socket_dir": daemon.server_spec().preload.socket_dir}
             )
             spec = spec.model_copy(update={"preload": preload})
-            _say("a weight-cache daemon is running for it: loading from the daemon")
-    registry_check = _preflight(registry)
+            say("a weight-cache daemon is running for it: loading from the daemon")
+    registry_check = preflight(registry)
     registry_check(spec)  # refuse before stopping the old server if the new one cannot start
-    launcher = _launcher_for_record(rec)
+    launcher = launcher_for_record(rec)
     handle = ServerHandle.from_dict(rec.handle)
     launcher.stop(handle, timeout=spec.timeouts.stop_timeout_s)
     registry.remove(rec.name)
     from brain.supervisor import GpuGuard, Supervisor
 
-    GpuGuard(_say).after_stop(spec)
+    GpuGuard(say).after_stop(spec)
     supervisor = Supervisor(
-        spec, make_launcher(spec.backend), _events(), registry=registry, preflight=None, say=_say
+        spec,
+        make_launcher(spec.backend),
+        server_events(),
+        registry=registry,
+        preflight=None,
+        say=say,
     )
     info = supervisor.start_once()
     _print_ready(spec, info)
 
 
-@_expected_errors
+@expected_errors
 def ps(
     json_out: bool = typer.Option(False, "--json", help="One JSON object per server."),
 ) -> None:
@@ -387,7 +287,7 @@ def ps(
                 st.describe(),
                 str(d.fingerprint.get("checkpoint")),
                 d.backend,
-                _fmt_age(now - d.started_at),
+                fmt_age(now - d.started_at),
             )
         out.print(t)
 
@@ -400,7 +300,7 @@ def _ps_json(registry: Registry) -> list[str]:
     for rec in sorted(registry.servers(), key=lambda r: r.name):
         handle = ServerHandle.from_dict(rec.handle)
         try:
-            state = _launcher_for_record(rec).status(handle).describe()
+            state = launcher_for_record(rec).status(handle).describe()
         except Exception as exc:  # a listing reports, it does not fail on one server
             state = f"unknown ({exc})"
         lines.append(
@@ -432,7 +332,7 @@ def _get(url: str, api_key: str | None = None) -> Any:
     return r
 
 
-@_expected_errors
+@expected_errors
 def status(
     name: str = typer.Argument(
         None, help="Server name (default: the only one), or the URL of any OpenAI server."
@@ -468,7 +368,7 @@ def status(
     rec = _pick(registry, name)
     spec = rec.server_spec()
     handle = ServerHandle.from_dict(rec.handle)
-    st = _launcher_for_record(rec).status(handle)
+    st = launcher_for_record(rec).status(handle)
     facts = {
         "server": rec.name,
         "backend": rec.backend,
@@ -611,7 +511,7 @@ def _status_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-@_expected_errors
+@expected_errors
 def logs(
     name: str = typer.Argument(None, help="Server name (default: the only one)."),
     follow: bool = typer.Option(False, "-f", "--follow", help="Keep printing new lines."),
@@ -622,7 +522,7 @@ def logs(
 
     registry = Registry()
     rec = _pick(registry, name)
-    launcher = _launcher_for_record(rec)
+    launcher = launcher_for_record(rec)
     handle = ServerHandle.from_dict(rec.handle)
     if tail and not follow:
         lines: Any = deque(launcher.logs(handle), maxlen=tail)
@@ -635,13 +535,13 @@ def logs(
         pass
 
 
-@_expected_errors
+@expected_errors
 def doctor(
-    profile: str = typer.Argument(None, help=f"Profile name or YAML file [{DEFAULT_PROFILE}]."),
-    set_: list[str] = typer.Option(None, "--set", help="Override a spec key: key=value."),
-    preset: str = typer.Option(None, "--preset"),
-    backend: str = typer.Option(None, "--backend"),
-    no_gpu: bool = typer.Option(False, "--no-gpu"),
+    profile: ProfileArg = None,
+    set_: SetOpt = None,
+    preset: PresetOpt = None,
+    backend: BackendOpt = None,
+    no_gpu: NoGpuOpt = False,
 ) -> None:
     """Check everything a start needs; each line ok or what to do. Exit 1 if any fails."""
     from brain.doctor import run_checks
@@ -658,7 +558,7 @@ def doctor(
         raise typer.Exit(1)
 
 
-@_expected_errors
+@expected_errors
 def profiles() -> None:
     """Built-in profiles and presets, one line each."""
     from brain.profiles import list_presets, list_profiles, load_profile
@@ -682,13 +582,13 @@ preload_app = typer.Typer(help="The vLLM weight-cache daemon (vllm preload).", n
 
 
 @preload_app.command("start")
-@_expected_errors
+@expected_errors
 def preload_start(
-    profile: str = typer.Argument(None, help=f"Profile name or YAML file [{DEFAULT_PROFILE}]."),
-    set_: list[str] = typer.Option(None, "--set", help="Override a spec key: key=value."),
-    preset: str = typer.Option(None, "--preset"),
-    backend: str = typer.Option(None, "--backend"),
-    no_gpu: bool = typer.Option(False, "--no-gpu"),
+    profile: ProfileArg = None,
+    set_: SetOpt = None,
+    preset: PresetOpt = None,
+    backend: BackendOpt = None,
+    no_gpu: NoGpuOpt = False,
     timeout: float = typer.Option(None, "--timeout", help="Seconds to wait for READY."),
 ) -> None:
     """Start the daemon with the server's exact engine args; wait for its READY line."""
@@ -706,7 +606,7 @@ def preload_start(
 
 
 @preload_app.command("stop")
-@_expected_errors
+@expected_errors
 def preload_stop(name: str = typer.Argument(None, help="Server name (default: the only one).")):
     """Stop the daemon."""
     from brain.preload import stop_preload
@@ -723,7 +623,7 @@ def preload_stop(name: str = typer.Argument(None, help="Server name (default: th
 
 
 @preload_app.command("status")
-@_expected_errors
+@expected_errors
 def preload_status_cmd(name: str = typer.Argument(None)) -> None:
     """State and fingerprint of the daemon(s)."""
     from brain.preload import preload_status

@@ -49,6 +49,35 @@ def test_no_gpu_drops_the_gpu_request_from_the_docker_line():
     assert r.exit_code == 0 and "--gpus" not in r.output
 
 
+@pytest.mark.parametrize("command", ["up", "doctor", "preload start"])
+def test_help_names_the_default_profile(command):
+    # Square brackets in a help text are rich markup to typer: "[gemma4-e4b-mtp]" vanished.
+    r = runner.invoke(app, [*command.split(), "--help"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "default: gemma4-e4b-mtp" in r.output
+
+
+def test_the_fleet_cli_uses_no_private_name_of_the_server_cli():
+    # What both CLIs need lives in brain.cli_common; reaching into the other's underscores
+    # couples them to each other's internals.
+    import ast
+    from pathlib import Path
+
+    import brain
+
+    root = Path(brain.__file__).parent
+    private = [
+        f"{path.relative_to(root)}: from {node.module} import {alias.name}"
+        for path in root.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom)
+        and node.module in ("brain.cli_server", "brain.fleet.cli", "brain.cli_common")
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+    assert private == []
+
+
 def test_a_bad_override_is_a_spec_error_without_traceback():
     r = runner.invoke(app, ["up", "sim", "--set", "max_num_seqs=lots"])
     assert r.exit_code == 2

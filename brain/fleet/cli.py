@@ -3,7 +3,8 @@
 ``brain.cli_server`` hands over here when a command is about a fleet (``--replicas``,
 ``--gpus``, ``--fleet FILE``, or a fleet's name); single servers never pass through. Thin
 like the rest of the CLI: planning is ``brain.fleet.plan``, starting and watching is
-``brain.fleet.run``.
+``brain.fleet.run``; the consoles, spec building and stopping one server are shared with
+``brain.cli_server`` through ``brain.cli_common``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ from collections.abc import Sequence
 import httpx
 from rich.table import Table
 
+from brain.cli_common import (
+    build_spec,
+    fmt_age,
+    out,
+    pid_alive,
+    preflight,
+    say,
+    server_events,
+    stop_server,
+)
 from brain.errors import BrainError, SpecError
 from brain.fleet.plan import (
     Replica,
@@ -42,8 +53,6 @@ def plan_from_cli(
     port: int | None,
 ) -> list[Replica]:
     """The replicas ``brain up`` was asked for, checked against each other."""
-    from brain.cli_server import build_spec
-
     if fleet_file:
         given = {
             "PROFILE": profile,
@@ -115,7 +124,6 @@ def up_fleet(
     child_args: Sequence[str],
 ) -> int:
     """``brain up`` for a fleet; returns the exit code."""
-    from brain.cli_server import _events, _preflight, _say, out
     from brain.fleet.run import clear_stale, ensure_ports_free, start_fleet, watch_fleet
 
     warnings = check_fleet(replicas)
@@ -123,7 +131,7 @@ def up_fleet(
         out.print(dry_run_fleet_text(replicas, warnings), markup=False, soft_wrap=True)
         return 0
     for w in warnings:
-        _say(f"warning: {w}")
+        say(f"warning: {w}")
     replicas = _with_shared_api_key(replicas)
     for r in replicas:
         check_launchable(r.spec)
@@ -131,14 +139,14 @@ def up_fleet(
     clear_stale(replicas, registry)
     ensure_ports_free(replicas)
     fleet = replicas[0].fleet
-    _say(
+    say(
         f"starting fleet {fleet}: "
         + ", ".join(f"{r.name} (GPUs {r.gpus}, port {r.spec.port})" for r in replicas)
     )
     if watch:
-        return watch_fleet(replicas, child_args=child_args, say=_say)
+        return watch_fleet(replicas, child_args=child_args, say=say)
     started = start_fleet(
-        replicas, registry=registry, events=_events(), preflight=_preflight(registry), say=_say
+        replicas, registry=registry, events=server_events(), preflight=preflight(registry), say=say
     )
     out.print(f"[green]ready[/green] fleet {fleet}: {len(started)} replica(s)", markup=True)
     for r, info in started:
@@ -154,7 +162,6 @@ def up_fleet(
 
 def down_fleet(name: str) -> None:
     """Stop every replica of fleet ``name``: their supervisors together, then what is left."""
-    from brain.cli_server import _down_one, out
     from brain.fleet.run import stop_fleet_supervisors
 
     registry = Registry()
@@ -162,7 +169,7 @@ def down_fleet(name: str) -> None:
     timeout = max(r.server_spec().timeouts.stop_timeout_s for r in records) + 15
     stop_fleet_supervisors(name, registry, timeout)
     for rec in fleet_records(name, registry):
-        _down_one(registry, rec)
+        stop_server(registry, rec)
     out.print(f"stopped fleet {name} ({len(records)} replica(s))")
 
 
@@ -182,8 +189,6 @@ def _state(rec: ServerRecord) -> tuple[str, bool]:
 
 def server_row(rec: ServerRecord, now: float) -> list[str]:
     """One line of ``brain ps``: server, state, model, port, GPUs, uptime, backend, supervised."""
-    from brain.cli_server import _fmt_age, _pid_alive
-
     handle = ServerHandle.from_dict(rec.handle)
     state, alive = _state(rec)
     style = "green" if alive else "red"
@@ -193,9 +198,9 @@ def server_row(rec: ServerRecord, now: float) -> list[str]:
         str(rec.spec.get("served_model_name") or rec.spec.get("model")),
         str(handle.port),
         gpus_text(rec.spec),
-        _fmt_age(now - handle.started_at) if alive else "-",
+        fmt_age(now - handle.started_at) if alive else "-",
         rec.backend,
-        f"pid {rec.supervisor_pid}" if _pid_alive(rec.supervisor_pid) else "no",
+        f"pid {rec.supervisor_pid}" if pid_alive(rec.supervisor_pid) else "no",
     ]
 
 
