@@ -254,9 +254,8 @@ def marathon_child(
     class WorkloadModel:
         """The workload's model behind ``ModelClient``: step i's answer, or the final one.
 
-        Same seam and behaviour as ``pilot.model.client.ScriptedModelClient`` (which lives
-        beside the HTTP client, so importing it loads ``openai``); no I/O, no copy of the request
-        kept.
+        The loop's ``ModelClient`` seam with no I/O and no copy of the request kept (the
+        tests' ``ScriptedModelClient`` keeps every request, which a long run must not).
         """
 
         def __init__(self, first: int) -> None:

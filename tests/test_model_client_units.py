@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import httpx
 import openai
 import pytest
+from scripted_model import ScriptedModelClient, ScriptExhausted
 
 from pilot.errors import (
     BadRequest,
@@ -21,13 +24,23 @@ from pilot.model.client import (
     ModelClient,
     ModelResponse,
     OpenAIModelClient,
-    ScriptedModelClient,
-    ScriptExhausted,
     ServedModel,
     ToolCallOut,
+    server_root,
+)
+from pilot.model.errors import (
+    VLLM_ERRORS,
+    _api_key,
+    _bad_request,
+    _context_overflow,
+    _model_not_found,
+    _no_auto_tool_choice,
+    _no_such_route,
+    _output_over_window,
+    _unavailable,
     is_transient,
     map_vllm_error,
-    server_root,
+    wants_served_models,
 )
 from pilot.model.streaming import StreamAccumulator
 
@@ -169,6 +182,55 @@ def test_context_overflow_texts_of_several_vllm_versions(message, limit, prompt,
     err = map_vllm_error(400, message)
     assert isinstance(err, ContextOverflow)
     assert (err.max_model_len, err.prompt_tokens, err.max_tokens) == (limit, prompt, output)
+
+
+@pytest.mark.parametrize(
+    ("message", "limit", "output"),
+    [
+        (  # vLLM 0.33
+            "max_tokens=100000 cannot be greater than max_model_len=4096. Please request fewer "
+            "output tokens. (parameter=max_tokens, value=100000)",
+            4096,
+            100000,
+        ),
+        (  # later releases name the total budget too, and max_completion_tokens when sent
+            "max_completion_tokens=32000 cannot be greater than max_model_len=max_total_tokens="
+            "16384. Please request fewer output tokens. (parameter=max_completion_tokens, "
+            "value=32000)",
+            16384,
+            32000,
+        ),
+    ],
+)
+def test_max_tokens_over_the_window_is_an_overflow_naming_the_window(message, limit, output):
+    err = map_vllm_error(400, message)
+    assert isinstance(err, ContextOverflow)
+    assert (err.max_model_len, err.max_tokens) == (limit, output)
+
+
+def test_every_row_of_the_table_is_reachable():
+    """Each row matches something no earlier row takes (an unreachable row is a silent bug)."""
+    samples = {
+        _api_key: (401, "Unauthorized"),
+        _model_not_found: (404, "The model `x` does not exist."),
+        _no_such_route: (404, "Not Found"),
+        _context_overflow: (400, "This model's maximum context length is 8 tokens."),
+        _output_over_window: (400, "max_tokens=9 cannot be greater than max_model_len=8."),
+        _no_auto_tool_choice: (400, '"auto" tool choice requires --enable-auto-tool-choice'),
+        _unavailable: (503, "busy"),
+        _bad_request: (400, "temperature must be non-negative"),
+    }
+    assert [rule.build for rule in VLLM_ERRORS] == list(samples)
+    for build, (status, message) in samples.items():
+        first = next(r for r in VLLM_ERRORS if r.match(status, message) is not False)
+        assert first.build is build, (status, message)
+
+
+def test_a_404_naming_a_missing_model_asks_for_the_served_list():
+    assert wants_served_models(404, "The model `gemma-3` does not exist.")
+    assert wants_served_models(404, "model 'gemma-3' not found")  # Ollama's wording
+    assert not wants_served_models(404, "Not Found")
+    assert not wants_served_models(400, "The model `gemma-3` does not exist.")
 
 
 def test_404_model_does_not_exist_lists_served():
@@ -324,3 +386,16 @@ def test_sdk_chunk_objects_are_read_like_dicts_extras_included():
     assert acc.reasoning_text == "think "
     assert acc.tool_calls() == [ToolCallOut(id="c", name="f", arguments="{}")]
     assert acc.finish_reason == "tool_calls"
+
+
+def test_importing_the_model_wing_loads_no_http_stack():
+    """The loop and a resume import ``pilot.model`` and pay for the SDK only at the first
+    request: neither the package nor the loop may pull in openai or httpx."""
+    code = (
+        "import sys, pilot.model, pilot.model.types, pilot.model.servers, pilot.loop; "
+        "print(sorted(m for m in ('openai', 'httpx', 'httpx2', 'aiohttp') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -15,13 +15,8 @@ from typing import Any
 import pytest
 
 from pilot.errors import ConfigurationError
-from pilot.model.client import (
-    SAME_500_LIMIT,
-    ChatRequest,
-    OpenAIModelClient,
-    RetryPolicy,
-    map_vllm_error,
-)
+from pilot.model.client import ChatRequest, OpenAIModelClient, RetryPolicy
+from pilot.model.errors import SAME_500_LIMIT, map_vllm_error
 
 pytestmark = pytest.mark.anyio
 

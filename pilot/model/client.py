@@ -3,12 +3,12 @@
 An ``openai.AsyncOpenAI`` underneath, always streaming, with the resilience an unattended run
 needs and the SDK does not give: tenacity retries for as long as ``server_wait`` allows when the
 server is down, restarting or busy (telling the caller when it starts and stops waiting), an
-idle watchdog that cuts a stream that went silent, and vLLM's error bodies mapped, once, in
-:func:`map_vllm_error`, to the typed errors of ``pilot.errors``. Deterministic 4xx answers are
-never retried: the same request would fail the same way for hours.
+idle watchdog that cuts a stream that went silent, and vLLM's error bodies mapped to the typed
+errors of ``pilot.errors`` by the one table of :mod:`pilot.model.errors`. Deterministic 4xx
+answers are never retried: the same request would fail the same way for hours.
 
 It must not decide anything about the conversation (compaction, repair, nudges): that is the
-loop's job. ``ScriptedModelClient`` is the same seam with no I/O, for tests and benchmarks.
+loop's job.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import asyncio
 import inspect
 import json
 import logging
-import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -28,14 +27,18 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception
 from tenacity.wait import wait_exponential_jitter
 
-from pilot.errors import (
-    BadRequest,
-    ConfigurationError,
-    ContextOverflow,
-    MarathonError,
-    ModelNotFound,
-    ServerUnavailable,
-    StreamInterrupted,
+from pilot.errors import MarathonError, ServerUnavailable, StreamInterrupted
+from pilot.model.errors import (
+    SAME_500_LIMIT,
+    TRANSIENT_STATUS,
+    TransientStatus,
+    answer_of,
+    describe_failure,
+    deterministic_500,
+    error_message,
+    is_transient,
+    map_vllm_error,
+    wants_served_models,
 )
 from pilot.model.servers import probe_context_window
 from pilot.model.sse import SSEDecoder
@@ -60,15 +63,11 @@ __all__ = [
     "ModelResponse",
     "OpenAIModelClient",
     "RetryPolicy",
-    "ScriptExhausted",
-    "ScriptedModelClient",
     "ServedModel",
     "ToolCallOut",
     "Usage",
     "WaitCallback",
     "WaitEvent",
-    "is_transient",
-    "map_vllm_error",
     "resolve_model_name",
     "server_root",
 ]
@@ -76,196 +75,8 @@ __all__ = [
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-"""HTTP statuses worth waiting out: the server is busy, restarting or its engine died."""
 MODELS_FRESH_S = 5.0
 """How long a model list is reused by the runs that share a client (``list_models``)."""
-# The SDK's transport is httpx2 (aiohttp underneath); /tokenize may go through either client.
-TRANSPORT_ERRORS = httpx.TransportError | httpx2.TransportError
-TIMEOUT_ERRORS = httpx.TimeoutException | httpx2.TimeoutException
-CONNECT_ERRORS = httpx.ConnectError | httpx2.ConnectError | ConnectionRefusedError
-
-API_KEY_HINT = (
-    "set model.api_key_env in the workflow to the name of an environment variable holding the "
-    "key the server was started with (vLLM's --api-key or VLLM_API_KEY), and export it"
-)
-AUTO_TOOL_FLAGS = "--enable-auto-tool-choice --tool-call-parser <parser>"
-SAME_500_LIMIT = 3
-"""The same HTTP 500 this many times in a row, with the server's /health at 200, is the answer
-to this request, not an outage: it is not retried for the rest of ``server_wait``."""
-
-
-# --------------------------------------------------------------------------------------------
-# Error classification and mapping (the one place vLLM's errors become ours)
-# --------------------------------------------------------------------------------------------
-
-
-class _TransientStatus(Exception):
-    """A 5xx/429 from an endpoint called without the SDK (``/tokenize``)."""
-
-
-def _stream_error_code(exc: openai.APIError) -> int | None:
-    """The ``code`` of an error event inside an SSE stream (vLLM puts the HTTP status there)."""
-    body = exc.body
-    if isinstance(body, dict):
-        code = body.get("code")
-        if isinstance(body.get("error"), dict):
-            code = body["error"].get("code", code)
-        try:
-            return int(code) if code is not None else None
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures that say "the server is not answering right now", not "you are wrong".
-
-    Connection errors and timeouts, 408/429/5xx, streams cut or gone silent, and error events
-    inside a stream that carry a 5xx (or no) code. Everything else, in particular every other
-    4xx, is deterministic and must not be retried.
-    """
-    if isinstance(
-        exc,
-        StreamInterrupted | _TransientStatus | openai.APIConnectionError | TRANSPORT_ERRORS,
-    ):
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in TRANSIENT_STATUS
-    if type(exc) is openai.APIError:  # an error event inside the stream
-        code = _stream_error_code(exc)
-        return code is None or code in TRANSIENT_STATUS
-    return False
-
-
-def _error_message(body: Any, fallback: str) -> str:
-    """vLLM's human message out of an error body (``{"error": {"message"}}`` and variants)."""
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"]
-        if isinstance(inner, str):
-            return inner
-        if isinstance(body.get("message"), str):
-            return body["message"]
-        if isinstance(body.get("detail"), str):
-            return body["detail"]
-    if isinstance(body, str) and body:
-        return body
-    return fallback
-
-
-def _int(pattern: str, text: str) -> int | None:
-    m = re.search(pattern, text)
-    return int(m.group(1)) if m else None
-
-
-def _context_overflow(message: str) -> ContextOverflow:
-    """Parse vLLM's overflow texts (current, character pre-check, and older wording).
-
-    vLLM 0.30+ reports only a lower bound of the prompt ("contains at least P input tokens"),
-    so ``prompt_tokens`` is that bound when that is all there is.
-    """
-    limit = _int(r"maximum context length is (\d+)", message)
-    output = _int(r"requested (\d+) output tokens", message) or _int(
-        r"(\d+) in the completion", message
-    )
-    prompt = (
-        _int(r"contains at least (\d+) input tokens", message)
-        or _int(r"request has (\d+) input tokens", message)
-        or _int(r"\((\d+) in the messages", message)
-        or _int(r"upper bound for (\d+) input tokens", message)
-    )
-    return ContextOverflow(message, max_model_len=limit, prompt_tokens=prompt, max_tokens=output)
-
-
-def map_vllm_error(
-    status: int,
-    message: str,
-    *,
-    model: str | None = None,
-    served: Sequence[str] | None = None,
-    endpoint: str | None = None,
-    body: str | None = None,
-) -> MarathonError:
-    """Turn one deterministic error answer from the server into the pilot's typed error.
-
-    ``served`` fills :class:`ModelNotFound` (the caller fetches it, since that needs I/O).
-    Transient statuses never get here while the server wait lasts; if they do (outside the
-    retry loop) they become :class:`ServerUnavailable`.
-    """
-    lowered = message.lower()
-    if status in (401, 403):
-        return ConfigurationError(
-            f"the model server{f' at {endpoint}' if endpoint else ''} refused the request "
-            f"(HTTP {status}: {message}): it wants an API key; {API_KEY_HINT}."
-        )
-    if status == 404:
-        if "does not exist" in lowered or ("model" in lowered and "not found" in lowered):
-            m = re.search(r"model `([^`]*)`", message)
-            name = m.group(1) if m else (model or "?")
-            return ModelNotFound(name, list(served or []), endpoint=endpoint)
-        return ConfigurationError(
-            f"the model server{f' at {endpoint}' if endpoint else ''} has no such endpoint "
-            f"(HTTP 404: {message}); model.endpoint should be the OpenAI base URL, usually "
-            "ending in /v1."
-        )
-    if "maximum context length" in lowered:
-        return _context_overflow(message)
-    too_long = _int(r"cannot be greater than max_model_len=(\d+)", message)
-    if too_long:  # vLLM 0.33: max_tokens alone over the window; it names the window
-        return ContextOverflow(
-            message, max_model_len=too_long, max_tokens=_int(r"max_tokens=(\d+)", message)
-        )
-    if "tool choice requires" in lowered or "enable-auto-tool-choice" in lowered:
-        return ConfigurationError(
-            f"the server cannot let the model choose tools ({message}). Start vLLM with "
-            f"{AUTO_TOOL_FLAGS} (gemma4 for Gemma 4, hermes for Qwen2.5, qwen3_coder for "
-            "Qwen3-Coder); in a brain profile set enable_auto_tool_choice: true and "
-            "tool_call_parser: <parser> (spec fields, not extra_args), e.g. brain up PROFILE "
-            "--set enable_auto_tool_choice=true --set tool_call_parser=hermes."
-        )
-    if status in TRANSIENT_STATUS:
-        return ServerUnavailable(endpoint or "?", f"HTTP {status}: {message}")
-    return BadRequest(message, status=status, body=body)
-
-
-def _causes(exc: BaseException | None) -> Iterator[BaseException]:
-    """``exc``, then what it was raised from, down to the root (each once)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
-def _timed_out(exc: BaseException) -> bool:
-    """Whether a transport failure was a timeout, by its root cause: the aiohttp transport
-    maps every connection error (refused, reset, closed by the server) to a connect timeout."""
-    *_, root = _causes(exc)
-    return isinstance(root, TimeoutError) or "Timeout" in type(root).__name__
-
-
-def is_refused(exc: BaseException | None) -> bool:
-    """Whether a failure is "nobody listens there" (connection refused, host unreachable),
-    wherever it sits in the chain of causes (the aiohttp transport reports a refused connection
-    as a connect *timeout* whose cause is the refusal)."""
-    return any(isinstance(cause, CONNECT_ERRORS) for cause in _causes(exc))
-
-
-def _describe(exc: BaseException) -> str:
-    """One line about a transient failure, for events and the final ServerUnavailable."""
-    if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code}: {_error_message(exc.body, exc.message)}"
-    if isinstance(exc, openai.APITimeoutError | TIMEOUT_ERRORS) and _timed_out(exc):
-        return "request timed out"
-    if isinstance(exc, openai.APIConnectionError | TRANSPORT_ERRORS):
-        *_, cause = _causes(exc)
-        detail = f" ({type(cause).__name__}: {' '.join(str(cause).split())})"
-        return f"connection failed{detail}"
-    if isinstance(exc, openai.APIError):
-        return f"error inside the stream: {_error_message(exc.body, exc.message)}"
-    return str(exc) or type(exc).__name__
 
 
 def server_root(base_url: str) -> str:
@@ -455,7 +266,9 @@ class OpenAIModelClient:
                             await notify_wait(
                                 on_wait,
                                 WaitEvent(
-                                    kind="unavailable", error=_describe(exc), attempt=attempts
+                                    kind="unavailable",
+                                    error=describe_failure(exc),
+                                    attempt=attempts,
                                 ),
                             )
                         raise
@@ -465,7 +278,7 @@ class OpenAIModelClient:
             reason = (
                 f"{attempts} attempt{'s' if attempts != 1 else ''} over {spent:.1f}s "
                 f"(server_wait={self._server_wait:g}s) all failed; last error: "
-                f"{_describe(last) if last else 'unknown'}"
+                f"{describe_failure(last) if last else 'unknown'}"
             )
             raise ServerUnavailable(self.base_url, reason, waited=spent) from last
         if first_failure is not None:
@@ -477,22 +290,16 @@ class OpenAIModelClient:
 
     async def _typed(self, exc: openai.APIError, model: str | None) -> MarathonError:
         """Map a deterministic SDK error to ours (see :meth:`_typed_status`)."""
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            body_text = exc.response.text if exc.response is not None else None
-        else:
-            status = _stream_error_code(exc) or 400
-            body_text = json.dumps(exc.body) if exc.body is not None else None
-        return await self._typed_status(
-            status, _error_message(exc.body, exc.message), model, body_text
-        )
+        status, message, body = answer_of(exc)
+        return await self._typed_status(status, message, model, body)
 
     async def _typed_status(
         self, status: int, message: str, model: str | None, body: str | None
     ) -> MarathonError:
-        """:func:`map_vllm_error`, after asking the server which models it serves on a 404."""
+        """:func:`map_vllm_error`, after asking the server which models it serves when the
+        answer says the model is not one of them."""
         served: list[str] | None = None
-        if status == 404 and "does not exist" in message.lower():
+        if wants_served_models(status, message):
             try:
                 served = [m.id for m in await self._list_models_once()]
             except Exception:
@@ -664,7 +471,13 @@ class OpenAIModelClient:
                     body = exc.response.text if exc.response is not None else ""
                     same_500[:] = [*same_500, body] if same_500[-1:] == [body] else [body]
                     if len(same_500) >= SAME_500_LIMIT and await self._healthy():
-                        raise self._deterministic_500(request, exc, len(same_500)) from exc
+                        raise deterministic_500(
+                            self.base_url,
+                            error_message(exc.body, exc.message) or "no message",
+                            request.tool_choice,
+                            len(same_500),
+                            exc.response.text if exc.response is not None else None,
+                        ) from exc
                 raise
 
         try:
@@ -682,29 +495,6 @@ class OpenAIModelClient:
         except Exception:
             return False
         return response.status_code == 200
-
-    def _deterministic_500(
-        self, request: ChatRequest, exc: openai.APIStatusError, times: int
-    ) -> MarathonError:
-        message = _error_message(exc.body, exc.message) or "no message"
-        choice = request.tool_choice
-        forced = choice == "required" or isinstance(choice, dict)
-        if forced:
-            return ConfigurationError(
-                f"the server at {self.base_url} answers HTTP 500 ({message!r}) to tool_choice="
-                f"{json.dumps(choice)} {times} times in a row while its /health is ok: this "
-                "vLLM build cannot force a tool call (vLLM 0.26 with the hermes parser failed "
-                "so). Let the model choose (tool_choice auto), or use a vLLM release that "
-                "supports required and named tool choice."
-            )
-        return BadRequest(
-            f"the server at {self.base_url} answers HTTP 500 ({message!r}) to this request "
-            f"{times} times in a row while its /health is ok: the request meets a server bug, "
-            "it is not an outage, so it is not retried for the rest of server_wait. The "
-            "server's log has the traceback.",
-            status=500,
-            body=exc.response.text if exc.response is not None else None,
-        )
 
     # -- models and tokens ---------------------------------------------------------------------
 
@@ -775,12 +565,12 @@ class OpenAIModelClient:
             timeout=self._request_timeout,
         )
         body = _safe_json(response)
-        message = _error_message(body, response.text)
-        if response.status_code == 404 and "does not exist" not in message.lower():
+        message = error_message(body, response.text)
+        if response.status_code == 404 and not wants_served_models(404, message):
             self._tokenize_supported = False  # no such route: an older or non-vLLM server
             return None
         if response.status_code in TRANSIENT_STATUS:
-            raise _TransientStatus(f"HTTP {response.status_code}: {message}")
+            raise TransientStatus(f"HTTP {response.status_code}: {message}")
         if response.status_code >= 400:
             raise await self._typed_status(
                 response.status_code, message, payload.get("model"), response.text
@@ -825,68 +615,3 @@ def _safe_json(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         return None
-
-
-# --------------------------------------------------------------------------------------------
-# The scripted client
-# --------------------------------------------------------------------------------------------
-
-
-class ScriptExhausted(AssertionError):
-    """A :class:`ScriptedModelClient` was asked for more turns than it was given."""
-
-
-class ScriptedModelClient:
-    """:class:`ModelClient` answering from a fixed list of turns, with no I/O.
-
-    Each turn is a :class:`ModelResponse` or a function of the request returning one (to
-    answer from what the loop sent). ``requests`` keeps every request received, so a test can
-    check what the loop asked.
-    """
-
-    def __init__(
-        self,
-        turns: Sequence[ModelResponse | Callable[[ChatRequest], ModelResponse]],
-        *,
-        served: Sequence[ServedModel] = (ServedModel(id="scripted", max_model_len=32768),),
-        tokens_per_char: float | None = 0.25,
-    ) -> None:
-        self._turns = list(turns)
-        self._next = 0
-        self._served = list(served)
-        self._tokens_per_char = tokens_per_char
-        self.requests: list[ChatRequest] = []
-        self.closed = False
-
-    @property
-    def remaining(self) -> int:
-        """Turns not yet used."""
-        return len(self._turns) - self._next
-
-    async def complete(
-        self, request: ChatRequest, *, on_wait: WaitCallback | None = None
-    ) -> ModelResponse:
-        """The next scripted turn (computed from ``request`` if the turn is a function)."""
-        self.requests.append(request)
-        if self._next >= len(self._turns):
-            raise ScriptExhausted(
-                f"scripted model has no turn {self._next + 1} (it was given {len(self._turns)})"
-            )
-        turn = self._turns[self._next]
-        self._next += 1
-        return turn(request) if callable(turn) else turn
-
-    async def list_models(self, *, on_wait: WaitCallback | None = None) -> list[ServedModel]:
-        return list(self._served)
-
-    async def count_tokens(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> int | None:
-        """A cheap deterministic estimate (characters of the JSON times ``tokens_per_char``)."""
-        if self._tokens_per_char is None:
-            return None
-        size = len(json.dumps(messages)) + (len(json.dumps(tools)) if tools else 0)
-        return int(size * self._tokens_per_char) + 1
-
-    async def aclose(self) -> None:
-        self.closed = True

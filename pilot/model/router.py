@@ -46,7 +46,8 @@ from typing import Any, TypeVar
 import httpx
 
 from pilot.errors import ConfigurationError, ServerUnavailable
-from pilot.model.client import OpenAIModelClient, is_refused, notify_wait, server_root
+from pilot.model.client import OpenAIModelClient, notify_wait, server_root
+from pilot.model.errors import is_refused
 from pilot.model.types import (
     ChatRequest,
     ModelResponse,

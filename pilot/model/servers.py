@@ -21,9 +21,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:  # the loop imports the estimates; only a probe needs the HTTP stack
+    import httpx
 
 __all__ = [
     "ContextWindow",
@@ -61,6 +62,8 @@ def _positive_int(value: Any) -> int | None:
 async def _get_json(
     client: httpx.AsyncClient, method: str, url: str, headers: dict[str, str], body: Any = None
 ) -> Any:
+    import httpx
+
     try:
         response = await client.request(
             method, url, json=body, headers=headers, timeout=PROBE_TIMEOUT_S

@@ -1,0 +1,383 @@
+"""vLLM's error answers, and the transport's failures, in the pilot's own terms.
+
+Two questions, each answered in one place. Is a failure worth waiting out (:func:`is_transient`:
+the server is down, restarting or busy) or is it the answer (every other 4xx: the same request
+would fail the same way for hours)? And which typed error of ``pilot.errors`` does a
+deterministic answer become? The second is one declarative table, :data:`VLLM_ERRORS`, in the
+manner of httpx's ``map_exceptions``: each row names the statuses and the message text it
+matches (the texts vLLM writes, with the file that writes them) and builds the error;
+:func:`map_vllm_error` applies the first row that matches. A new vLLM wording is one row.
+
+It must not do I/O: the client fetches what a row needs (the served models of a 404) and
+decides when to ask.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import httpx2
+import openai
+
+from pilot.errors import (
+    BadRequest,
+    ConfigurationError,
+    ContextOverflow,
+    MarathonError,
+    ModelNotFound,
+    ServerUnavailable,
+    StreamInterrupted,
+)
+
+__all__ = [
+    "SAME_500_LIMIT",
+    "TRANSIENT_STATUS",
+    "VLLM_ERRORS",
+    "ErrorAnswer",
+    "ErrorRule",
+    "TransientStatus",
+    "answer_of",
+    "describe_failure",
+    "deterministic_500",
+    "error_message",
+    "is_refused",
+    "is_transient",
+    "map_vllm_error",
+    "wants_served_models",
+]
+
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth waiting out: the server is busy, restarting or its engine died."""
+# The SDK's transport is httpx2 (aiohttp underneath); /tokenize may go through either client.
+TRANSPORT_ERRORS = httpx.TransportError | httpx2.TransportError
+TIMEOUT_ERRORS = httpx.TimeoutException | httpx2.TimeoutException
+CONNECT_ERRORS = httpx.ConnectError | httpx2.ConnectError | ConnectionRefusedError
+
+API_KEY_HINT = (
+    "set model.api_key_env in the workflow to the name of an environment variable holding the "
+    "key the server was started with (vLLM's --api-key or VLLM_API_KEY), and export it"
+)
+AUTO_TOOL_FLAGS = "--enable-auto-tool-choice --tool-call-parser <parser>"
+SAME_500_LIMIT = 3
+"""The same HTTP 500 this many times in a row, with the server's /health at 200, is the answer
+to this request, not an outage: it is not retried for the rest of ``server_wait``."""
+
+
+# --------------------------------------------------------------------------------------------
+# Transient or not
+# --------------------------------------------------------------------------------------------
+
+
+class TransientStatus(Exception):
+    """A 5xx/429 from an endpoint called without the SDK (``/tokenize``)."""
+
+
+def _stream_error_code(exc: openai.APIError) -> int | None:
+    """The ``code`` of an error event inside an SSE stream (vLLM puts the HTTP status there)."""
+    body = exc.body
+    if isinstance(body, dict):
+        code = body.get("code")
+        if isinstance(body.get("error"), dict):
+            code = body["error"].get("code", code)
+        try:
+            return int(code) if code is not None else None
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures that say "the server is not answering right now", not "you are wrong".
+
+    Connection errors and timeouts, 408/429/5xx, streams cut or gone silent, and error events
+    inside a stream that carry a 5xx (or no) code. Everything else, in particular every other
+    4xx, is deterministic and must not be retried.
+    """
+    if isinstance(
+        exc,
+        StreamInterrupted | TransientStatus | openai.APIConnectionError | TRANSPORT_ERRORS,
+    ):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in TRANSIENT_STATUS
+    if type(exc) is openai.APIError:  # an error event inside the stream
+        code = _stream_error_code(exc)
+        return code is None or code in TRANSIENT_STATUS
+    return False
+
+
+def _causes(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from, down to the root (each once)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a transport failure was a timeout, by its root cause: the aiohttp transport
+    maps every connection error (refused, reset, closed by the server) to a connect timeout."""
+    *_, root = _causes(exc)
+    return isinstance(root, TimeoutError) or "Timeout" in type(root).__name__
+
+
+def is_refused(exc: BaseException | None) -> bool:
+    """Whether a failure is "nobody listens there" (connection refused, host unreachable),
+    wherever it sits in the chain of causes (the aiohttp transport reports a refused connection
+    as a connect *timeout* whose cause is the refusal)."""
+    return any(isinstance(cause, CONNECT_ERRORS) for cause in _causes(exc))
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line about a transient failure, for events and the final ServerUnavailable."""
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {error_message(exc.body, exc.message)}"
+    if isinstance(exc, openai.APITimeoutError | TIMEOUT_ERRORS) and _timed_out(exc):
+        return "request timed out"
+    if isinstance(exc, openai.APIConnectionError | TRANSPORT_ERRORS):
+        *_, cause = _causes(exc)
+        detail = f" ({type(cause).__name__}: {' '.join(str(cause).split())})"
+        return f"connection failed{detail}"
+    if isinstance(exc, openai.APIError):
+        return f"error inside the stream: {error_message(exc.body, exc.message)}"
+    return str(exc) or type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------------
+# The table: deterministic answers to typed errors
+# --------------------------------------------------------------------------------------------
+
+
+def error_message(body: Any, fallback: str) -> str:
+    """vLLM's human message out of an error body (``{"error": {"message"}}`` and variants)."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return inner["message"]
+        if isinstance(inner, str):
+            return inner
+        if isinstance(body.get("message"), str):
+            return body["message"]
+        if isinstance(body.get("detail"), str):
+            return body["detail"]
+    if isinstance(body, str) and body:
+        return body
+    return fallback
+
+
+def answer_of(exc: openai.APIError) -> tuple[int, str, str | None]:
+    """The status, vLLM's message and the raw body of an SDK error (an error event inside a
+    stream carries its status as ``code``; none is read as 400)."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        body = exc.response.text if exc.response is not None else None
+    else:
+        status = _stream_error_code(exc) or 400
+        body = json.dumps(exc.body) if exc.body is not None else None
+    return status, error_message(exc.body, exc.message), body
+
+
+@dataclass(frozen=True)
+class ErrorAnswer:
+    """One deterministic error answer, with what the builders of :data:`VLLM_ERRORS` may name."""
+
+    status: int
+    message: str
+    model: str | None = None
+    served: Sequence[str] | None = None
+    endpoint: str | None = None
+    body: str | None = None
+
+    @property
+    def at(self) -> str:
+        return f" at {self.endpoint}" if self.endpoint else ""
+
+
+Build = Callable[[ErrorAnswer, "re.Match[str] | None"], MarathonError]
+
+
+@dataclass(frozen=True)
+class ErrorRule:
+    """A row of the table: the answers it matches (any status when ``statuses`` is None, any
+    message when ``pattern`` is None) and the typed error they become."""
+
+    build: Build
+    statuses: frozenset[int] | None = None
+    pattern: re.Pattern[str] | None = None
+
+    def match(self, status: int, message: str) -> re.Match[str] | bool:
+        """The pattern's match (or True with no pattern) when the row applies, else False."""
+        if self.statuses is not None and status not in self.statuses:
+            return False
+        if self.pattern is None:
+            return True
+        return self.pattern.search(message) or False
+
+
+def _int(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text)
+    return int(m.group(1)) if m else None
+
+
+def _api_key(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+    return ConfigurationError(
+        f"the model server{answer.at} refused the request "
+        f"(HTTP {answer.status}: {answer.message}): it wants an API key; {API_KEY_HINT}."
+    )
+
+
+def _model_not_found(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+    m = re.search(r"model `([^`]*)`", answer.message)
+    name = m.group(1) if m else (answer.model or "?")
+    return ModelNotFound(name, list(answer.served or []), endpoint=answer.endpoint)
+
+
+def _no_such_route(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+    return ConfigurationError(
+        f"the model server{answer.at} has no such endpoint (HTTP 404: {answer.message}); "
+        "model.endpoint should be the OpenAI base URL, usually ending in /v1."
+    )
+
+
+def _context_overflow(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+    """vLLM's overflow texts (current, character pre-check, and older wording).
+
+    vLLM 0.30+ reports only a lower bound of the prompt ("contains at least P input tokens"),
+    so ``prompt_tokens`` is that bound when that is all there is.
+    """
+    message = answer.message
+    limit = _int(r"maximum context length is (\d+)", message)
+    output = _int(r"requested (\d+) output tokens", message) or _int(
+        r"(\d+) in the completion", message
+    )
+    prompt = (
+        _int(r"contains at least (\d+) input tokens", message)
+        or _int(r"request has (\d+) input tokens", message)
+        or _int(r"\((\d+) in the messages", message)
+        or _int(r"upper bound for (\d+) input tokens", message)
+    )
+    return ContextOverflow(message, max_model_len=limit, prompt_tokens=prompt, max_tokens=output)
+
+
+def _output_over_window(answer: ErrorAnswer, match: re.Match[str] | None) -> MarathonError:
+    assert match is not None  # the row has a pattern
+    return ContextOverflow(
+        answer.message,
+        max_model_len=int(match.group(1)),
+        max_tokens=_int(r"max_(?:completion_)?tokens=(\d+)", answer.message),
+    )
+
+
+def _no_auto_tool_choice(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+    return ConfigurationError(
+        f"the server cannot let the model choose tools ({answer.message}). Start vLLM with "
+        f"{AUTO_TOOL_FLAGS} (gemma4 for Gemma 4, hermes for Qwen2.5, qwen3_coder for "
+        "Qwen3-Coder); in a brain profile set enable_auto_tool_choice: true and "
+        "tool_call_parser: <parser> (spec fields, not extra_args), e.g. brain up PROFILE "
+        "--set enable_auto_tool_choice=true --set tool_call_parser=hermes."
+    )
+
+
+def _unavailable(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+    return ServerUnavailable(answer.endpoint or "?", f"HTTP {answer.status}: {answer.message}")
+
+
+def _bad_request(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+    return BadRequest(answer.message, status=answer.status, body=answer.body)
+
+
+_MODEL_NOT_FOUND = ErrorRule(
+    # vLLM: 404 NotFoundError "The model `X` does not exist."; other servers: "model 'X' not
+    # found".
+    _model_not_found,
+    statuses=frozenset({404}),
+    pattern=re.compile(r"does not exist|^(?=.*model).*not found", re.IGNORECASE | re.DOTALL),
+)
+
+VLLM_ERRORS: tuple[ErrorRule, ...] = (
+    # vLLM --api-key: 401 {"error": "Unauthorized"} (serve/middleware/authenticate.py).
+    ErrorRule(_api_key, statuses=frozenset({401, 403})),
+    _MODEL_NOT_FOUND,
+    # Any other 404: the route itself is missing (a base URL without /v1).
+    ErrorRule(_no_such_route, statuses=frozenset({404})),
+    # 400 "This model's maximum context length is N tokens. However, you requested M output
+    # tokens and your prompt contains at least P input tokens ..." and its older wordings.
+    ErrorRule(_context_overflow, pattern=re.compile("maximum context length", re.IGNORECASE)),
+    # 400 "max_tokens=M cannot be greater than max_model_len=N. Please request fewer output
+    # tokens." (vLLM 0.33's VLLMValidationError, param max_tokens); later releases write
+    # "max_model_len=max_total_tokens=N", and max_completion_tokens when that was sent.
+    ErrorRule(
+        _output_over_window,
+        pattern=re.compile(r"cannot be greater than max_model_len=(?:max_total_tokens=)?(\d+)"),
+    ),
+    # 400 '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be
+    # set' (vLLM without the tool flags).
+    ErrorRule(
+        _no_auto_tool_choice,
+        pattern=re.compile("tool choice requires|enable-auto-tool-choice", re.IGNORECASE),
+    ),
+    # Transient statuses reach the table only outside the retry loop.
+    ErrorRule(_unavailable, statuses=TRANSIENT_STATUS),
+    ErrorRule(_bad_request),
+)
+"""Deterministic error answers to typed errors, first match wins (order matters: a 404 that
+names a model is not a missing route)."""
+
+
+def map_vllm_error(
+    status: int,
+    message: str,
+    *,
+    model: str | None = None,
+    served: Sequence[str] | None = None,
+    endpoint: str | None = None,
+    body: str | None = None,
+) -> MarathonError:
+    """Turn one deterministic error answer from the server into the pilot's typed error.
+
+    ``served`` fills :class:`ModelNotFound` (the caller fetches it when
+    :func:`wants_served_models` says so, since that needs I/O). Transient statuses never get
+    here while the server wait lasts; if they do (outside the retry loop) they become
+    :class:`ServerUnavailable`.
+    """
+    answer = ErrorAnswer(status, message, model, served, endpoint, body)
+    for rule in VLLM_ERRORS:
+        match = rule.match(status, message)
+        if match is not False:
+            return rule.build(answer, match if isinstance(match, re.Match) else None)
+    raise AssertionError("VLLM_ERRORS ends with a row that matches everything")
+
+
+def wants_served_models(status: int, message: str) -> bool:
+    """Whether this answer says "no such model" (so the error should list what is served);
+    any other 404 is a missing route."""
+    return _MODEL_NOT_FOUND.match(status, message) is not False
+
+
+def deterministic_500(
+    endpoint: str, message: str, tool_choice: Any, times: int, body: str | None
+) -> MarathonError:
+    """The same HTTP 500 ``times`` in a row while /health is ok: a server bug this request
+    meets every time. A forced tool choice is the known case (a setup to change)."""
+    if tool_choice == "required" or isinstance(tool_choice, dict):
+        return ConfigurationError(
+            f"the server at {endpoint} answers HTTP 500 ({message!r}) to tool_choice="
+            f"{json.dumps(tool_choice)} {times} times in a row while its /health is ok: this "
+            "vLLM build cannot force a tool call (vLLM 0.26 with the hermes parser failed "
+            "so). Let the model choose (tool_choice auto), or use a vLLM release that "
+            "supports required and named tool choice."
+        )
+    return BadRequest(
+        f"the server at {endpoint} answers HTTP 500 ({message!r}) to this request "
+        f"{times} times in a row while its /health is ok: the request meets a server bug, "
+        "it is not an outage, so it is not retried for the rest of server_wait. The "
+        "server's log has the traceback.",
+        status=500,
+        body=body,
+    )
