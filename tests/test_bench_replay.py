@@ -15,7 +15,7 @@ from pilot_harness import make_repo, run_in_process, write_workflow
 from typer.testing import CliRunner
 
 from brain.bench.cli import register
-from brain.bench.generator import BenchError
+from brain.bench.models import BenchError
 from brain.bench.replay import (
     ReplayConfig,
     RequestRow,

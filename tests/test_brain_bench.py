@@ -9,28 +9,19 @@ import random
 import pytest
 from rich.console import Console
 
-from brain.bench.generator import (
-    BenchConfig,
-    BenchError,
-    BenchReport,
+from brain.bench.drivers import poisson_gaps
+from brain.bench.endpoint import server_root
+from brain.bench.models import BenchConfig, BenchError, BenchReport, EndpointReport, LoadPoint
+from brain.bench.prompts import (
     Calibration,
-    EndpointReport,
-    LoadPoint,
-    RequestResult,
-    apportion_tokens,
-    compare_reports,
     depth_prompt,
     load_dataset,
-    percentile,
-    poisson_gaps,
     random_text,
-    reduce_depth,
-    reduce_point,
-    server_root,
-    summarize_ms,
     synthetic_prompts,
 )
 from brain.bench.report import render_markdown, render_rich
+from brain.bench.sender import RequestResult, apportion_tokens
+from brain.bench.stats import compare_reports, percentile, reduce_depth, reduce_point, summarize_ms
 from brain.metrics import SpecDecodeStats
 from brain.sim.tokenizer import count_chat
 

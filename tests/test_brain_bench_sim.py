@@ -18,7 +18,8 @@ import typer
 from typer.testing import CliRunner
 
 from brain.bench.cli import register
-from brain.bench.generator import BenchConfig, BenchReport, run_bench
+from brain.bench.drivers import run_bench
+from brain.bench.models import BenchConfig, BenchReport
 from brain.sim.config import FaultRule, SimConfig, Speculative, Timing
 from brain.sim.script_policy import ScriptPolicy
 from brain.sim.server import running_sim

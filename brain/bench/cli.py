@@ -11,7 +11,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from brain.bench.generator import BenchConfig, BenchError, run_bench, validate_config
+from brain.bench.drivers import run_bench, validate_config
+from brain.bench.models import BenchConfig, BenchError
 from brain.bench.output import err, run_and_report
 
 

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from brain.bench.generator import BenchError
+from brain.bench.models import BenchError
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -42,9 +42,9 @@ def run_and_report(
     """
     try:
         if plot is not None:
-            from brain.bench.plot import _pyplot
+            from brain.bench.plot import pyplot
 
-            _pyplot()
+            pyplot()
         progress = None if quiet else (lambda msg: err.print(f"[dim]{escape(msg)}[/dim]"))
         report = asyncio.run(run(progress))
     except BenchError as exc:

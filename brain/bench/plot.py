@@ -10,12 +10,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from brain.bench.generator import BenchError, BenchReport
+from brain.bench.models import BenchError, BenchReport
 
 INSTALL_HINT = "pip install 'marathon[bench]' (or: pip install 'matplotlib>=3.8')"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend; a BenchError naming the extra to
+    install when matplotlib is missing (so ``--plot`` can fail before the run, not after)."""
     try:
         import matplotlib
     except ImportError as exc:
@@ -38,7 +40,7 @@ def write_plot(report: BenchReport, path: Path) -> None:
     """One PNG: output throughput, TTFT and TPOT against the sweep, and prefill/decode speed
     against context depth; one colour per endpoint, solid p50 and dashed p99; panels only for
     what was measured."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import ScalarFormatter
 
     sweep = any(ep.points for ep in report.endpoints)

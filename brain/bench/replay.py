@@ -29,7 +29,7 @@ The answer length is the recorded one (``max_tokens`` = the recorded output toke
 same runs against a second endpoint, point by point, alternating.
 
 This module loads replay files, drives them and reduces the timings; tables and plots live in
-``bench_replay_report``. It never imports ``pilot``.
+``brain.bench.replay_report``. It never imports ``pilot``.
 """
 
 from __future__ import annotations
@@ -48,18 +48,10 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from brain.bench.generator import (
-    BenchError,
-    Endpoint,
-    Percentiles,
-    Progress,
-    RequestResult,
-    discover_model,
-    send_chat,
-    server_root,
-    snapshot,
-    summarize_ms,
-)
+from brain.bench.endpoint import Endpoint, discover_model, server_root, snapshot
+from brain.bench.models import BenchError, Percentiles, Progress
+from brain.bench.sender import RequestResult, send_chat
+from brain.bench.stats import summarize_ms
 from brain.metrics import MetricsSnapshot, SpecDecodeStats, spec_decode_delta
 
 REPLAY_SUFFIXES = (".jsonl", ".jsonl.gz")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from brain.bench.generator import BenchError
+from brain.bench.models import BenchError
 from brain.bench.output import err, run_and_report
 from brain.bench.replay import ReplayConfig, run_replay, validate_replay_config
 

@@ -1,7 +1,7 @@
 """Showing a ``brain bench --replay`` report: rich tables, Markdown, JSON and the PNG plot.
 
 Pure formatting of a ``ReplayReport`` (the plot needs matplotlib, imported through
-``bench_plot._pyplot`` only when a plot is asked for).
+``brain.bench.plot.pyplot`` only when a plot is asked for).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from brain.bench.generator import BenchError
+from brain.bench.models import BenchError
 from brain.bench.replay import ReplayEndpointReport, ReplayPoint, ReplayReport
-from brain.bench.report import _md, _num, comparison_headers, comparison_rows
+from brain.bench.report import comparison_headers, comparison_rows, fmt_num, markdown_table
 
 RATIO_NAMES = {
     "run_wall": "run wall",
@@ -56,15 +56,15 @@ def point_cells(p: ReplayPoint) -> list[str]:
         p.label,
         str(p.runs),
         f"{p.completed}/{p.requests}",
-        _num(p.wall_s, 2),
-        f"{_num(sum(walls) / len(walls), 2)} / {_num(max(walls), 2)}" if walls else "-",
-        _num(float(p.prompt_tokens), 0),
-        _num(p.computed_prefill, 0),
+        fmt_num(p.wall_s, 2),
+        f"{fmt_num(sum(walls) / len(walls), 2)} / {fmt_num(max(walls), 2)}" if walls else "-",
+        fmt_num(float(p.prompt_tokens), 0),
+        fmt_num(p.computed_prefill, 0),
         _pct(p.hit_rate),
-        _num(p.preemptions, 0),
-        f"{_num(p.ttft_ms.mean)} / {_num(p.ttft_ms.p50)}" if p.ttft_ms else "-",
-        _num(p.e2el_ms.mean if p.e2el_ms else None),
-        _num(p.decode_tps),
+        fmt_num(p.preemptions, 0),
+        f"{fmt_num(p.ttft_ms.mean)} / {fmt_num(p.ttft_ms.p50)}" if p.ttft_ms else "-",
+        fmt_num(p.e2el_ms.mean if p.e2el_ms else None),
+        fmt_num(p.decode_tps),
         f"{spec.mean_acceptance_length:.2f}" if spec else "-",
     ]
 
@@ -74,12 +74,12 @@ def depth_cells(p: ReplayPoint) -> Iterator[list[str]]:
         yield [
             d.label,
             f"{d.requests - d.failed}/{d.requests}",
-            _num(d.prompt_tokens, 0),
-            _num(d.computed_prefill, 0),
+            fmt_num(d.prompt_tokens, 0),
+            fmt_num(d.computed_prefill, 0),
             _pct(d.hit_rate),
-            f"{_num(d.ttft_ms.mean)} / {_num(d.ttft_ms.p50)}" if d.ttft_ms else "-",
-            _num(d.e2el_ms.mean if d.e2el_ms else None),
-            _num(d.decode_tps),
+            f"{fmt_num(d.ttft_ms.mean)} / {fmt_num(d.ttft_ms.p50)}" if d.ttft_ms else "-",
+            fmt_num(d.e2el_ms.mean if d.e2el_ms else None),
+            fmt_num(d.decode_tps),
         ]
 
 
@@ -146,16 +146,16 @@ def render_markdown(report: ReplayReport) -> str:
     out = [_recordings(report), ""]
     for ep in report.endpoints:
         out += [f"**{ep.label}** `{ep.url}` ({ep.model})", ""]
-        out += [_md(POINT_HEADERS, (point_cells(p) for p in ep.points)), ""]
+        out += [markdown_table(POINT_HEADERS, (point_cells(p) for p in ep.points)), ""]
         for p in ep.points:
             out += [f"{ep.label} {p.label}, per request depth:", ""]
-            out += [_md(DEPTH_HEADERS, depth_cells(p)), ""]
+            out += [markdown_table(DEPTH_HEADERS, depth_cells(p)), ""]
         out += [f"- {n}" for n in _notes(ep)]
     if report.comparison:
         a, b = report.endpoints[0].label, report.endpoints[1].label
         keys = comparison_headers(report)
         headers = [f"{a}/{b}"] + [RATIO_NAMES.get(k, k) for k in keys]
-        out += [_md(headers, comparison_rows(report, keys)), ""]
+        out += [markdown_table(headers, comparison_rows(report, keys)), ""]
     return "\n".join(out).strip() + "\n"
 
 
@@ -167,9 +167,9 @@ def write_json(report: ReplayReport, path: Path) -> None:
 def write_plot(report: ReplayReport, path: Path) -> None:
     """TTFT, computed prefill, hit rate and decode speed against request depth (one line per
     endpoint and concurrency), and each point's mean run wall against concurrency."""
-    from brain.bench.plot import _pyplot
+    from brain.bench.plot import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     if not any(p.depths for ep in report.endpoints for p in ep.points):
         raise BenchError("nothing to plot: the replay measured no request")
     fig, grid = plt.subplots(2, 3, figsize=(16, 8.5), squeeze=False)

@@ -13,7 +13,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from brain.bench.generator import BenchReport, EndpointReport, Percentiles, PointResult
+from brain.bench.models import BenchReport, EndpointReport, Percentiles, PointResult
 
 RATIO_NAMES = {
     "output_throughput": "out tok/s",
@@ -27,7 +27,8 @@ RATIO_NAMES = {
 }
 
 
-def _num(value: float | None, digits: int = 1) -> str:
+def fmt_num(value: float | None, digits: int = 1) -> str:
+    """A figure for a table cell: ``-`` for none, no decimals from 1000 up, thousands commas."""
     if value is None:
         return "-"
     return f"{value:,.{0 if abs(value) >= 1000 else digits}f}"
@@ -36,7 +37,7 @@ def _num(value: float | None, digits: int = 1) -> str:
 def _dist(p: Percentiles | None, keys: tuple[str, ...] = ("mean", "p50", "p99")) -> str:
     if p is None:
         return "-"
-    return " / ".join(_num(getattr(p, k)) for k in keys)
+    return " / ".join(fmt_num(getattr(p, k)) for k in keys)
 
 
 def _spec_cell(point: PointResult) -> tuple[str, str]:
@@ -55,9 +56,9 @@ def _rate_cells(p: PointResult) -> list[str]:
     return [
         p.label,
         f"{p.completed}/{p.num_requests}",
-        _num(p.request_throughput, 2),
-        _num(p.output_throughput),
-        _num(p.total_throughput),
+        fmt_num(p.request_throughput, 2),
+        fmt_num(p.output_throughput),
+        fmt_num(p.total_throughput),
     ]
 
 
@@ -98,11 +99,11 @@ def depth_rows(ep: EndpointReport) -> Iterator[list[str]]:
         yield [
             str(d.depth),
             f"{d.runs - d.failed}/{d.runs}",
-            _num(d.prompt_tokens, 0),
-            _num(d.ttft_ms.mean if d.ttft_ms else None),
-            _num(d.prefill_tps),
-            _num(d.decode_tps),
-            _num(d.e2el_ms.mean if d.e2el_ms else None),
+            fmt_num(d.prompt_tokens, 0),
+            fmt_num(d.ttft_ms.mean if d.ttft_ms else None),
+            fmt_num(d.prefill_tps),
+            fmt_num(d.decode_tps),
+            fmt_num(d.e2el_ms.mean if d.e2el_ms else None),
             f"{spec.mean_acceptance_length:.2f}" if spec else "-",
         ]
 
@@ -114,9 +115,9 @@ def spec_rows(ep: EndpointReport) -> Iterator[list[str]]:
             continue
         yield [
             p.label,
-            _num(s.drafts, 0),
-            _num(s.draft_tokens, 0),
-            _num(s.accepted_tokens, 0),
+            fmt_num(s.drafts, 0),
+            fmt_num(s.draft_tokens, 0),
+            fmt_num(s.accepted_tokens, 0),
             f"{s.acceptance_rate * 100:.1f}%",
             f"{s.mean_acceptance_length:.2f}",
             " ".join(f"{r * 100:.0f}%" for r in s.per_position) or "-",
@@ -192,7 +193,7 @@ def throughput_rows(ep: EndpointReport) -> Iterator[list[str]]:
         rate, length = _spec_cell(p)
         yield [
             *_rate_cells(p),
-            _num(p.tokens_per_chunk, 2),
+            fmt_num(p.tokens_per_chunk, 2),
             rate,
             length,
         ]
@@ -211,7 +212,7 @@ def latency_rows(ep: EndpointReport) -> Iterator[list[str]]:
             if dist is None:
                 continue
             keys = ("mean", "min", "p50", "p90", "p99", "max")
-            yield [p.label if i == 0 else "", name, *(_num(getattr(dist, k)) for k in keys)]
+            yield [p.label if i == 0 else "", name, *(fmt_num(getattr(dist, k)) for k in keys)]
 
 
 def render_rich(report: BenchReport) -> Group:
@@ -258,7 +259,8 @@ def print_report(report: BenchReport, console: Console | None = None) -> None:
     (console or Console()).print(render_rich(report))
 
 
-def _md(headers: list[str], rows: Iterator[list[str]]) -> str:
+def markdown_table(headers: list[str], rows: Iterator[list[str]]) -> str:
+    """A GitHub Markdown table of ``headers`` and ``rows`` (cells already formatted)."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -272,20 +274,25 @@ def render_markdown(report: BenchReport) -> str:
             out += [
                 f"**{ep.label}** `{ep.url}` ({ep.model})",
                 "",
-                _md(SWEEP_HEADERS, sweep_rows(ep)),
+                markdown_table(SWEEP_HEADERS, sweep_rows(ep)),
                 "",
             ]
             spec = list(spec_rows(ep))
             if spec:
-                out += [_md(SPEC_HEADERS, iter(spec)), ""]
+                out += [markdown_table(SPEC_HEADERS, iter(spec)), ""]
         if ep.depths:
-            out += [f"**{ep.label}** context depth", "", _md(DEPTH_HEADERS, depth_rows(ep)), ""]
+            out += [
+                f"**{ep.label}** context depth",
+                "",
+                markdown_table(DEPTH_HEADERS, depth_rows(ep)),
+                "",
+            ]
         out += [f"- {n}" for n in _notes(ep)]
     if report.comparison:
         a, b = report.endpoints[0].label, report.endpoints[1].label
         keys = comparison_headers(report)
         headers = [f"{a}/{b}"] + [RATIO_NAMES.get(k, k) for k in keys]
-        out += [_md(headers, comparison_rows(report, keys)), ""]
+        out += [markdown_table(headers, comparison_rows(report, keys)), ""]
     return "\n".join(out).strip() + "\n"
 
 

@@ -1,0 +1,70 @@
+"""What ``brain bench`` asks an endpoint besides chat: its root URL, its model (``/v1/models``)
+and its ``/metrics`` (speculative-decoding counters before and after a point).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from brain.bench.models import BenchError
+from brain.bench.sender import error_text
+from brain.metrics import MetricsParseError, MetricsSnapshot, SpecDecodeStats, spec_decode_delta
+
+
+def server_root(url: str) -> str:
+    """``http://host:8000/v1/`` -> ``http://host:8000`` (vLLM's /metrics and /tokenize sit at
+    the root; the OpenAI routes under /v1)."""
+    root = url.strip().rstrip("/")
+    if not root.startswith(("http://", "https://")):
+        raise BenchError(f"endpoint {url!r}: expected an http:// or https:// URL")
+    return root.removesuffix("/v1")
+
+
+@dataclass
+class Endpoint:
+    label: str
+    root: str
+    model: str = ""
+
+    @property
+    def chat_url(self) -> str:
+        return f"{self.root}/v1/chat/completions"
+
+
+async def discover_model(client: httpx.AsyncClient, root: str) -> str:
+    """The first served model name from ``/v1/models``."""
+    try:
+        resp = await client.get(f"{root}/v1/models")
+    except httpx.HTTPError as exc:
+        raise BenchError(f"cannot reach {root}: {type(exc).__name__}: {exc}") from exc
+    if resp.status_code != 200:
+        raise BenchError(
+            f"{root}/v1/models answered {error_text(resp.status_code, resp.content)}; "
+            "pass --model if the server does not list its models"
+        )
+    try:
+        data = resp.json()["data"]
+        return str(data[0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise BenchError(f"{root}/v1/models lists no model; pass --model") from exc
+
+
+async def snapshot(client: httpx.AsyncClient, root: str) -> MetricsSnapshot | None:
+    """The server's /metrics, or None when it has none (not vLLM, or unreachable)."""
+    try:
+        resp = await client.get(f"{root}/metrics")
+        if resp.status_code != 200:
+            return None
+        return MetricsSnapshot.from_text(resp.text)
+    except (httpx.HTTPError, MetricsParseError):
+        return None
+
+
+def spec_delta(
+    before: MetricsSnapshot | None, after: MetricsSnapshot | None
+) -> SpecDecodeStats | None:
+    if before is None or after is None:
+        return None
+    return spec_decode_delta(before, after)
