@@ -34,7 +34,7 @@ def logs_dir() -> Path:
 
 def events_db_url() -> str:
     """The database the pilot uses too: ``$MARATHON_DB``, else ``marathon.db`` beside the
-    brain's state (same rule as ``pilot.store.event_store.default_db_url``, without importing
+    brain's state (same rule as ``pilot.environ.default_db_url``, without importing
     the pilot)."""
     if url := os.environ.get("MARATHON_DB"):
         return url

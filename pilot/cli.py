@@ -226,8 +226,8 @@ def _detach(console: Console, argv: list[str]) -> int:
     import time
     from datetime import datetime
 
+    from pilot.environ import state_dir
     from pilot.private_files import private_dirs
-    from pilot.store.event_store import state_dir
 
     args, env = _db_to_environment([a for a in argv if a != "--detach"])
     if "--json" not in args:
@@ -515,8 +515,7 @@ def list_runs(
 
 
 def _db_flag_of(db: str | None) -> str:
-    from pilot.environ import db_option
-    from pilot.store.event_store import default_db_url
+    from pilot.environ import db_option, default_db_url
 
     return db_option(db or default_db_url())
 

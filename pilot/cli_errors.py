@@ -82,7 +82,8 @@ def open_store(url: str | None, durability: str = "normal", *, create: bool = Tr
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-    from pilot.store.event_store import EventStore, default_db_url
+    from pilot.environ import default_db_url
+    from pilot.store.event_store import EventStore
 
     if durability not in DURABILITIES:
         raise ConfigurationError(

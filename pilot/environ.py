@@ -1,4 +1,5 @@
-"""Secrets kept out of the pilot's own environment, and database URLs printed without them.
+"""What the environment tells the pilot: where its state lives, the database URL, and secrets
+kept out of the pilot's own environment (and database URLs printed without them).
 
 Without the sandbox a command the agent runs can read its parent's environment through
 ``/proc/$PPID/environ``, which shows the environment the pilot was started with, whatever
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 
 from pilot.redact import mask_url_credentials
 from tools.workspace import looks_secret
@@ -28,6 +30,19 @@ _taken: dict[str, str] = {}
 def taken_db_url() -> str | None:
     """``$MARATHON_DB`` as it was before ``protect_environment`` dropped it."""
     return os.environ.get(DB_VARIABLE) or _taken.get(DB_VARIABLE)
+
+
+def state_dir() -> Path:
+    """Where Marathon keeps its database and artifacts unless told otherwise."""
+    if home := os.environ.get("MARATHON_HOME"):
+        return Path(home)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "marathon"
+
+
+def default_db_url() -> str:
+    """``$MARATHON_DB``, else ``marathon.db`` in the state directory."""
+    return taken_db_url() or f"sqlite:///{state_dir() / 'marathon.db'}"
 
 
 def _secret(name: str, value: str) -> bool:
@@ -75,8 +90,6 @@ def db_option(url: str) -> str:
     """`` --db URL`` for a command line Marathon prints, or "" when the URL is the default or
     came from ``$MARATHON_DB`` (the printed command then finds it the same way); the URL's
     password is shown as ``***``."""
-    from pilot.store.event_store import state_dir
-
-    if url in (taken_db_url(), f"sqlite:///{state_dir() / 'marathon.db'}"):
+    if url in (taken_db_url(), default_db_url()):
         return ""
     return f" --db {mask_url_credentials(url)}"

@@ -17,10 +17,11 @@ from typing import Any
 
 from rich.console import Console
 
+from pilot.environ import state_dir
 from pilot.errors import ConfigurationError
 from pilot.images import MediaPlan
 from pilot.runner import Runner, RunOutcome
-from pilot.store.event_store import EventStore, RunRecord, state_dir
+from pilot.store.event_store import EventStore, RunRecord
 from pilot.workflow import (
     LoadedWorkflow,
     RunContext,

@@ -23,6 +23,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from pilot import events as ev
 from pilot.context import ServerCounts
+from pilot.environ import state_dir
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
 from pilot.failpoints import (
@@ -59,7 +60,6 @@ from pilot.store.event_store import (
     StoreBusy,
     is_storage_full,
     lease_owner_id,
-    state_dir,
 )
 from pilot.workflow.plan import RunPlan
 from tools.registry import ToolRegistry, default_registry

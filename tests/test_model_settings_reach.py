@@ -19,7 +19,8 @@ from pilot_harness import call, make_repo, write_script, write_workflow
 
 from brain.profiles import load_profile
 from brain.sim.config import SimConfig
-from brain.sim.policy import Policy, SimChatRequest, SimTurn, load_policy
+from brain.sim.policies import load_policy
+from brain.sim.policy import Policy, SimChatRequest, SimTurn
 from brain.sim.server import running_sim
 from pilot.errors import ConfigurationError
 from pilot.launch import build_plan, load_for_run, start_run

@@ -209,7 +209,7 @@ PROTECTED = r"""
 import json, os, sys
 from pathlib import Path
 from pilot.environ import protect_environment, db_option
-from pilot.store.event_store import default_db_url
+from pilot.environ import default_db_url
 from tools.base import ToolContext
 from tools.shell import run_command
 from tools.workspace import Workspace

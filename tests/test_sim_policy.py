@@ -12,7 +12,8 @@ import openai
 
 from brain.sim.config import SimConfig
 from brain.sim.demo import DemoPolicy, sample_repo_path
-from brain.sim.policy import SimChatRequest, load_policy
+from brain.sim.policies import load_policy
+from brain.sim.policy import SimChatRequest
 from brain.sim.server import running_sim
 
 TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_dir", "find_files", "grep", "run")

@@ -142,11 +142,3 @@ def cut(text: str, limit: int, note: str = "") -> tuple[str, bool]:
     if len(text) <= limit:
         return text, False
     return text[:limit] + f"\n... [output cut at {limit} characters{note}]", True
-
-
-def __getattr__(name: str):  # lazy re-exports, to keep import order simple
-    if name in {"ToolRegistry", "UnknownToolError", "default_registry"}:
-        from tools import registry
-
-        return getattr(registry, name)
-    raise AttributeError(name)

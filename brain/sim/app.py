@@ -38,7 +38,8 @@ from brain.sim.flavours import FlavourMiddleware
 from brain.sim.kv import prompt_block_hashes
 from brain.sim.logs import LogFn, silent_log, vllm_line
 from brain.sim.media import check_images
-from brain.sim.policy import Policy, SimChatRequest, load_policy
+from brain.sim.policies import load_policy
+from brain.sim.policy import Policy, SimChatRequest
 from brain.sim.shaping import Emission, OutputToken, shape_turn
 from brain.sim.tokenizer import Vocabulary, count_text, render_chat
 
@@ -156,7 +157,7 @@ def create_app(
     )
     app.state.sim = state
     app.add_exception_handler(errors.SimHTTPError, errors.handle_sim_error)
-    app.add_exception_handler(RequestValidationError, errors.handle_validation_error)
+    app.add_exception_handler(RequestValidationError, validation.handle_validation_error)
     app.add_exception_handler(validation.VLLMValidationError, _handle_vllm_validation_error)
     if config.api_keys:
         app.add_middleware(AuthMiddleware, tokens=list(config.api_keys))
@@ -191,7 +192,7 @@ def create_app(
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
-        _check_model(state, body.model)
+        errors.check_served_model(state.config, body.model)
         if body.messages is not None:
             if not body.messages:  # the chat template refuses it (recorded from vLLM 0.26)
                 raise errors.bad_request(validation.EMPTY_CONVERSATION)
@@ -210,7 +211,7 @@ def create_app(
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
-        _check_model(state, body.model)
+        errors.check_served_model(state.config, body.model)
         return {"prompt": state.vocab.decode(body.tokens)}
 
     @app.post("/v1/chat/completions", dependencies=[Depends(_json_only)])
@@ -265,12 +266,6 @@ def _model_card(state: SimState, name: str) -> dict[str, Any]:
     }
 
 
-def _check_model(state: SimState, name: str | None) -> None:
-    config = state.config
-    if name is not None and name not in config.served_names:
-        raise errors.model_not_found(name, config.served_names, config.vllm_version)
-
-
 def _rule(rules: list[FaultRule], kind: str) -> FaultRule | None:
     return next((r for r in rules if r.kind == kind), None)
 
@@ -299,7 +294,7 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
     clock = RequestClock(arrival=time.monotonic())
     client = (request.client.host, request.client.port) if request.client else None
 
-    _check_model(state, body.model)
+    errors.check_served_model(state.config, body.model)
     refused = validation.tool_flags_error(
         body.tool_choice,
         enable_auto_tool_choice=config.enable_auto_tool_choice,

@@ -162,7 +162,7 @@ def _yaml_text(exc: yaml.YAMLError) -> str:
 def policy_problem(spec: str) -> str | None:
     """What is wrong with ``--policy`` (a missing or broken script, an unknown name), found
     before the server starts, or None."""
-    from brain.sim.policy import load_policy
+    from brain.sim.policies import load_policy
 
     path = spec.strip().removeprefix("script:")
     try:

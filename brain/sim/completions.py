@@ -47,10 +47,8 @@ class SimCompletionRequest(SimChatRequest):
 
 async def complete_text(state: SimState, body: SimCompletionRequest) -> Response:
     """Answer one completion request as vLLM's ``CompletionResponse``."""
-    from brain.sim.app import _check_model
-
     config, engine = state.config, state.engine
-    _check_model(state, body.model)
+    errors.check_served_model(config, body.model)
     if body.stream:
         raise errors.bad_request("The simulated server does not stream /v1/completions.", "stream")
     prompt = body.prompt_text()

@@ -9,11 +9,13 @@ for unknown routes, both of which vLLM also sends as they are. Texts follow vLLM
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+
+if TYPE_CHECKING:
+    from brain.sim.config import SimConfig
 
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 GENERATION_FAILED_MESSAGE = "Internal server error (simulated failure during generation)."
@@ -44,6 +46,12 @@ def error_body(message: str, err_type: str, code: int, param: str | None = None)
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
+def check_served_model(config: SimConfig, name: str | None) -> None:
+    """vLLM's model check: a request naming a model the server does not serve is a 404."""
+    if name is not None and name not in config.served_names:
+        raise model_not_found(name, config.served_names, config.vllm_version)
+
+
 def model_not_found(name: str | None, served: list[str], flavour: str = "0.33") -> SimHTTPError:
     """vLLM's 404 (``serve/engine/serving.py``); 0.33 lists the served names, 0.26 did not."""
     message = f"The model `{name}` does not exist."
@@ -72,14 +80,3 @@ def internal_error(message: str = "Internal server error (simulated fault).") ->
 async def handle_sim_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SimHTTPError)
     return exc.response()
-
-
-async def handle_validation_error(_request: Request, exc: Exception) -> JSONResponse:
-    """Malformed requests: vLLM answers 400 (not FastAPI's 422) with type "Bad Request" and
-    the errors listed as its handler formats them (``validation.validation_answer``)."""
-    from brain.sim.validation import validation_answer
-
-    assert isinstance(exc, RequestValidationError)
-    message, param = validation_answer(list(exc.errors()))
-    body = error_body(message, HTTPStatus.BAD_REQUEST.phrase, 400, param)
-    return JSONResponse(body, status_code=400)

@@ -4,7 +4,7 @@ A policy must be deterministic: the same messages give the same turn in any proc
 resumed run gets the answers it would have got. Policies see only the request; the server
 then applies tool_choice, token limits, faults and timing to the turn (``shaping.py``).
 
-Built-in policies (``load_policy``):
+Built-in policies (``brain.sim.policies.load_policy``):
 
 * ``demo``: the rule-based agent that refactors the shipped sample repository
   (``brain.sim.demo``);
@@ -148,17 +148,3 @@ def parse_phase_line(text: str) -> tuple[int, int, str] | None:
     if not match:
         return None
     return int(match.group(1)), int(match.group(2)), match.group(3).strip().lower()
-
-
-def load_policy(spec: str) -> Policy:
-    """``demo`` or ``script:PATH`` (PATH to a YAML script); ValueError for anything else."""
-    spec = spec.strip()
-    if spec == "demo":
-        from brain.sim.demo.policy import DemoPolicy
-
-        return DemoPolicy()
-    if spec.startswith("script:"):
-        from brain.sim.script_policy import ScriptPolicy
-
-        return ScriptPolicy.from_file(spec.removeprefix("script:"))
-    raise ValueError(f"unknown policy {spec!r}: use 'demo' or 'script:PATH'")

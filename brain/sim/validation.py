@@ -26,9 +26,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from http import HTTPStatus
 from typing import Any
 
-from brain.sim.errors import SimHTTPError, bad_request
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from brain.sim.errors import SimHTTPError, bad_request, error_body
 
 MAX_N_SEQUENCES = 16384
 """``VLLM_MAX_N_SEQUENCES``'s default (``vllm/envs.py``)."""
@@ -382,3 +387,12 @@ def check_sampling(body: Any, max_tokens: int) -> None:
 
 def _float(value: Any, default: float) -> float:
     return default if value is None else float(value)
+
+
+async def handle_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    """Malformed requests: vLLM answers 400 (not FastAPI's 422) with type "Bad Request" and
+    the errors listed as its handler formats them (``validation_answer``)."""
+    assert isinstance(exc, RequestValidationError)
+    message, param = validation_answer(list(exc.errors()))
+    body = error_body(message, HTTPStatus.BAD_REQUEST.phrase, 400, param)
+    return JSONResponse(body, status_code=400)

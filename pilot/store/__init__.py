@@ -17,9 +17,7 @@ from pilot.store.event_store import (
     EventStore,
     RunRecord,
     StoreBusy,
-    default_db_url,
     new_run_id,
-    state_dir,
 )
 
 __all__ = [
@@ -27,7 +25,5 @@ __all__ = [
     "EventStore",
     "RunRecord",
     "StoreBusy",
-    "default_db_url",
     "new_run_id",
-    "state_dir",
 ]

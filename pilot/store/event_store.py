@@ -48,6 +48,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from brain.dbrace import retry_schema_race
+from pilot.environ import default_db_url
 from pilot.errors import (
     AmbiguousRunId,
     ConfigurationError,
@@ -92,20 +93,6 @@ SCHEMA_VERSION = 2
 SQLITE_PAGE_SIZE = 16384
 ACTIVE_STATUSES = ("running", "paused", "cancelling")
 """Runs that still own their workspace (a queued run has none yet)."""
-
-
-def state_dir() -> Path:
-    """Where Marathon keeps its database and artifacts unless told otherwise."""
-    if home := os.environ.get("MARATHON_HOME"):
-        return Path(home)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "marathon"
-
-
-def default_db_url() -> str:
-    from pilot.environ import taken_db_url
-
-    return taken_db_url() or f"sqlite:///{state_dir() / 'marathon.db'}"
 
 
 def utcnow() -> datetime:

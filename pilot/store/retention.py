@@ -21,8 +21,9 @@ from pathlib import Path
 
 from sqlalchemy import delete, func, select, text
 
+from pilot.environ import state_dir
 from pilot.report.build import load_stored_events
-from pilot.store.event_store import EventRow, EventStore, RunRow, ServerEventRow, state_dir
+from pilot.store.event_store import EventRow, EventStore, RunRow, ServerEventRow
 
 REMOVABLE = ("succeeded", "failed", "cancelled", "limit")
 _BATCH = 500

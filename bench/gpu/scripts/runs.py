@@ -14,7 +14,8 @@ import sys
 from urllib.parse import urlparse
 
 from pilot import events as ev
-from pilot.store.event_store import EventStore, default_db_url
+from pilot.environ import default_db_url
+from pilot.store.event_store import EventStore
 
 
 def path_of(endpoint: str | None) -> str:
