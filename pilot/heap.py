@@ -2,9 +2,8 @@
 
 A pilot process imports the SDK, pydantic, SQLAlchemy and our event models before its first
 step: a few hundred thousand objects that stay until it exits. With the default thresholds
-the collector rescans all of them at every full collection, and at 128 runs in one process
-that was about 8% of the CPU (0.4 to 0.6 s of a 6 s sweep, `bench/parallel.py`), in pauses of
-tens of milliseconds that every run waits through, since they all share one event loop.
+the collector rescans all of them at every full collection, in pauses that every run waits
+through, since they all share one event loop (figures in bench/README.md, `bench/parallel.py`).
 Freezing the start-up heap moves those objects out of the collector's sight; the higher
 young-generation threshold means fewer, larger young collections. vLLM and SGLang freeze
 their heaps after start-up for the same reason. Nothing here changes what is freed: objects
@@ -28,7 +27,7 @@ def settle_startup_heap() -> int:
 
     Call it when a long-running command has imported what it needs and before its event loop
     starts work (``pilot run``, ``resume``, ``worker``). No collection first: after the
-    imports one costs about 60 ms and finds some 80 objects, which is worse than keeping them.
+    imports one is a full scan that finds next to nothing, which is worse than keeping it.
     Calling it again freezes what has accumulated since, which is harmless.
     """
     gc.freeze()

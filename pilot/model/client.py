@@ -366,9 +366,8 @@ class OpenAIModelClient:
         """POST /chat/completions through the official client; the body is left unread.
 
         ``chat.completions.create`` walks every message through the SDK's typed transform and
-        builds a pydantic object per chunk: for a long history that is tens of milliseconds of
-        CPU per request and it grows with the history (measured: 46 ms per request at step 100
-        of the chaos run, the largest cost of a step). The messages are already plain JSON
+        builds a pydantic object per chunk: CPU that grows with the history, the largest cost
+        of a long run's step (figures in bench/README.md). The messages are already plain JSON
         built by us, so the lower-level ``post`` keeps what the SDK does for the wire (headers,
         auth, status errors with their bodies) without that work; ``cast_to`` a response is
         the SDK's documented way to get the body raw, and :func:`_stream_chunks` reads it.

@@ -2,10 +2,9 @@
 
 The model client reads vLLM's streamed answers through the official SDK's raw-response mode
 and splits the events here. The SDK's stream iterator (its decoder, async-generator layers
-from the body up and a stream object per request) cost about 0.5 ms of the pilot's CPU a step
-at 128 runs in one process, an eighth of it (`bench/parallel.py`, back to back: 3.9-4.2 ->
-3.4-3.7 ms); its decoder alone takes 10 µs a chunk with ``json.loads``, this one 5.5, for a
-format that vLLM writes as ``data: <json>\n\n``.
+from the body up and a stream object per request) is a visible share of the pilot's CPU when
+many runs share one process, for a format that vLLM writes as ``data: <json>\n\n``; the
+figures are in bench/README.md (`bench/parallel.py`).
 
 It keeps to the parts of the WHATWG event-stream rules a chat stream can meet: LF, CRLF or CR
 line ends (a CR that ends one read and an LF that starts the next are one line end), several

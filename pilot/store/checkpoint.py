@@ -1,7 +1,7 @@
 """State checkpoints: a live run's folded state, so that a resume replays only the events since.
 
-Folding every event of a run costs about 20 µs an event (fetch, JSON validation, fold), 80 ms
-for a run of a thousand steps, growing with the run. Every ``CHECKPOINT_EVERY`` events (and at
+Folding every event of a run (fetch, JSON validation, fold) grows with the run (figures in
+bench/README.md). Every ``CHECKPOINT_EVERY`` events (and at
 a pause) the runner saves its ``RunState``, and a resume starts from it and folds only the
 events after it.
 
@@ -52,7 +52,7 @@ from pilot.store import statecodec
 from pilot.store.event_store import EventStore
 
 CHECKPOINT_EVERY = 256
-"""Events between two checkpoints: a resume folds at most this many (about 5 ms' worth)."""
+"""Events between two checkpoints: a resume folds at most this many."""
 FILE_NAME = "state.json"
 MESSAGES_FILE_NAME = "messages.jsonl"
 FORMAT = 2
