@@ -344,8 +344,8 @@ class TokenCounter:
         (the fixed overhead and the tool schemas); None when no cheap bound exists.
 
         Far from the window's limits a bound answers "does it fit?" as well as a count, and it
-        costs no request: counting every new message on every step was two ``/tokenize``
-        round trips a step, as much CPU as the completion itself (``bench/parallel.py``).
+        costs no request: counting every new message on every step would be two ``/tokenize``
+        round trips a step (figures in bench/README.md, ``bench/parallel.py``).
         Messages already counted exactly add their exact count.
         """
         total = await self.overhead() + BOUND_MESSAGE_SLACK

@@ -36,8 +36,8 @@ _SECRET_KEYWORD = (
     r"|auth[_-]?token|access[_-]?token|token)\b[\"']?\s*[=:]"
 )
 # The name is matched from its keyword on: a name's prefix (``MY_`` in ``MY_TOKEN=``) is never
-# replaced, and matching it (``\b[A-Za-z0-9_.-]*`` before the keyword) made the engine retry
-# the keyword at every letter of every word, half of a step's CPU on ordinary text.
+# replaced, and matching it (``\b[A-Za-z0-9_.-]*`` before the keyword) makes the engine retry
+# the keyword at every letter of every word of ordinary text.
 _SECRET_NAME = r"(?i)(?<![/\\])" + _SECRET_KEYWORD + r"\s*"
 """A keyword right after a path separator is a file name (``/etc/passwd: ...``), not a name
 given a value."""
@@ -130,8 +130,7 @@ goes to the field walk, which sees the real character."""
 def _compile_screen(pattern: str) -> Any:
     """An RE2 pattern over UTF-8 bytes, compiled once (the assignment rules share theirs). RE2
     runs all its alternatives as one automaton in a single pass over the text, where Python's
-    ``re`` tries each alternative at each position: an event of 2 KB is screened in 5 µs
-    instead of 25."""
+    ``re`` tries each alternative at each position (figures in bench/README.md)."""
     import re2  # google-re2
 
     return re2.compile(pattern.encode())

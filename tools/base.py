@@ -126,8 +126,7 @@ def tool_known_writes(tool: Tool) -> bool:
 
 def tool_blocks(tool: Tool) -> bool:
     """Whether ``tool`` may block (file or process I/O): true unless it says otherwise. A
-    thread hop costs a quarter of a millisecond of CPU, more than a call that blocks on
-    nothing."""
+    thread hop costs more CPU than a call that blocks on nothing (bench/README.md)."""
     return bool(getattr(tool, "blocks", True))
 
 

@@ -217,7 +217,7 @@ class OpenAIModelClient:
         still gets the whole budget); the last backoff is shortened to end with the budget.
         """
         # The first attempt runs bare: nearly every request succeeds at once, and setting up
-        # the retry loop cost as much CPU as a tenth of a streamed answer.
+        # the retry loop is CPU spent for nothing then (figures in bench/README.md).
         try:
             return await operation(), 1
         except Exception as exc:

@@ -339,7 +339,7 @@ class EventStore:
                 cursor = dbapi_connection.cursor()
                 # Pages of 16 KiB for a new file (no effect on an existing one): an event of a
                 # few KB (a tool result) fits several to a page instead of leaving half of a
-                # 4 KiB page empty, which more than doubled the file.
+                # 4 KiB page empty (figures in bench/README.md).
                 cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.execute(f"PRAGMA synchronous={synchronous}")

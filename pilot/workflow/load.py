@@ -155,7 +155,7 @@ _YamlLoader: type[_PyLoader] | type[Any] = _PyLoader
 if _CParser is not None:
 
     class _CLoader(_CParser, _Schema):  # type: ignore[misc, valid-type]
-        """libyaml's parser (25x faster); same nodes and marks as the Python one."""
+        """libyaml's parser (C, faster); same nodes and marks as the Python one."""
 
         def __init__(self, stream: str) -> None:
             _CParser.__init__(self, stream)
@@ -939,7 +939,7 @@ def _absolute(path: str, base_dir: Path) -> str:
 
 MAX_FILE_BYTES = 1024 * 1024
 """Workflow, params and matrix files are small: a larger one is refused before it is read (a
-60 MB workflow was stored whole with its run, twice)."""
+workflow is stored whole with its run, so a huge one would swell the database)."""
 
 
 def _read_text(path: Path) -> str:
