@@ -3,8 +3,9 @@
 An append is one small transaction: INSERT the events, UPDATE the run's totals if they
 changed, COMMIT. Through SQLAlchemy's ``engine.begin()`` + ``execute`` that is a pool checkout,
 connection events, two statement-cache lookups, result objects and a checkin: many times the
-SQLite work itself, several times per agent step (figures in bench/README.md). This keeps the SQL SQLAlchemy compiles from the ORM tables and the bind
-processors of their column types, and runs them on a held ``sqlite3`` connection instead.
+SQLite work itself, several times per agent step (figures in bench/README.md). This keeps
+the SQL SQLAlchemy compiles from the ORM tables and the bind processors of their column types,
+and runs them on a held ``sqlite3`` connection instead.
 Errors are re-raised as the SQLAlchemy exceptions the rest of the pilot handles
 (``OperationalError`` for a full disk or a lock held too long, ``IntegrityError`` for a
 duplicate ``seq``).
