@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from pilot.images import ImageRef
+from pilot.model.types import Usage, WaitEvent
 
 
 def utcnow() -> datetime:
@@ -90,15 +91,6 @@ class ToolCall(BaseModel):
     """What the server sent, when a repair changed it."""
     error: str | None = None
     """Why the arguments could not be read at all (the call is answered with this error)."""
-
-
-class Usage(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    estimated: bool = False
-    """The server sent no usage (llama-cpp-python's streams): the counts are estimates."""
 
 
 class AssistantMessage(_Event):
@@ -237,16 +229,29 @@ class PhaseFinished(_Event):
     summary: str = ""
 
 
-class ServerUnavailable(_Event):
+class ServerAway(_Event):
+    """The model server stopped answering a request; the client waits for it, up to
+    ``model.server_wait`` (then the run pauses with the ``ServerUnavailable`` error). Stored
+    as ``server_unavailable``, its name in databases written before the class was renamed."""
+
     type: Literal["server_unavailable"] = "server_unavailable"
     error: str
     attempt: int = 1
 
 
 class ServerBack(_Event):
+    """The server answered again after ``waited_s`` seconds and ``attempts`` attempts."""
+
     type: Literal["server_back"] = "server_back"
     waited_s: float
     attempts: int
+
+
+def from_wait(wait: WaitEvent) -> ServerAway | ServerBack:
+    """The event that records what the model client told about a wait (``on_wait``)."""
+    if wait.kind == "unavailable":
+        return ServerAway(error=wait.error or "", attempt=wait.attempt)
+    return ServerBack(waited_s=wait.waited_s, attempts=wait.attempts)
 
 
 class WorkspaceRestored(_Event):
@@ -303,7 +308,7 @@ Event = Annotated[
     | Question
     | LoopDetected
     | PhaseFinished
-    | ServerUnavailable
+    | ServerAway
     | ServerBack
     | WorkspaceRestored
     | ImageFallback

@@ -51,7 +51,7 @@ from pilot.images import (
     undecodable,
 )
 from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
-from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage
+from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage, WaitEvent
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
 from pilot.repair import (
     extract_text_tool_calls,
@@ -482,11 +482,8 @@ class RunLoop:
         )
 
     async def call_model(self, request: ChatRequest) -> ModelResponse:
-        async def on_wait(wait: Any) -> None:
-            if wait.kind == "unavailable":
-                self.emit(ev.ServerUnavailable(error=wait.error or "", attempt=wait.attempt))
-            else:
-                self.emit(ev.ServerBack(waited_s=wait.waited_s or 0.0, attempts=wait.attempts))
+        async def on_wait(wait: WaitEvent) -> None:
+            self.emit(ev.from_wait(wait))
 
         return await self.stoppable(self.client.complete(request, on_wait=on_wait))
 
@@ -609,13 +606,7 @@ class RunLoop:
                 reasoning=response.reasoning,
                 tool_calls=calls,
                 finish_reason=response.finish_reason,
-                usage=ev.Usage(
-                    prompt_tokens=usage.prompt_tokens,
-                    completion_tokens=usage.completion_tokens,
-                    estimated=usage.estimated,
-                )
-                if usage
-                else None,
+                usage=usage,
                 ttft_s=response.ttft_s,
                 duration_s=response.duration_s,
                 attempts=response.attempts,

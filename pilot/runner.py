@@ -33,7 +33,7 @@ from pilot.failpoints import (
     kill_at,
 )
 from pilot.loop import RunLoop, StopRequested
-from pilot.model.types import ModelClient
+from pilot.model.types import ModelClient, WaitEvent
 from pilot.notify import notify_run_end
 from pilot.private_files import private_dirs
 from pilot.progress import ProgressLimits
@@ -589,11 +589,8 @@ class _Run:
     async def _resolve_model(self, client: ModelClient) -> None:
         from pilot.model.types import resolve_model_name
 
-        async def on_wait(wait: Any) -> None:
-            if wait.kind == "unavailable":
-                self.emit(ev.ServerUnavailable(error=wait.error or "", attempt=wait.attempt))
-            else:
-                self.emit(ev.ServerBack(waited_s=wait.waited_s, attempts=wait.attempts))
+        async def on_wait(wait: WaitEvent) -> None:
+            self.emit(ev.from_wait(wait))
 
         served = await resolve_model_name(client, self.plan.model.name, on_wait=on_wait)
         window, source = served.max_model_len, served.window_source

@@ -76,7 +76,7 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             text.append(f"phase {event.name} {event.outcome}", style=style)
             if event.reason:
                 text.append(f": {event.reason}")
-        case ev.ServerUnavailable():
+        case ev.ServerAway():
             text.append(
                 f"server unavailable, waiting: {_short(event.error, width - 40)}", style="yellow"
             )
@@ -184,7 +184,7 @@ class LiveView:
             self.last_phase = state.phase.name
         if isinstance(event, ev.ToolStarted):
             self.last_tool = event.name
-        elif isinstance(event, ev.ServerUnavailable):
+        elif isinstance(event, ev.ServerAway):
             self.server = "waiting"
             if self.waiting_since is None:
                 self.waiting_since = time.monotonic()
@@ -337,7 +337,7 @@ class MultiRunView:
         row["tokens"] = state.total_tokens
         if isinstance(event, ev.ToolStarted):
             row["tool"] = event.name
-        elif isinstance(event, ev.ServerUnavailable):
+        elif isinstance(event, ev.ServerAway):
             row["status"] = "waiting for server"
         elif isinstance(event, ev.ServerBack | ev.RunResumed | ev.RunStarted):
             row["status"] = "running"

@@ -45,9 +45,7 @@ def test_the_clock_and_the_wait_move_between_events() -> None:
     console, _ = terminal()
     view = LiveView(console, server_wait=600)
     state = RunState()
-    feed(
-        view, state, STARTED, ev.ServerUnavailable(error="Connect call failed ('127.0.0.1', 8123)")
-    )
+    feed(view, state, STARTED, ev.ServerAway(error="Connect call failed ('127.0.0.1', 8123)"))
     view.started -= 95  # as if 95 s passed with no event (the server still away)
     assert view.waiting_since is not None
     view.waiting_since -= 95
@@ -92,7 +90,7 @@ def test_the_last_phase_stays_shown_at_the_end() -> None:
 
 def test_lines_use_the_terminals_width() -> None:
     address = "Connect call failed ('10.20.30.40', 8123) " + "x" * 60 + " END"
-    event = ev.ServerUnavailable(error=address)
+    event = ev.ServerAway(error=address)
     wide = event_line(event, width=160).plain
     assert "END" in wide
     narrow = event_line(event, width=80).plain

@@ -26,6 +26,7 @@ from pilot.model.client import (
     OpenAIModelClient,
     ServedModel,
     ToolCallOut,
+    WaitEvent,
     server_root,
 )
 from pilot.model.errors import (
@@ -399,3 +400,49 @@ def test_importing_the_model_wing_loads_no_http_stack():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+# -- one name per thing -----------------------------------------------------------------------
+
+
+def test_events_written_before_the_renames_still_load():
+    """A database keeps the stored type strings: ``server_unavailable`` rows are ``ServerAway``
+    events, and an answer's usage is the model wing's ``Usage``."""
+    from pilot import events as ev
+    from pilot.model.types import Usage
+
+    away = ev.event_from_json(
+        '{"at":"2026-11-30T00:00:00Z","type":"server_unavailable","error":"refused","attempt":2}'
+    )
+    assert isinstance(away, ev.ServerAway) and away.attempt == 2
+    message = ev.event_from_json(
+        '{"at":"2026-11-30T00:00:00Z","type":"assistant_message","step":1,'
+        '"usage":{"prompt_tokens":7,"completion_tokens":3}}'
+    )
+    assert isinstance(message, ev.AssistantMessage)
+    assert message.usage == Usage(prompt_tokens=7, completion_tokens=3)
+    assert ev.event_to_json(away).count('"type":"server_unavailable"') == 1
+
+
+def test_a_wait_becomes_its_event():
+    from pilot import events as ev
+
+    away = ev.from_wait(WaitEvent(kind="unavailable", error="refused", attempt=3))
+    back = ev.from_wait(WaitEvent(kind="back", waited_s=4.5, attempts=3))
+    assert (away.error, away.attempt) == ("refused", 3)
+    assert isinstance(back, ev.ServerBack) and (back.waited_s, back.attempts) == (4.5, 3)
+
+
+def test_no_two_things_share_a_class_name():
+    """An event, an error and a model type never have the same name (``ev.ServerUnavailable``
+    next to ``errors.ServerUnavailable`` read as one thing and were two)."""
+    import inspect
+
+    from pilot import errors, events
+    from pilot.model import types
+
+    owners: dict[str, object] = {}
+    for module in (events, errors, types):
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and value.__module__.startswith("pilot"):
+                assert owners.setdefault(name, value) is value, f"{name} names two classes"

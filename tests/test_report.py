@@ -148,8 +148,8 @@ def write_failed_run(store: EventStore, repo: GitRepo) -> RunWriter:
         message(2, call("c2", "edit_file", path="a.py"), tokens=(200, 20), repairs=["trailing ,"]),
     )
     w.add(11, finished("c2", "edit_file", "edited a.py", snapshot=snap1, head=head1))
-    w.add(12, ev.ServerUnavailable(error="connection refused", attempt=1))
-    w.add(20, ev.ServerUnavailable(error="connection refused", attempt=2))
+    w.add(12, ev.ServerAway(error="connection refused", attempt=1))
+    w.add(20, ev.ServerAway(error="connection refused", attempt=2))
     w.add(72, ev.ServerBack(waited_s=60.0, attempts=3))
     w.add(75, message(3, call("c3", "finish", summary="done"), tokens=(300, 30)))
     w.add(76, finished("c3", "finish", "ok"))
@@ -316,7 +316,7 @@ def test_paused_run_while_waiting_counts_the_wait_until_the_pause_and_says_how_t
     w = RunWriter(store, run_id="bbbb2222")
     w.add(0, ev.PhaseStarted(index=0, name="only", prompt="go"))
     w.add(10, message(1, tokens=(50, 5)))
-    w.add(20, ev.ServerUnavailable(error="503", attempt=1))
+    w.add(20, ev.ServerAway(error="503", attempt=1))
     w.add(320, ev.RunPaused(reason="model server unavailable: gave up"), status="paused")
     (run,) = build_report(store, ["bbbb"]).runs
     assert (run.status, run.reason) == ("paused", "model server unavailable: gave up")

@@ -54,12 +54,15 @@ class ToolCallOut(BaseModel):
 
 
 class Usage(BaseModel):
+    """The tokens of one answer, as the server counted them (or the pilot, ``estimated``);
+    the same value is stored in the run's ``assistant_message`` events."""
+
     model_config = ConfigDict(frozen=True)
 
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     estimated: bool = False
-    """Counted by the pilot, not the server (which sent no usage)."""
+    """The server sent no usage (llama-cpp-python's streams): the pilot estimated the counts."""
 
 
 class ModelResponse(BaseModel):
@@ -93,7 +96,7 @@ class WaitEvent(BaseModel):
 
     ``kind="unavailable"``: the first transient failure of a request; ``error`` and ``attempt``
     say what happened. ``kind="back"``: the request succeeded after waiting ``waited_s`` seconds
-    over ``attempts`` attempts. The runner records these as server_unavailable / server_back.
+    over ``attempts`` attempts. The run records these (``pilot.events.from_wait``).
     """
 
     kind: Literal["unavailable", "back"]

@@ -482,7 +482,7 @@ class _Folder:
                 self.r.unknown_events.append(OtherEvent(event.at, QUESTION, event.text))
             case ev.Nudge():
                 r.nudges[event.reason] += 1
-            case ev.ServerUnavailable():
+            case ev.ServerAway():
                 if self.wait_start is None:
                     self.wait_start = event.at
                 r.server_notes.append(
