@@ -17,9 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from brain.spec import (
     CONTAINER_HF_CACHE,
     CONTAINER_PORT,
+    SPECULATIVE_KEYS,
     DistributedSpec,
+    FlagField,
     ServerSpec,
     docker_mounts,
+    field_value,
+    flag_fields,
     launch_problems,
     spec_hash,
     spec_warnings,
@@ -58,23 +62,21 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
 
-def speculative_config_json(spec: ServerSpec) -> str | None:
-    """The ``--speculative-config`` value: compact JSON, keys in a stable order."""
+def speculative_config(spec: ServerSpec) -> dict[str, Any] | None:
+    """The ``--speculative-config`` value: the set SpeculativeSpec keys in field order, then
+    ``extra`` verbatim."""
     sp = spec.speculative
     if sp is None:
         return None
-    cfg: dict[str, Any] = {}
-    if sp.method:
-        cfg["method"] = sp.method
-    if sp.model:
-        cfg["model"] = sp.model
-    cfg["num_speculative_tokens"] = sp.num_speculative_tokens
-    if sp.draft_sample_method:
-        cfg["draft_sample_method"] = sp.draft_sample_method
-    if sp.enable_adaptive_verification is not None:
-        cfg["enable_adaptive_verification"] = sp.enable_adaptive_verification
+    cfg = {k: v for k in SPECULATIVE_KEYS if (v := getattr(sp, k)) is not None and v != ""}
     cfg.update(sp.extra)
-    return _json(cfg)
+    return cfg
+
+
+def speculative_config_json(spec: ServerSpec) -> str | None:
+    """``speculative_config`` as compact JSON, keys in a stable order."""
+    cfg = speculative_config(spec)
+    return None if cfg is None else _json(cfg)
 
 
 def model_loader_extra_config(spec: ServerSpec) -> dict[str, Any] | None:
@@ -89,67 +91,44 @@ def model_loader_extra_config(spec: ServerSpec) -> dict[str, Any] | None:
     return cfg
 
 
-def _engine_args(spec: ServerSpec, *, for_preload: bool) -> list[str]:
-    """Flags shared by `vllm serve` and `vllm preload`, in a fixed order."""
+def _flag_argv(field: FlagField, value: Any) -> list[str]:
+    """One field's flag with its value, rendered as ``Flag`` describes; [] when left out."""
+    if value is None or value == "" or (value == field.default and not field.flag.always):
+        return []
+    if isinstance(value, bool):
+        return [field.flag.name if value else str(field.negative)]
+    if isinstance(value, float):
+        text = f"{value:g}"
+    elif isinstance(value, dict):
+        text = _json(value)
+    else:
+        text = str(value)
+    return [field.flag.name, text]
+
+
+def _argv_values(spec: ServerSpec, *, in_container: bool, redact: bool) -> dict[str, Any]:
+    """The fields whose argv value is not the field's own value."""
+    host, port = _listen_address(spec, in_container)
+    return {
+        "host": host,
+        "port": port,
+        "api_key": REDACTED if redact and spec.api_key else spec.api_key,
+        "load_format": "ipc_cache" if spec.uses_ipc_cache else spec.load_format,
+        "preload": model_loader_extra_config(spec),
+        "speculative": speculative_config(spec),
+    }
+
+
+def _flags(spec: ServerSpec, values: Mapping[str, Any], *, for_preload: bool) -> list[str]:
+    """Every flagged field's flag, in field order (``brain.spec.flag_fields``)."""
     a: list[str] = []
-    if spec.tensor_parallel_size != 1:
-        a += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
-    if spec.distributed is not None:
-        if spec.distributed.pipeline_parallel_size != 1:
-            a += ["--pipeline-parallel-size", str(spec.distributed.pipeline_parallel_size)]
-        a += ["--distributed-executor-backend", spec.distributed.backend]
-    if spec.max_model_len is not None:
-        a += ["--max-model-len", str(spec.max_model_len)]
-    a += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization:g}"]
-    if spec.max_num_seqs is not None:
-        a += ["--max-num-seqs", str(spec.max_num_seqs)]
-    if spec.max_num_batched_tokens is not None:
-        a += ["--max-num-batched-tokens", str(spec.max_num_batched_tokens)]
-    if spec.max_num_queued_reqs is not None and not for_preload:
-        a += ["--max-num-queued-reqs", str(spec.max_num_queued_reqs)]
-    if spec.stream_interval is not None and not for_preload:
-        a += ["--stream-interval", str(spec.stream_interval)]
-    if spec.dtype:
-        a += ["--dtype", spec.dtype]
-    if spec.quantization:
-        a += ["--quantization", spec.quantization]
-    if spec.kv_cache_dtype:
-        a += ["--kv-cache-dtype", spec.kv_cache_dtype]
-    if spec.enable_chunked_prefill is not None:
-        a.append(
-            "--enable-chunked-prefill"
-            if spec.enable_chunked_prefill
-            else "--no-enable-chunked-prefill"
-        )
-    if spec.enable_prefix_caching is not None:
-        a.append(
-            "--enable-prefix-caching"
-            if spec.enable_prefix_caching
-            else "--no-enable-prefix-caching"
-        )
-    if spec.enforce_eager:
-        a.append("--enforce-eager")
-    if spec.attention_backend:
-        a += ["--attention-backend", spec.attention_backend]
-    if spec.trust_remote_code:
-        a.append("--trust-remote-code")
-    if spec.generation_config:
-        a += ["--generation-config", spec.generation_config]
-    if not for_preload:
-        if spec.uses_ipc_cache:
-            a += ["--load-format", "ipc_cache"]
-            a += ["--model-loader-extra-config", _json(model_loader_extra_config(spec))]
-        elif spec.load_format:
-            a += ["--load-format", spec.load_format]
-    spec_json = speculative_config_json(spec)
-    if spec_json:
-        a += ["--speculative-config", spec_json]
-    if spec.reasoning_parser:
-        a += ["--reasoning-parser", spec.reasoning_parser]
-    if spec.limit_mm_per_prompt is not None:
-        a += ["--limit-mm-per-prompt", _json(spec.limit_mm_per_prompt)]
-    if spec.allowed_local_media_path:
-        a += ["--allowed-local-media-path", spec.allowed_local_media_path]
+    for field in flag_fields():
+        if for_preload and field.flag.serve_only:
+            continue
+        if not for_preload and field.flag.serve_positional:
+            continue
+        value = values[field.path] if field.path in values else field_value(spec, field.path)
+        a += _flag_argv(field, value)
     return a
 
 
@@ -164,29 +143,16 @@ def _listen_address(spec: ServerSpec, in_container: bool) -> tuple[str, int]:
 def vllm_serve_argv(
     spec: ServerSpec, *, in_container: bool | None = None, redact: bool = False
 ) -> list[str]:
-    """What follows ``vllm serve``: the model positional, then flags in a stable order.
+    """What follows ``vllm serve``: the model positional, the spec's flags in field order,
+    then ``extra_args``.
 
     ``in_container`` defaults to ``spec.backend == "docker"``. ``redact`` hides the API key
     (for printing).
     """
     if in_container is None:
         in_container = spec.backend == "docker"
-    host, port = _listen_address(spec, in_container)
-    argv = [spec.model]
-    if spec.served_model_name:
-        argv += ["--served-model-name", spec.served_model_name]
-    argv += ["--host", host, "--port", str(port)]
-    if spec.api_key:
-        argv += ["--api-key", REDACTED if redact else spec.api_key]
-    argv += _engine_args(spec, for_preload=False)
-    if spec.enable_auto_tool_choice:
-        argv.append("--enable-auto-tool-choice")
-    if spec.tool_call_parser:
-        argv += ["--tool-call-parser", spec.tool_call_parser]
-    if spec.chat_template:
-        argv += ["--chat-template", spec.chat_template]
-    argv += spec.extra_args
-    return argv
+    values = _argv_values(spec, in_container=in_container, redact=redact)
+    return [spec.model, *_flags(spec, values, for_preload=False), *spec.extra_args]
 
 
 def _drop_serve_only(args: list[str]) -> list[str]:
@@ -210,7 +176,7 @@ def vllm_preload_argv(spec: ServerSpec) -> list[str]:
 
     The engine args must equal the server's so the WeightCacheKey matches.
     """
-    argv = ["--model", spec.model, *_engine_args(spec, for_preload=True)]
+    argv = _flags(spec, _argv_values(spec, in_container=False, redact=False), for_preload=True)
     argv += _drop_serve_only(list(spec.extra_args))
     if spec.preload.socket_dir:
         argv += ["--weight-cache-socket-dir", spec.preload.socket_dir]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from brain.spec import ServerSpec
+from brain.spec import ServerSpec, owned_flags
 
 
 @dataclass(frozen=True)
@@ -228,19 +228,6 @@ def _bad_argument_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str
     )
 
 
-# vLLM flag -> the spec field that sets it, for argparse's invalid-choice message.
-_FLAG_FIELDS = {
-    "--dtype": "dtype",
-    "--kv-cache-dtype": "kv_cache_dtype",
-    "--quantization": "quantization",
-    "-q": "quantization",
-    "--load-format": "load_format",
-    "--tool-call-parser": "tool_call_parser",
-    "--reasoning-parser": "reasoning_parser",
-    "--attention-backend": "attention_backend",
-}
-
-
 def _choice_list(text: str | None) -> list[str]:
     return [x for x in re.findall(r"'([^']*)'", text or "")] or [
         x for x in re.split(r"[\s,\[\]{}]+", text or "") if x
@@ -250,7 +237,7 @@ def _choice_list(text: str | None) -> list[str]:
 def _invalid_choice_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
     flag, value = m["flag"], m["value"]
     choices = _choice_list(m["choices"])
-    field_name = _FLAG_FIELDS.get(flag, flag.lstrip("-").replace("-", "_"))
+    field_name = owned_flags().get(flag, flag.lstrip("-").replace("-", "_"))
     return (
         f"{field_name}={value} is not a value this vLLM accepts: set {field_name} to one of "
         f"{', '.join(choices)}.",

@@ -9,16 +9,21 @@ tell a host path from a container path, and ``ensure_api_key`` which writes the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import json
 import os
 import re
 import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from brain import vllm_choices
 
@@ -43,19 +48,46 @@ IPC_CACHE_QUANTIZATIONS: frozenset[str | None] = frozenset({None, "fp8", "modelo
 
 # Speculative methods that need a separate draft checkpoint in ``speculative.model``.
 DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "dflash", "dspark", "draft_model", "medusa"})
-# SpeculativeSpec keys that must not be smuggled in through ``speculative.extra``.
-_SPECULATIVE_OWN_KEYS = frozenset(
-    {
-        "method",
-        "model",
-        "num_speculative_tokens",
-        "draft_sample_method",
-        "enable_adaptive_verification",
-    }
-)
-
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _MEM_RE = re.compile(r"^\d+(\.\d+)?[bkmgBKMG]?$")
+
+
+@dataclass(frozen=True, init=False)
+class Flag:
+    """The vLLM flag a spec field becomes, as vLLM's ``EngineArgs`` fields carry theirs.
+
+    Written on the field (``Annotated[int | None, Flag("--max-num-seqs")]``), it is the one
+    place the flag is named: the argv (``brain.command``) and the flags ``extra_args`` may not
+    repeat (``owned_flags``) are both derived from it. The value is rendered from the field's
+    type: a bool is the bare flag (False: ``--no-...``), a dict or section compact JSON, a
+    float ``%g``, anything else ``str``. None, "" and the field's default are left out (vLLM
+    then applies its own default), unless ``always``.
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    """Other spellings vLLM's parser accepts (``-tp``), refused in ``extra_args`` too."""
+    always: bool
+    """Given even when the value is the field's default."""
+    serve_only: bool
+    """A ``vllm serve`` flag the ``vllm preload`` daemon's argv leaves out (front-end and
+    scheduler flags, the load format): the daemon's engine args must match the server's."""
+    serve_positional: bool
+    """``vllm serve`` takes the value as its positional argument (the model)."""
+
+    def __init__(
+        self,
+        name: str,
+        *aliases: str,
+        always: bool = False,
+        serve_only: bool = False,
+        serve_positional: bool = False,
+    ) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "aliases", aliases)
+        object.__setattr__(self, "always", always)
+        object.__setattr__(self, "serve_only", serve_only)
+        object.__setattr__(self, "serve_positional", serve_positional)
 
 
 class _Strict(BaseModel):
@@ -75,6 +107,11 @@ class SpeculativeSpec(_Strict):
     enable_adaptive_verification: bool | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
     """Other SpeculativeConfig keys, passed through verbatim (e.g. draft_tensor_parallel_size)."""
+
+
+SPECULATIVE_KEYS: tuple[str, ...] = tuple(k for k in SpeculativeSpec.model_fields if k != "extra")
+"""The SpeculativeConfig keys SpeculativeSpec has a field for, in ``--speculative-config`` order;
+``speculative.extra`` may not repeat them."""
 
 
 class PreloadSpec(_Strict):
@@ -158,14 +195,16 @@ class DistributedSpec(_Strict):
     ``vllm serve``); with the process backend a Ray head you started must already run here.
     """
 
-    backend: Literal["ray"] = "ray"
-    """vLLM's --distributed-executor-backend. Only ray: vLLM's mp backend across machines needs
-    one ``vllm serve --headless`` per node, which the brain does not launch."""
     nodes: int = Field(ge=2)
     """Machines in the Ray cluster, the head included."""
     gpus_per_node: int = Field(ge=1)
-    pipeline_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: Annotated[int, Flag("--pipeline-parallel-size", "-pp")] = Field(
+        default=1, ge=1
+    )
     """--pipeline-parallel-size: model layers split across this many stages (usually nodes)."""
+    backend: Annotated[Literal["ray"], Flag("--distributed-executor-backend", always=True)] = "ray"
+    """vLLM's --distributed-executor-backend. Only ray: vLLM's mp backend across machines needs
+    one ``vllm serve --headless`` per node, which the brain does not launch."""
     head_address: str
     """The head node's IP on the private network the nodes share (VLLM_HOST_IP, Ray's
     --node-ip-address). Traffic between nodes is unencrypted: keep it on a private segment."""
@@ -202,44 +241,62 @@ class ServerSpec(_Strict):
     backend: Literal["docker", "process", "sim"] = "docker"
     image: str = DEFAULT_IMAGE
     tag: str = DEFAULT_TAG
-    model: str
-    served_model_name: str | None = None
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
-    api_key: str | None = None
     gpus: list[int | str] | Literal["all"] = "all"
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    max_model_len: int | Literal["auto"] | None = None
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    kv_cache_dtype: str | None = None
-    enable_chunked_prefill: bool | None = None
-    enable_prefix_caching: bool | None = None
-    enforce_eager: bool = False
-    attention_backend: str | None = None
-    quantization: str | None = None
-    dtype: str | None = None
-    tool_call_parser: str | None = None
-    enable_auto_tool_choice: bool = False
-    reasoning_parser: str | None = None
-    chat_template: str | None = None
-    allowed_local_media_path: str | None = None
-    trust_remote_code: bool = False
-    generation_config: str | None = None
-    limit_mm_per_prompt: dict[str, Any] | None = None
-    max_num_queued_reqs: int | None = Field(default=None, ge=1)
-    stream_interval: int | None = Field(default=None, ge=1)
+    # The fields below with a Flag are vLLM's, in the order the argv gives them.
+    model: Annotated[str, Flag("--model", always=True, serve_positional=True)]
+    served_model_name: Annotated[str | None, Flag("--served-model-name", serve_only=True)] = None
+    host: Annotated[str, Flag("--host", always=True, serve_only=True)] = "127.0.0.1"
+    port: Annotated[int, Flag("--port", always=True, serve_only=True)] = Field(
+        default=8000, ge=1, le=65535
+    )
+    """The published port: the process listens on it, a bridged container on 8000 inside."""
+    api_key: Annotated[str | None, Flag("--api-key", serve_only=True)] = None
+    tensor_parallel_size: Annotated[int, Flag("--tensor-parallel-size", "-tp")] = Field(
+        default=1, ge=1
+    )
+    distributed: DistributedSpec | None = None
+    """Several machines serve this one model (vLLM + Ray); None: one machine."""
+    max_model_len: Annotated[int | Literal["auto"] | None, Flag("--max-model-len")] = None
+    gpu_memory_utilization: Annotated[float, Flag("--gpu-memory-utilization", always=True)] = 0.9
+    max_num_seqs: Annotated[int | None, Flag("--max-num-seqs")] = Field(default=None, ge=1)
+    max_num_batched_tokens: Annotated[int | None, Flag("--max-num-batched-tokens")] = Field(
+        default=None, ge=1
+    )
+    max_num_queued_reqs: Annotated[int | None, Flag("--max-num-queued-reqs", serve_only=True)] = (
+        Field(default=None, ge=1)
+    )
+    stream_interval: Annotated[int | None, Flag("--stream-interval", serve_only=True)] = Field(
+        default=None, ge=1
+    )
     """vLLM's --stream-interval (0.33+): tokens batched into each streamed chunk, the first
     and last sent at once. 8-16 cuts the server's and the clients' per-token HTTP work when
     many runs share the server; None: vLLM's default, 1."""
-    speculative: SpeculativeSpec | None = None
-    distributed: DistributedSpec | None = None
-    """Several machines serve this one model (vLLM + Ray); None: one machine."""
-    load_format: str | None = None
-    preload: PreloadSpec = Field(default_factory=PreloadSpec)
+    dtype: Annotated[str | None, Flag("--dtype")] = None
+    quantization: Annotated[str | None, Flag("--quantization", "-q")] = None
+    kv_cache_dtype: Annotated[str | None, Flag("--kv-cache-dtype")] = None
+    enable_chunked_prefill: Annotated[bool | None, Flag("--enable-chunked-prefill")] = None
+    enable_prefix_caching: Annotated[bool | None, Flag("--enable-prefix-caching")] = None
+    enforce_eager: Annotated[bool, Flag("--enforce-eager")] = False
+    attention_backend: Annotated[str | None, Flag("--attention-backend")] = None
+    trust_remote_code: Annotated[bool, Flag("--trust-remote-code")] = False
+    generation_config: Annotated[str | None, Flag("--generation-config")] = None
+    load_format: Annotated[str | None, Flag("--load-format", serve_only=True)] = None
+    preload: Annotated[PreloadSpec, Flag("--model-loader-extra-config", serve_only=True)] = Field(
+        default_factory=PreloadSpec
+    )
+    speculative: Annotated[SpeculativeSpec | None, Flag("--speculative-config")] = None
+    reasoning_parser: Annotated[str | None, Flag("--reasoning-parser")] = None
+    limit_mm_per_prompt: Annotated[dict[str, Any] | None, Flag("--limit-mm-per-prompt")] = None
+    allowed_local_media_path: Annotated[str | None, Flag("--allowed-local-media-path")] = None
+    enable_auto_tool_choice: Annotated[bool, Flag("--enable-auto-tool-choice", serve_only=True)] = (
+        False
+    )
+    tool_call_parser: Annotated[str | None, Flag("--tool-call-parser", serve_only=True)] = None
+    chat_template: Annotated[str | None, Flag("--chat-template", serve_only=True)] = None
     docker: DockerSpec = Field(default_factory=DockerSpec)
     extra_args: list[str] = Field(default_factory=list)
+    """Flags without a field, passed verbatim after the derived ones; a flag a field owns is
+    refused (``owned_flags``)."""
     env: dict[str, str] = Field(default_factory=dict)
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
 
@@ -467,7 +524,7 @@ def structural_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
                     "set speculative.model to the draft's HF id",
                 )
             )
-        bad = sorted(set(sp.extra) & (_SPECULATIVE_OWN_KEYS | {"tensor_parallel_size"}))
+        bad = sorted(set(sp.extra) & {*SPECULATIVE_KEYS, "tensor_parallel_size"})
         for key in bad:
             fix = (
                 "use extra.draft_tensor_parallel_size (1 or the target's TP)"
@@ -731,53 +788,88 @@ def _gemma_assistant(model: str) -> str:
     return model.rstrip("/") + "-assistant" if model.endswith("-it") else "<model>-it-assistant"
 
 
-# spec field -> flags vLLM would also accept for it (the field is the one truth)
-_OWNED_FLAGS: dict[str, str] = {
-    "--model": "model",
-    "--served-model-name": "served_model_name",
-    "--host": "host",
-    "--port": "port",
-    "--api-key": "api_key",
-    "--tensor-parallel-size": "tensor_parallel_size",
-    "-tp": "tensor_parallel_size",
-    "--pipeline-parallel-size": "distributed.pipeline_parallel_size",
-    "-pp": "distributed.pipeline_parallel_size",
-    "--distributed-executor-backend": "distributed.backend",
-    "--max-model-len": "max_model_len",
-    "--gpu-memory-utilization": "gpu_memory_utilization",
-    "--max-num-seqs": "max_num_seqs",
-    "--max-num-batched-tokens": "max_num_batched_tokens",
-    "--stream-interval": "stream_interval",
-    "--kv-cache-dtype": "kv_cache_dtype",
-    "--enable-chunked-prefill": "enable_chunked_prefill",
-    "--no-enable-chunked-prefill": "enable_chunked_prefill",
-    "--enable-prefix-caching": "enable_prefix_caching",
-    "--no-enable-prefix-caching": "enable_prefix_caching",
-    "--enforce-eager": "enforce_eager",
-    "--attention-backend": "attention_backend",
-    "--quantization": "quantization",
-    "--dtype": "dtype",
-    "--tool-call-parser": "tool_call_parser",
-    "--enable-auto-tool-choice": "enable_auto_tool_choice",
-    "--reasoning-parser": "reasoning_parser",
-    "--chat-template": "chat_template",
-    "--allowed-local-media-path": "allowed_local_media_path",
-    "--trust-remote-code": "trust_remote_code",
-    "--generation-config": "generation_config",
-    "--limit-mm-per-prompt": "limit_mm_per_prompt",
-    "--max-num-queued-reqs": "max_num_queued_reqs",
-    "--speculative-config": "speculative",
-    "--load-format": "load_format",
-    "--model-loader-extra-config": "preload",
-}
+# --------------------------------------------------------------------------- flags
+
+
+@dataclass(frozen=True)
+class FlagField:
+    """One spec field that becomes a vLLM flag, found by ``flag_fields``."""
+
+    path: str
+    """The field, dotted from the spec (``distributed.pipeline_parallel_size``)."""
+    flag: Flag
+    default: Any
+    is_bool: bool
+
+    @property
+    def negative(self) -> str | None:
+        """``--no-<name>`` for a bool: vLLM gives every boolean field argparse's
+        BooleanOptionalAction (engine/arg_utils.py, ``_compute_kwargs``)."""
+        return "--no-" + self.flag.name.removeprefix("--") if self.is_bool else None
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """Every way to write the flag on a vLLM command line."""
+        negative = (self.negative,) if self.negative else ()
+        return (self.flag.name, *self.flag.aliases, *negative)
+
+
+def _flag_of(info: FieldInfo) -> Flag | None:
+    return next((m for m in info.metadata if isinstance(m, Flag)), None)
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    """The spec section a field holds: ``DistributedSpec`` for ``DistributedSpec | None``."""
+    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else ()
+    for t in (annotation, *options):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return t
+    return None
+
+
+def _walk(model: type[BaseModel], prefix: str) -> Iterator[FlagField]:
+    for name, info in model.model_fields.items():
+        flag = _flag_of(info)
+        if flag is not None:
+            annotation = info.annotation
+            is_bool = annotation is bool or bool in get_args(annotation)
+            default = info.get_default(call_default_factory=True)
+            yield FlagField(prefix + name, flag, default, is_bool)
+        elif (section := _section(info.annotation)) is not None:
+            yield from _walk(section, f"{prefix}{name}.")
+
+
+@functools.cache
+def flag_fields() -> tuple[FlagField, ...]:
+    """Every ServerSpec field that becomes a vLLM flag, sections included, in argv order
+    (the order the fields are declared in)."""
+    return tuple(_walk(ServerSpec, ""))
+
+
+@functools.cache
+def owned_flags() -> dict[str, str]:
+    """Every spelling of a field's flag -> the field: ``extra_args`` may not use them, since a
+    second value would make two truths (and vLLM keeps the last one given)."""
+    return {spelling: f.path for f in flag_fields() for spelling in f.spellings}
+
+
+def field_value(spec: ServerSpec, path: str) -> Any:
+    """The value at a dotted field path; None when a section on the way is unset."""
+    value: Any = spec
+    for part in path.split("."):
+        if value is None:
+            return None
+        value = getattr(value, part)
+    return value
 
 
 def _owned_flags_in_extra_args(extra: list[str]) -> list[tuple[str, str]]:
     found = []
     for arg in extra:
         flag = arg.split("=", 1)[0]
-        if flag in _OWNED_FLAGS:
-            found.append((flag, _OWNED_FLAGS[flag]))
+        field = owned_flags().get(flag)
+        if field is not None:
+            found.append((flag, field))
     return found
 
 

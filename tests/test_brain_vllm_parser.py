@@ -16,6 +16,7 @@ import pytest
 
 from brain.command import vllm_preload_argv, vllm_serve_argv
 from brain.profiles import apply_overrides, list_profiles, load_profile
+from brain.spec import flag_fields
 
 # Runs inside the vLLM python: parse each argv like `vllm serve` / `vllm preload` would.
 CHECKER = r"""
@@ -101,6 +102,14 @@ def _cases() -> dict[str, dict]:
                 ],
             )
         ),
+    }
+    # The other spellings the spec owns (aliases, the --no- form of each boolean): refusing
+    # them in extra_args only protects something if vLLM knows them.
+    negatives = [f.negative for f in flag_fields() if f.negative]
+    aliases = ["-tp", "1", "-pp", "1", "-q", "fp8"]
+    cases["owned-spellings"] = {
+        "kind": "serve",
+        "argv": ["Qwen/Qwen2.5-1.5B-Instruct", *aliases, *negatives],
     }
     # A fleet replica is its profile with another name, port and GPUs: the TP-2 one on "2,3".
     from brain.fleet.plan import parse_gpus, plan_replicas
