@@ -1,6 +1,9 @@
 """From a workflow file (or a stored run) to a driven run: params, plan, dry-run server.
 
 Kept apart from the CLI so tests and other front ends (the queue worker) start runs the same way.
+The plan itself is built by ``pilot.workflow.plan.build_plan`` (re-exported here for the CLI);
+this module only gathers the params, checks a run can start, and hands the plan builder to the
+runner.
 """
 
 from __future__ import annotations
@@ -18,36 +21,36 @@ from typing import Any
 from rich.console import Console
 
 from pilot.environ import state_dir
-from pilot.errors import ConfigurationError
-from pilot.images import MediaPlan
 from pilot.runner import Runner, RunOutcome
 from pilot.store.event_store import EventStore, RunRecord
 from pilot.workflow import (
     LoadedWorkflow,
-    RunContext,
     load_params_file,
     load_workflow,
     parse_param_assignments,
     parse_workflow_text,
-    render_branch,
-    render_check,
-    render_phase_prompt,
-    render_system,
-    render_workspace_path,
 )
-from pilot.workflow.load import render_phase_images
-from pilot.workflow.plan import Limits, ModelPlan, NotifyPlan, PhasePlan, RunPlan
-from pilot.workflow.schema import ModelSettings, check_endpoint_url
+from pilot.workflow.plan import EndpointOverride, build_plan, split_endpoints
 
-EndpointOverride = str | Sequence[str] | None
-"""Endpoints given on the command line instead of the workflow's (see :func:`split_endpoints`)."""
-
-DEFAULT_SYSTEM = (
-    "You are a careful software engineer working alone, unattended, in a git repository. "
-    "Work only through the tools. Keep each step small and verify it. Nobody will answer "
-    "questions: when unsure, choose the safest reasonable option, note the assumption, and "
-    "go on. When the current phase's task is done, call `finish` with a short summary."
-)
+__all__ = [
+    "DryRun",
+    "EndpointOverride",
+    "Preflight",
+    "build_plan",
+    "check_workflow_file",
+    "collect_params",
+    "copy_sample_repo",
+    "is_dry_run",
+    "load_for_run",
+    "load_stored",
+    "preflight",
+    "resume_run",
+    "split_endpoints",
+    "start_run",
+    "stored_endpoints",
+    "tool_names",
+    "validate_workflow",
+]
 
 
 def tool_names() -> list[str]:
@@ -129,164 +132,6 @@ def validate_workflow(workflow: Path, assignments: Sequence[str]) -> str:
     )
     wf = loaded.workflow
     return f"{workflow}: {wf.name}, {len(wf.phases)} phase(s), tools: {', '.join(wf.tool_names)}"
-
-
-def build_plan(
-    loaded: LoadedWorkflow,
-    run_id: str,
-    *,
-    started_at: str = "",
-    endpoint: EndpointOverride = None,
-    workspace: str | None = None,
-    check_env: bool = True,
-) -> RunPlan:
-    """Render everything the run needs from the workflow, once its id is known
-    (``check_env=False``: an API key variable not set here is not an error)."""
-    wf = loaded.workflow
-    run = RunContext(id=run_id, started_at=started_at)
-    source = str(render_workspace_path(loaded, run))
-    workspace_path = workspace or source
-    run = RunContext(id=run_id, started_at=started_at, workspace=workspace_path)
-    branch = render_branch(loaded, run)
-    run = RunContext(id=run_id, started_at=started_at, workspace=workspace_path, branch=branch)
-    model = wf.model
-    api_key = None
-    if model.api_key_env:
-        api_key = os.environ.get(model.api_key_env)
-        if not api_key and check_env:
-            raise ConfigurationError(
-                f"model.api_key_env names {model.api_key_env}, which is not set; export it "
-                "with the server's API key"
-            )
-    targets = model_targets(model, endpoint)
-    phases = []
-    for index, phase in enumerate(wf.phases):
-        phases.append(
-            PhasePlan(
-                name=phase.name,
-                prompt=render_phase_prompt(loaded, index, run),
-                tools=wf.phase_tools(index),
-                limits=Limits(
-                    max_steps=phase.limits.max_steps,
-                    max_wall_time=phase.limits.max_wall_time,
-                    max_tokens=phase.limits.max_tokens,
-                ),
-                check=render_check(loaded, index, run),
-                check_timeout=phase.check_timeout,
-                max_attempts=phase.max_attempts,
-                images=tuple(render_phase_images(loaded, index, run)),
-                require_change=phase.require_change,
-            )
-        )
-    settings = {name: s.model_dump(exclude_none=True) for name, s in wf.tool_settings.items() if s}
-    return RunPlan(
-        workflow_name=wf.name,
-        system=render_system(loaded, run) or DEFAULT_SYSTEM,
-        phases=phases,
-        tools=wf.tool_names,
-        model=ModelPlan(
-            endpoint=targets[0],
-            endpoints=targets if len(targets) > 1 else (),
-            name=model.name,
-            api_key=api_key,
-            temperature=model.temperature,
-            top_p=model.top_p,
-            seed=model.seed,
-            max_tokens=model.max_tokens,
-            request_timeout=model.request_timeout,
-            idle_timeout=model.idle_timeout,
-            server_wait=model.server_wait,
-            context_margin=model.context_margin,
-            context_window=model.context_window,
-            stream_interval=model.stream_interval,
-        ),
-        workspace=workspace_path,
-        branch=branch,
-        init_workspace=wf.workspace.init,
-        source=source,
-        in_place=wf.workspace.in_place,
-        carry_changes=wf.workspace.carry_changes,
-        tool_settings=settings,
-        env_allowlist=list(wf.env_allowlist),
-        sandbox=wf.sandbox,
-        limits=Limits(
-            max_steps=wf.limits.max_steps,
-            max_wall_time=wf.limits.max_wall_time,
-            max_tokens=wf.limits.max_tokens,
-        ),
-        max_no_progress_steps=wf.limits.max_no_progress_steps,
-        redact=list(wf.redact),
-        notify=(
-            NotifyPlan(wf.notify.command, tuple(wf.notify.on), wf.notify.timeout)
-            if wf.notify is not None
-            else None
-        ),
-        media=media_plan(model.vision, None if split_endpoints(endpoint) else model.profile),
-    )
-
-
-def media_plan(vision: bool | None, profile: str | None) -> MediaPlan:
-    """What the run knows about images: the workflow's ``model.vision``, else the profile's
-    (``limit_mm_per_prompt: {image: 0}`` means none); the ServerSpec when the brain manages
-    the server, so file:// paths can be mapped into it (see ``pilot.images``)."""
-    if profile is None:
-        return MediaPlan(vision=vision)
-    from brain.profiles import load_profile
-
-    spec = load_profile(profile)
-    limits = spec.limit_mm_per_prompt or {}
-    if vision is None and limits.get("image") == 0:
-        vision = False
-    return MediaPlan(vision=vision, server=spec)
-
-
-def split_endpoints(value: EndpointOverride) -> list[str]:
-    """``--endpoint`` values: given several times, comma-separated, or both."""
-    items = [value] if isinstance(value, str) else list(value or ())
-    return [part.strip() for item in items for part in item.split(",") if part.strip()]
-
-
-def model_targets(model: ModelSettings, override: EndpointOverride = None) -> tuple[str, ...]:
-    """The endpoints a run may use: the command line's, else the workflow's ``endpoint`` or
-    ``endpoints``, else the running replicas of its brain ``fleet``, else its brain profile's.
-    Two or more are routed (``pilot.model.router``).
-    """
-    given = split_endpoints(override)
-    if given:
-        try:
-            urls = [check_endpoint_url(url) for url in given]
-        except ValueError as exc:
-            raise ConfigurationError(f"--endpoint: {exc}") from None
-        return tuple(dict.fromkeys(urls))
-    if model.endpoints:
-        return tuple(model.endpoints)
-    if model.fleet:
-        return _fleet_endpoints(model.fleet)
-    if model.endpoint:
-        return (model.endpoint,)
-    return (_profile_endpoint(model.profile),)
-
-
-def _fleet_endpoints(name: str) -> tuple[str, ...]:
-    from brain.errors import BrainError
-    from brain.fleet.plan import fleet_endpoints
-
-    try:
-        return tuple(fleet_endpoints(name))
-    except BrainError as exc:
-        raise ConfigurationError(f"model.fleet {name!r}: {exc}") from None
-
-
-def _profile_endpoint(profile: str | None) -> str:
-    if profile is None:
-        raise ConfigurationError("the workflow's model section names no endpoint or profile")
-    try:
-        from brain.profiles import load_profile
-    except ImportError as exc:  # pragma: no cover - the brain ships with the pilot
-        raise ConfigurationError(f"cannot load brain profile {profile!r}: {exc}") from exc
-    spec = load_profile(profile)
-    host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
-    return f"http://{host}:{spec.port}/v1"
 
 
 @dataclass(frozen=True)
@@ -432,21 +277,14 @@ class DryRun:
         if not enabled:
             yield cls()
             return
-        from brain.sim.config import SimConfig, Timing
-        from brain.sim.server import running_sim
+        from brain.sim import dry_run_server
 
-        config = SimConfig(
-            model="marathon-sim/demo",
-            max_model_len=32768,
-            policy="demo",
-            timing=Timing(ttft=0.05, itl=0.004),
-        )
         dry = cls()
         given = parse_param_assignments(assignments)
         wants_repo = matrix is None and "repo" not in given
-        if workflow is not None and wants_repo and _declares_repo_param(workflow):
-            dry.params["repo"] = str(copy_sample_repo())
-        with running_sim(config) as sim:
+        with dry_run_server() as sim:
+            if workflow is not None and wants_repo and _declares_repo_param(workflow):
+                dry.params["repo"] = str(copy_sample_repo(sim.sample_repo))
             dry.endpoint = sim.openai_base_url
             console.print(
                 f"[bold yellow]DRY RUN[/]: the simulated vLLM server (brain sim, demo policy) "
@@ -474,16 +312,15 @@ def _declares_repo_param(workflow: Path) -> bool:
     return isinstance(data, dict) and "repo" in (data.get("params") or {})
 
 
-def copy_sample_repo(destination: Path | None = None) -> Path:
-    """A fresh git repository holding the bundled sample project, for dry runs."""
-    from brain.sim.demo import sample_repo_path
-
+def copy_sample_repo(sample: Path, destination: Path | None = None) -> Path:
+    """A fresh git repository holding a copy of ``sample`` (the dry-run server's sample
+    project), so a dry run never changes the bundled one."""
     if destination is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         destination = state_dir() / "dry-runs" / f"sample-repo-{stamp}"
     destination.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(
-        sample_repo_path(),
+        sample,
         destination,
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
     )

@@ -27,7 +27,7 @@ from pilot_harness import (
     write_workflow,
 )
 
-import pilot.launch
+import pilot.workflow.plan
 import tools.images as timg
 from brain.sim.config import FaultRule, SimConfig
 from brain.sim.policy import SimChatRequest, SimTurn
@@ -102,7 +102,7 @@ def managed(monkeypatch: pytest.MonkeyPatch, allowed: Path, vision: bool | None 
     ``allowed`` as allowed_local_media_path (the sim sees host paths, like a process server)."""
     spec = ServerSpec(name="t", model="m", backend="sim", allowed_local_media_path=str(allowed))
     monkeypatch.setattr(
-        pilot.launch, "media_plan", lambda v, p: MediaPlan(vision=vision, server=spec)
+        pilot.workflow.plan, "media_plan", lambda v, s: MediaPlan(vision=vision, server=spec)
     )
 
 

@@ -21,7 +21,7 @@ import difflib
 import os
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -60,6 +60,7 @@ __all__ = [
     "render_branch",
     "render_check",
     "render_phase_prompt",
+    "render_run",
     "render_system",
     "render_workspace_path",
 ]
@@ -1159,3 +1160,47 @@ def render_branch(loaded: LoadedWorkflow, run: RunContext) -> str:
             None, f"renders to {name!r}, which is not a valid git branch name ({problem})"
         )
     return name
+
+
+@dataclass(frozen=True)
+class RenderedPhase:
+    """One phase's templates, rendered for a run."""
+
+    prompt: str
+    check: str | None
+    images: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RenderedRun:
+    """Every template of a workflow rendered for one run, and the run context they saw."""
+
+    run: RunContext
+    """Complete: its ``workspace`` is where the run works, its ``branch`` the rendered one."""
+    source: Path
+    """The rendered ``workspace.path``: the checkout a run's worktree is made from."""
+    system: str
+    """The workflow's system prompt ("" when it has none)."""
+    phases: tuple[RenderedPhase, ...]
+
+
+def render_run(
+    loaded: LoadedWorkflow, run_id: str, *, started_at: str = "", workspace: str | None = None
+) -> RenderedRun:
+    """Render the whole workflow for one run, in the order its templates depend on each
+    other: the workspace path (which sees only the id and start time), then the branch (which
+    sees the workspace: ``workspace`` when the run works elsewhere, a worktree, else the
+    rendered path), then the system prompt and the phases (which see both)."""
+    run = RunContext(id=run_id, started_at=started_at)
+    source = render_workspace_path(loaded, run)
+    run = replace(run, workspace=workspace or str(source))
+    run = replace(run, branch=render_branch(loaded, run))
+    phases = tuple(
+        RenderedPhase(
+            prompt=render_phase_prompt(loaded, index, run),
+            check=render_check(loaded, index, run),
+            images=tuple(render_phase_images(loaded, index, run)),
+        )
+        for index in range(len(loaded.workflow.phases))
+    )
+    return RenderedRun(run=run, source=source, system=render_system(loaded, run), phases=phases)

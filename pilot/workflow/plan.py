@@ -1,17 +1,39 @@
-"""RunPlan: what the loop needs from a workflow, rendered for one run.
+"""RunPlan: what the loop needs from a workflow, rendered for one run, and ``build_plan``.
 
 The loop depends on this small plain structure, not on the YAML schema, so the workflow format
 can grow without touching the loop, and tests and benchmarks can build plans directly. The
 plan's defaults are read from the schema, so each default is written once.
+
+``build_plan`` is the one place a loaded workflow becomes a plan: it renders the templates
+once (``render_run``), reads the brain profile at most once (for the endpoint and for what
+the server accepts as images) and resolves the endpoints (command line, workflow, fleet or
+profile). It starts nothing and writes nothing.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from pilot.errors import ConfigurationError
 from pilot.images import MediaPlan
-from pilot.workflow.schema import ModelSettings
+from pilot.workflow.load import LoadedWorkflow, render_run
+from pilot.workflow.schema import ModelSettings, check_endpoint_url
+
+if TYPE_CHECKING:
+    from brain.spec import ServerSpec
+
+EndpointOverride = str | Sequence[str] | None
+"""Endpoints given on the command line instead of the workflow's (see :func:`split_endpoints`)."""
+
+DEFAULT_SYSTEM = (
+    "You are a careful software engineer working alone, unattended, in a git repository. "
+    "Work only through the tools. Keep each step small and verify it. Nobody will answer "
+    "questions: when unsure, choose the safest reasonable option, note the assumption, and "
+    "go on. When the current phase's task is done, call `finish` with a short summary."
+)
 
 
 def _schema_default(name: str) -> Any:
@@ -146,3 +168,162 @@ class RunPlan:
 
     def phase_header(self, index: int) -> str:
         return f"Phase {index + 1}/{len(self.phases)}: {self.phases[index].name}"
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
+def build_plan(
+    loaded: LoadedWorkflow,
+    run_id: str,
+    *,
+    started_at: str = "",
+    endpoint: EndpointOverride = None,
+    workspace: str | None = None,
+    check_env: bool = True,
+) -> RunPlan:
+    """Render everything the run needs from the workflow, once its id is known.
+
+    ``endpoint``: the command line's endpoints, instead of the workflow's; ``workspace``:
+    where the run works when not in the rendered ``workspace.path`` (its worktree);
+    ``check_env=False``: an API key variable not set here is not an error (``pilot validate``).
+    """
+    wf = loaded.workflow
+    model = wf.model
+    rendered = render_run(loaded, run_id, started_at=started_at, workspace=workspace)
+    api_key = None
+    if model.api_key_env:
+        api_key = os.environ.get(model.api_key_env)
+        if not api_key and check_env:
+            raise ConfigurationError(
+                f"model.api_key_env names {model.api_key_env}, which is not set; export it "
+                "with the server's API key"
+            )
+    # The profile describes the server only when the command line names none.
+    given = split_endpoints(endpoint)
+    server = _load_profile(model.profile) if model.profile and not given else None
+    targets = model_targets(model, endpoint, server)
+    phases = [
+        PhasePlan(
+            name=phase.name,
+            prompt=text.prompt,
+            tools=wf.phase_tools(index),
+            limits=Limits(
+                max_steps=phase.limits.max_steps,
+                max_wall_time=phase.limits.max_wall_time,
+                max_tokens=phase.limits.max_tokens,
+            ),
+            check=text.check,
+            check_timeout=phase.check_timeout,
+            max_attempts=phase.max_attempts,
+            images=text.images,
+            require_change=phase.require_change,
+        )
+        for index, (phase, text) in enumerate(zip(wf.phases, rendered.phases, strict=True))
+    ]
+    settings = {name: s.model_dump(exclude_none=True) for name, s in wf.tool_settings.items() if s}
+    return RunPlan(
+        workflow_name=wf.name,
+        system=rendered.system or DEFAULT_SYSTEM,
+        phases=phases,
+        tools=wf.tool_names,
+        model=ModelPlan(
+            endpoint=targets[0],
+            endpoints=targets if len(targets) > 1 else (),
+            name=model.name,
+            api_key=api_key,
+            temperature=model.temperature,
+            top_p=model.top_p,
+            seed=model.seed,
+            max_tokens=model.max_tokens,
+            request_timeout=model.request_timeout,
+            idle_timeout=model.idle_timeout,
+            server_wait=model.server_wait,
+            context_margin=model.context_margin,
+            context_window=model.context_window,
+            stream_interval=model.stream_interval,
+        ),
+        workspace=rendered.run.workspace,
+        branch=rendered.run.branch,
+        init_workspace=wf.workspace.init,
+        source=str(rendered.source),
+        in_place=wf.workspace.in_place,
+        carry_changes=wf.workspace.carry_changes,
+        tool_settings=settings,
+        env_allowlist=list(wf.env_allowlist),
+        sandbox=wf.sandbox,
+        limits=Limits(
+            max_steps=wf.limits.max_steps,
+            max_wall_time=wf.limits.max_wall_time,
+            max_tokens=wf.limits.max_tokens,
+        ),
+        max_no_progress_steps=wf.limits.max_no_progress_steps,
+        redact=list(wf.redact),
+        notify=(
+            NotifyPlan(wf.notify.command, tuple(wf.notify.on), wf.notify.timeout)
+            if wf.notify is not None
+            else None
+        ),
+        media=media_plan(model.vision, server),
+    )
+
+
+def media_plan(vision: bool | None, server: ServerSpec | None) -> MediaPlan:
+    """What the run knows about images: the workflow's ``model.vision``, else the profile's
+    (``limit_mm_per_prompt: {image: 0}`` means none); the ServerSpec when the brain manages
+    the server, so file:// paths can be mapped into it (see ``pilot.images``)."""
+    if server is None:
+        return MediaPlan(vision=vision)
+    limits = server.limit_mm_per_prompt or {}
+    if vision is None and limits.get("image") == 0:
+        vision = False
+    return MediaPlan(vision=vision, server=server)
+
+
+def split_endpoints(value: EndpointOverride) -> list[str]:
+    """``--endpoint`` values: given several times, comma-separated, or both."""
+    items = [value] if isinstance(value, str) else list(value or ())
+    return [part.strip() for item in items for part in item.split(",") if part.strip()]
+
+
+def model_targets(
+    model: ModelSettings, override: EndpointOverride = None, server: ServerSpec | None = None
+) -> tuple[str, ...]:
+    """The endpoints a run may use: the command line's, else the workflow's ``endpoint`` or
+    ``endpoints``, else the running replicas of its brain ``fleet``, else its brain profile's
+    (``server``, when already loaded). Two or more are routed (``pilot.model.router``).
+    """
+    given = split_endpoints(override)
+    if given:
+        try:
+            urls = [check_endpoint_url(url) for url in given]
+        except ValueError as exc:
+            raise ConfigurationError(f"--endpoint: {exc}") from None
+        return tuple(dict.fromkeys(urls))
+    if model.endpoints:
+        return tuple(model.endpoints)
+    if model.fleet:
+        return _fleet_endpoints(model.fleet)
+    if model.endpoint:
+        return (model.endpoint,)
+    if model.profile is None:
+        raise ConfigurationError("the workflow's model section names no endpoint or profile")
+    spec = server or _load_profile(model.profile)
+    host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
+    return (f"http://{host}:{spec.port}/v1",)
+
+
+def _fleet_endpoints(name: str) -> tuple[str, ...]:
+    from brain.errors import BrainError
+    from brain.fleet.plan import fleet_endpoints
+
+    try:
+        return tuple(fleet_endpoints(name))
+    except BrainError as exc:
+        raise ConfigurationError(f"model.fleet {name!r}: {exc}") from None
+
+
+def _load_profile(profile: str) -> ServerSpec:
+    from brain.profiles import load_profile
+
+    return load_profile(profile)

@@ -408,7 +408,7 @@ class ModelSettings(_Strict):
     @model_validator(mode="after")
     def _one_target(self) -> ModelSettings:
         # The targets are exclusive: endpoint, endpoints, fleet or profile (a fleet becomes
-        # endpoints in pilot.launch.model_targets, when the run starts).
+        # endpoints in pilot.workflow.plan.model_targets, when the run starts).
         if self.fleet is not None:
             other = next(
                 (
