@@ -1,10 +1,10 @@
 """Server events (start, ready, died, restarting, gave_up, stopped) into the pilot's database.
 
-The brain never imports the pilot, so this is a small SQLAlchemy Core writer for the same
-``server_events`` table (id, server, at, type, payload JSON) that
-``pilot.store.event_store`` maps; it
-creates the table (and the same indexes) when absent, so whichever side runs first works.
-``pilot show`` then lists server deaths next to the run that lived through them.
+The brain owns the ``server_events`` table (id, server, at, type, payload JSON): it is declared
+here once, and the pilot's store imports this declaration (the brain never imports the pilot).
+Either side creates the table (and its indexes) when absent, so whichever runs first works.
+``pilot show`` and ``pilot report`` then list server deaths next to the run that lived through
+them.
 """
 
 from __future__ import annotations
@@ -47,6 +47,12 @@ server_events = Table(
 )
 
 
+def create_server_events(engine: Engine) -> None:
+    """Create ``server_events`` and its indexes in ``engine``'s database when absent (the
+    caller retries a race with another process creating them: ``brain.dbrace``)."""
+    _metadata.create_all(engine, checkfirst=True)
+
+
 class EventsWriter(Protocol):
     """Anything that records a server event (the supervisor only needs this)."""
 
@@ -80,7 +86,7 @@ class ServerEventWriter:
                 parents=True, exist_ok=True
             )
         self.engine = _engine(self.url)
-        retry_schema_race(lambda: _metadata.create_all(self.engine, checkfirst=True))
+        retry_schema_race(lambda: create_server_events(self.engine))
 
     def record(self, server: str, type_: str, payload: dict[str, Any]) -> None:
         with self.engine.begin() as conn:

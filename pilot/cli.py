@@ -24,8 +24,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from pilot import __version__
-from pilot.cli_errors import DURABILITIES, NoDatabase, UserErrorGroup, open_store
+from pilot.cli_errors import UserErrorGroup
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
+from pilot.store.opening import DURABILITIES, NoDatabase, open_store
 
 app = typer.Typer(
     name="pilot",

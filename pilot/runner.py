@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
-
 from pilot import events as ev
 from pilot.context import ServerCounts
 from pilot.environ import state_dir
@@ -48,6 +46,7 @@ from pilot.snapshot import (
     take_snapshot,
 )
 from pilot.state import RunState, fold
+from pilot.store import StoreError, StoreOperationalError
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
     CheckpointWriter,
@@ -273,7 +272,7 @@ class Runner:
             outcome = run.outcome()
             await notify_run_end(outcome, run.plan)
             return outcome
-        except OperationalError as exc:
+        except StoreOperationalError as exc:
             if not is_storage_full(exc):
                 raise
             return storage_full_outcome(run_id, run.state)
@@ -304,7 +303,7 @@ class Runner:
             note = self.store.acquire_lease(run_id, self.owner, seconds=self.lease_seconds)
         except StoreBusy as exc:
             return store_busy_outcome(run_id, RunState(), exc)
-        except OperationalError as exc:
+        except StoreOperationalError as exc:
             if not is_storage_full(exc):
                 raise
             return storage_full_outcome(run_id, RunState())
@@ -333,7 +332,7 @@ class Runner:
             run.emit(ev.RunResumed(owner=self.owner, note=note, from_checkpoint=checkpoint_seq))
         except StoreBusy as exc:
             return store_busy_outcome(run_id, run.state, exc)
-        except OperationalError as exc:
+        except StoreOperationalError as exc:
             if not is_storage_full(exc):
                 raise
             return storage_full_outcome(run_id, run.state)
@@ -471,7 +470,7 @@ class _Run:
         held, totals = self.unsaved, self.totals
         try:
             self.commit_held()
-        except (SQLAlchemyError, StoreBusy):
+        except (StoreError, StoreBusy):
             # A full disk, a lock held too long: they stay held, and the next event's commit
             # meets the error again in the run's task, where it is handled.
             self.unsaved, self.totals = held, totals
@@ -559,7 +558,7 @@ class _Run:
         except MarathonError as exc:
             if self.state.finished is None:
                 self.emit(ev.RunFinished(status="failed", reason=str(exc)))
-        except OperationalError as exc:
+        except StoreOperationalError as exc:
             if not is_storage_full(exc):
                 raise
             # Nothing more can be written: no event, no lease release (a resume takes over
@@ -569,7 +568,7 @@ class _Run:
             loop.release_stop_waiter()
             if self.unsaved and not storage_full and busy is None:
                 # lost: the model is asked again
-                with contextlib.suppress(OperationalError, StoreBusy):
+                with contextlib.suppress(StoreOperationalError, StoreBusy):
                     self.commit_held()
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

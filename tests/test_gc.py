@@ -11,10 +11,11 @@ import pytest
 from pilot_harness import make_repo
 from sqlalchemy import insert, update
 
+from brain.events import server_events
 from pilot import events as ev
 from pilot.runner import Runner
 from pilot.snapshot import GitRepo, take_snapshot
-from pilot.store.event_store import EventStore, RunRow, ServerEventRow
+from pilot.store.event_store import EventStore, RunRow
 from pilot.store.retention import artifacts_dir, database_bytes, describe, gc
 
 NOW = datetime(2025, 7, 1, 8, 0, tzinfo=UTC)
@@ -192,7 +193,7 @@ def test_old_server_events_go_unless_a_remaining_run_may_need_them(
     def server_event(days_ago: float) -> None:
         with store.engine.begin() as conn:
             conn.execute(
-                insert(ServerEventRow).values(
+                insert(server_events).values(
                     server="s",
                     at=NOW - timedelta(days=days_ago),
                     type="died",
@@ -220,7 +221,7 @@ def test_server_events_a_kept_run_lived_through_are_kept(store: EventStore, repo
     with store.engine.begin() as conn:
         for days in (90, 60, 31):
             conn.execute(
-                insert(ServerEventRow).values(
+                insert(server_events).values(
                     server="s", at=NOW - timedelta(days=days), type="died", payload="{}"
                 )
             )

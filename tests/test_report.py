@@ -12,18 +12,19 @@ import pytest
 from pilot_harness import make_repo
 from sqlalchemy import insert
 
+from brain.events import server_events
 from pilot import events as ev
 from pilot.report.build import (
     build_report,
     is_test_command,
-    load_stored_events,
     parse_age,
     parse_since,
     render_markdown,
 )
 from pilot.report.html import render_html
 from pilot.snapshot import GitRepo, start_work_branch, take_snapshot
-from pilot.store.event_store import EventRow, EventStore, ServerEventRow
+from pilot.store.event_store import EventRow, EventStore
+from pilot.store.queries import stored_events
 
 T0 = datetime(2025, 6, 1, 22, 0, 0, tzinfo=UTC)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -96,7 +97,7 @@ def finished(call_id: str, name: str, output: str, **extra: object) -> ev.ToolFi
 def server_event(store: EventStore, seconds: float, type_: str, **payload: object) -> None:
     with store.engine.begin() as conn:
         conn.execute(
-            insert(ServerEventRow).values(
+            insert(server_events).values(
                 server="gemma", at=at(seconds), type=type_, payload=json.dumps(payload)
             )
         )
@@ -304,7 +305,7 @@ def test_unknown_event_types_do_not_break_loading(store: EventStore, workspace: 
     write_failed_run(store, workspace)
     with pytest.raises(Exception, match="compaction"):
         store.load_events("aaaa1111")
-    rows = load_stored_events(store, "aaaa1111")
+    rows = stored_events(store, "aaaa1111")
     unknown = [(r.seq, r.type, r.payload.get("before_tokens")) for r in rows if r.event is None]
     assert unknown[0] == (23, "compaction", 9000)
     assert [r.type for r in rows if r.event is None] == ["compaction", "question"]
@@ -514,12 +515,12 @@ def test_server_events_are_matched_to_the_runs_own_endpoint(
             (300, "died", {"summary": "exit 137"}),
         ):
             conn.execute(
-                insert(ServerEventRow).values(
+                insert(server_events).values(
                     server="other-fleet-r0", at=at(seconds), type=type_, payload=json.dumps(payload)
                 )
             )
         conn.execute(
-            insert(ServerEventRow).values(
+            insert(server_events).values(
                 server="gemma", at=at(-90000), type="starting", payload=json.dumps({"port": 8000})
             )
         )

@@ -244,3 +244,35 @@ def test_stored_events_parse_by_their_type_as_the_union_would(tmp_path: Path) ->
     assert isinstance(ev.event_from_json(old), ev.ToolStarted)
     with pytest.raises(ValueError, match="nope"):
         ev.event_from_json('{"at":"2026-11-30T00:00:00Z","type":"nope"}')
+
+
+def test_server_events_keeps_its_table_and_indexes_for_old_and_new_files(tmp_path: Path) -> None:
+    """The brain declares ``server_events``; a file whose table an older pilot created (its
+    own declaration, same DDL) opens, takes the brain's rows and shows them to the store."""
+    from brain.events import ServerEventWriter
+
+    fresh = make_store(tmp_path)
+    with fresh.engine.connect() as conn:
+        indexes = conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'server_events'"
+        )
+        assert set(indexes.scalars()) == {"ix_server_events_server", "ix_server_events_at"}
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as conn:  # what the pilot's own declaration created
+        conn.executescript(
+            "CREATE TABLE server_events (id INTEGER NOT NULL, server VARCHAR(200) NOT NULL, "
+            "at DATETIME NOT NULL, type VARCHAR(40) NOT NULL, payload TEXT NOT NULL, "
+            "PRIMARY KEY (id));"
+            "CREATE INDEX ix_server_events_server ON server_events (server);"
+            "CREATE INDEX ix_server_events_at ON server_events (at);"
+            "INSERT INTO server_events (server, at, type, payload) "
+            "VALUES ('gemma', '2025-06-01 22:00:00.000000', 'ready', '{}');"
+        )
+    store = EventStore(f"sqlite:///{old}")
+    writer = ServerEventWriter(f"sqlite:///{old}")
+    writer.record("gemma", "died", {"summary": "exit 137"})
+    writer.close()
+    assert [(s, t, p) for _at, s, t, p in store.server_events()] == [
+        ("gemma", "ready", {}),
+        ("gemma", "died", {"summary": "exit 137"}),
+    ]

@@ -19,20 +19,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, get_args
-
-from pydantic import ValidationError
-from sqlalchemy import select
+from typing import Any
 
 from pilot import environ
 from pilot import events as ev
-from pilot.store.event_store import (
-    EventRow,
-    EventStore,
-    RunRecord,
-    ServerEventRow,
-    lease_holder_gone,
-)
+from pilot.store import queries
+from pilot.store.event_store import EventStore, RunRecord, lease_holder_gone
+from pilot.store.queries import StoredEvent
 from pilot.ui import format_duration, short_endpoint
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled", "limit")
@@ -72,67 +65,6 @@ def is_test_command(command: str) -> bool:
 
 _EXIT_LINE = re.compile(r"^exit code: (-?\d+)")
 _SERVER_DOWN = frozenset({"died", "restarting", "starting", "gave_up", "stopped"})
-
-
-def _known_event_types() -> frozenset[str]:
-    union = get_args(ev.Event)[0]
-    return frozenset(cls.model_fields["type"].default for cls in get_args(union))
-
-
-KNOWN_EVENT_TYPES = _known_event_types()
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-# -- loading -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    """One stored row: parsed when its type is known, else kept as the raw payload."""
-
-    seq: int
-    type: str
-    at: datetime
-    payload: dict[str, Any]
-    event: ev.Event | None = None
-    error: str = ""
-    """Why a row of a known type could not be parsed (it is then treated like an unknown one)."""
-
-
-def load_stored_events(store: EventStore, run_id: str) -> list[StoredEvent]:
-    """The run's events in order; unknown or unreadable types never stop the loading.
-
-    The type comes from the row's ``type`` column, so an event type added by a newer version
-    (``compaction``, ``question``, ...) is kept as a dict and counted instead of failing the
-    discriminated-union validation that ``EventStore.load_events`` does.
-    """
-    query = (
-        select(EventRow.seq, EventRow.type, EventRow.at, EventRow.payload)
-        .where(EventRow.run_id == run_id)
-        .order_by(EventRow.seq)
-    )
-    loaded: list[StoredEvent] = []
-    with store.engine.connect() as conn:
-        for seq, type_, at, payload in conn.execute(query):
-            try:
-                raw = json.loads(payload)
-            except ValueError:
-                raw = {"type": type_, "unreadable": payload[:200]}
-            if not isinstance(raw, dict):
-                raw = {"type": type_, "value": raw}
-            parsed: ev.Event | None = None
-            error = ""
-            if type_ in KNOWN_EVENT_TYPES:
-                try:
-                    parsed = ev.event_from_json(payload)
-                except ValidationError as exc:
-                    error = f"{exc.error_count()} validation error(s)"
-            when = parsed.at if parsed is not None else _aware(at)
-            loaded.append(StoredEvent(seq, type_, when, raw, parsed, error))
-    return loaded
 
 
 # -- the report's data ---------------------------------------------------------------------------
@@ -363,7 +295,7 @@ def build_report(
 
 
 def build_run_report(store: EventStore, record: RunRecord, *, db_option: str = "") -> RunReport:
-    stored = load_stored_events(store, record.id)
+    stored = queries.stored_events(store, record.id)
     report = RunReport(
         run_id=record.id,
         workflow=record.workflow_name,
@@ -686,25 +618,6 @@ def endpoint_port(url: str) -> int | None:
         return None
 
 
-def server_ports(store: EventStore, until: datetime) -> dict[str, int]:
-    """Each brain server's port, from its latest event naming one (``starting`` does)."""
-    ports: dict[str, int] = {}
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(ServerEventRow.server, ServerEventRow.payload)
-            .where(ServerEventRow.at <= until, ServerEventRow.type == "starting")
-            .order_by(ServerEventRow.at)
-        ).all()
-    for server, payload in rows:
-        try:
-            port = json.loads(payload).get("port")
-        except (TypeError, ValueError):
-            continue
-        if isinstance(port, int):
-            ports[server] = port
-    return ports
-
-
 def run_servers(store: EventStore, endpoints: Sequence[str], until: datetime) -> set[str] | None:
     """The brain servers a run with these endpoints talked to (matched on port), or None when
     the run names no endpoint (then every server is shown). A server whose port was never
@@ -712,9 +625,8 @@ def run_servers(store: EventStore, endpoints: Sequence[str], until: datetime) ->
     ports = {p for p in (endpoint_port(u) for u in endpoints) if p is not None}
     if not ports:
         return None
-    known = server_ports(store, until)
-    with store.engine.connect() as conn:
-        names = set(conn.execute(select(ServerEventRow.server).distinct()).scalars())
+    known = queries.server_ports(store, until)
+    names = queries.server_names(store)
     return {n for n in names if known.get(n) is None or known[n] in ports}
 
 
@@ -727,13 +639,7 @@ def _brain_events(store: EventStore, report: RunReport) -> None:
     mine = run_servers(store, report.endpoints, end)
     down_since: dict[str, datetime] = {}
     # Was a server already down when the run began? Its latest event before the window says.
-    with store.engine.connect() as conn:
-        before = conn.execute(
-            select(ServerEventRow.server, ServerEventRow.type)
-            .where(ServerEventRow.at < start)
-            .order_by(ServerEventRow.at.desc())
-            .limit(200)
-        ).all()
+    before = queries.server_events_before(store, start, limit=200)
     seen: set[str] = set()
     for server, type_ in before:
         if server not in seen and (mine is None or server in mine):

@@ -43,9 +43,9 @@ def register(app: typer.Typer) -> None:
 
         Built only from the recorded events and git, never from the model's own account.
         """
-        from pilot.cli_errors import open_store
         from pilot.errors import MarathonError
         from pilot.report.build import build_report, parse_since, render
+        from pilot.store.opening import open_store
 
         if fmt not in ("md", "html"):
             raise _fail(f"unknown --format {fmt!r}; use md (Markdown) or html")
@@ -86,8 +86,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Remove old finished runs: events, artifacts, worktrees, snapshot refs (branches
         with --delete-branches); then vacuum the store."""
-        from pilot.cli_errors import open_store
         from pilot.report.build import parse_age
+        from pilot.store.opening import open_store
         from pilot.store.retention import describe
         from pilot.store.retention import gc as collect
 

@@ -2,15 +2,24 @@
 
 Modules: ``event_store`` (runs and their append-only events in SQLite or any SQLAlchemy
 URL; leases, the queue's ``SKIP LOCKED`` claim), ``sqlite_append`` (the one-connection
-fast path for an event append), ``checkpoint`` and ``statecodec`` (a live run's folded
-state kept beside the database so a resume replays only the events since) and
-``retention`` (``pilot gc``: remove old finished runs and reclaim the space).
+fast path for an event append), ``queries`` (the named reads of the report, ``pilot show``
+and retention), ``opening`` (a user's store URL opened, or an error naming what is wrong
+with it), ``checkpoint`` and ``statecodec`` (a live run's folded state kept beside the
+database so a resume replays only the events since) and ``retention`` (``pilot gc``: remove
+old finished runs and reclaim the space).
+
+``StoreError`` (any database error) and ``StoreOperationalError`` (the database could not do
+it: full, locked, gone) are SQLAlchemy's, named here so that no module outside this wing
+imports SQLAlchemy.
 
 It must not know what a step means: events go in and come out; folding them is
 ``pilot.state``'s job.
 """
 
 from __future__ import annotations
+
+from sqlalchemy.exc import OperationalError as StoreOperationalError
+from sqlalchemy.exc import SQLAlchemyError as StoreError
 
 from pilot.store.event_store import (
     ACTIVE_STATUSES,
@@ -25,5 +34,7 @@ __all__ = [
     "EventStore",
     "RunRecord",
     "StoreBusy",
+    "StoreError",
+    "StoreOperationalError",
     "new_run_id",
 ]

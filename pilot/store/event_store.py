@@ -48,6 +48,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from brain.dbrace import retry_schema_race
+from brain.events import create_server_events
+from brain.events import server_events as server_events_table
 from pilot.environ import default_db_url
 from pilot.errors import (
     AmbiguousRunId,
@@ -149,17 +151,6 @@ class EventRow(Base):
     seq: Mapped[int] = mapped_column(Integer, primary_key=True)
     type: Mapped[str] = mapped_column(String(40))
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    payload: Mapped[str] = mapped_column(Text)
-
-
-class ServerEventRow(Base):
-    """What the brain saw happen to a server (start, ready, death, restart), for `pilot show`."""
-
-    __tablename__ = "server_events"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    server: Mapped[str] = mapped_column(String(200), index=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
-    type: Mapped[str] = mapped_column(String(40))
     payload: Mapped[str] = mapped_column(Text)
 
 
@@ -401,6 +392,7 @@ class EventStore:
 
     def _migrate_once(self) -> None:
         Base.metadata.create_all(self.engine)
+        create_server_events(self.engine)
         with Session(self.engine) as session, session.begin():
             meta = session.get(SchemaMeta, 1)
             if meta is None:
@@ -737,28 +729,17 @@ class EventStore:
 
     # -- server events ------------------------------------------------------------------------
 
-    def record_server_event(self, server: str, type_: str, payload: dict[str, Any]) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(
-                insert(ServerEventRow).values(
-                    server=server, at=utcnow(), type=type_, payload=json.dumps(payload)
-                )
-            )
-
     def server_events(
         self, *, since: datetime | None = None, until: datetime | None = None
     ) -> list[tuple[datetime, str, str, dict[str, Any]]]:
+        """The brain's records (``brain.events``) in time order: ``(at, server, type, payload)``."""
+        table = server_events_table.c
         with self.engine.connect() as conn:
-            query = select(
-                ServerEventRow.at,
-                ServerEventRow.server,
-                ServerEventRow.type,
-                ServerEventRow.payload,
-            ).order_by(ServerEventRow.at)
+            query = select(table.at, table.server, table.type, table.payload).order_by(table.at)
             if since is not None:
-                query = query.where(ServerEventRow.at >= since)
+                query = query.where(table.at >= since)
             if until is not None:
-                query = query.where(ServerEventRow.at <= until)
+                query = query.where(table.at <= until)
             return [(_aware(a), s, t, json.loads(p)) for a, s, t, p in conn.execute(query)]  # type: ignore[misc]
 
     def delete_runs(self, run_ids: Sequence[str]) -> None:

@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import delete, func, select, text
-
 from pilot.environ import state_dir
-from pilot.report.build import load_stored_events
-from pilot.store.event_store import EventRow, EventStore, RunRow, ServerEventRow
+from pilot.store import queries
+from pilot.store.event_store import EventStore
 
 REMOVABLE = ("succeeded", "failed", "cancelled", "limit")
 _BATCH = 500
@@ -114,30 +112,14 @@ def gc(
     """Remove finished runs last updated before ``now - older_than``; see the module doc."""
     cutoff = (now or datetime.now(UTC)) - older_than
     report = GcReport(cutoff=cutoff, dry_run=dry_run, db_bytes_before=database_bytes(store))
-    with store.engine.connect() as conn:
-        old = conn.execute(
-            select(RunRow.id, RunRow.status, RunRow.updated_at, RunRow.workspace)
-            .where(RunRow.updated_at < cutoff)
-            .order_by(RunRow.updated_at)
-        ).all()
-        counts = dict(
-            conn.execute(
-                select(EventRow.run_id, func.count())
-                .join(RunRow, RunRow.id == EventRow.run_id)
-                .where(RunRow.updated_at < cutoff)
-                .group_by(EventRow.run_id)
-            ).all()
-        )
-    for run_id, status, updated_at, row_workspace in old:
-        why = _keep_reason(status, keep_failed=keep_failed, include_paused=include_paused)
+    for old in queries.runs_updated_before(store, cutoff):
+        why = _keep_reason(old.status, keep_failed=keep_failed, include_paused=include_paused)
         if why:
-            report.kept.append((run_id, status, why))
+            report.kept.append((old.id, old.status, why))
             continue
-        if updated_at.tzinfo is None:
-            updated_at = updated_at.replace(tzinfo=UTC)
-        run = GcRun(id=run_id, status=status, updated_at=updated_at, events=counts.get(run_id, 0))
-        workspace, run.repository, run.branch = _workspace_of(store, run_id)
-        run.workspace = workspace or row_workspace or ""
+        run = GcRun(id=old.id, status=old.status, updated_at=old.updated_at, events=old.events)
+        workspace, run.repository, run.branch = _workspace_of(store, old.id)
+        run.workspace = workspace or old.workspace
         _clean_files(store, run, dry_run=dry_run, delete_branch=delete_branches)
         report.removed.append(run)
 
@@ -149,7 +131,7 @@ def gc(
     if dry_run:
         return report
     if report.removed or report.server_events:
-        _vacuum(store)
+        queries.vacuum(store)
         report.vacuumed = True
     report.db_bytes_after = database_bytes(store)
     return report
@@ -167,15 +149,12 @@ def _keep_reason(status: str, *, keep_failed: bool, include_paused: bool) -> str
 
 def _workspace_of(store: EventStore, run_id: str) -> tuple[str, str, str]:
     """The run's workspace, the checkout its worktree came from ("" in place), its branch."""
-    for row in load_stored_events(store, run_id)[:5]:
-        if row.type == "run_started":
-            payload = row.payload
-            return (
-                str(payload.get("workspace") or ""),
-                str(payload.get("repository") or ""),
-                str(payload.get("branch") or ""),
-            )
-    return "", "", ""
+    payload = queries.run_started_payload(store, run_id) or {}
+    return (
+        str(payload.get("workspace") or ""),
+        str(payload.get("repository") or ""),
+        str(payload.get("branch") or ""),
+    )
 
 
 def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool, delete_branch: bool) -> None:
@@ -268,31 +247,9 @@ def _old_server_events(
 ) -> int:
     """The brain's rows older than the cutoff and than every run that stays (its report may
     show them)."""
-    with store.engine.begin() as conn:
-        kept_starts = [
-            created if created.tzinfo else created.replace(tzinfo=UTC)
-            for run_id, created in conn.execute(select(RunRow.id, RunRow.created_at))
-            if run_id not in removed
-        ]
-        limit = min([cutoff, *kept_starts])
-        where = ServerEventRow.at < limit
-        count = conn.execute(select(func.count()).select_from(ServerEventRow).where(where))
-        found = int(count.scalar() or 0)
-        if delete_them and found:
-            conn.execute(delete(ServerEventRow).where(where))
-    return found
-
-
-def _vacuum(store: EventStore) -> None:
-    if store.is_sqlite:
-        store.close()  # no pooled or held connection may hold a read snapshot
-        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text("VACUUM"))
-            conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
-    elif store.engine.dialect.name == "postgresql":
-        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            for table in ("events", "runs", "server_events"):
-                conn.execute(text(f"VACUUM (ANALYZE) {table}"))
+    created = queries.run_created_times(store)
+    limit = min([cutoff, *(at for run_id, at in created.items() if run_id not in removed)])
+    return queries.delete_server_events_before(store, limit, dry_run=not delete_them)
 
 
 def format_bytes(count: int | None) -> str:

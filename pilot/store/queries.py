@@ -1,0 +1,212 @@
+"""The store's named reads (and retention's deletes) for the report, `pilot show`, `pilot gc`.
+
+Every query of the pilot lives in this wing: the report and retention ask these functions
+for facts instead of building SQL on ``store.engine``, so a change to the tables (or to the
+brain's ``server_events``, declared once in ``brain.events``) is made here and nowhere else.
+They only read, except ``delete_server_events_before`` and ``vacuum``, which retention calls.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+from pydantic import ValidationError
+from sqlalchemy import delete, func, select, text
+
+from brain.events import server_events
+from pilot import events as ev
+from pilot.store.event_store import EventRow, EventStore, RunRow
+
+
+def _known_event_types() -> frozenset[str]:
+    union = get_args(ev.Event)[0]
+    return frozenset(cls.model_fields["type"].default for cls in get_args(union))
+
+
+KNOWN_EVENT_TYPES = _known_event_types()
+"""The event types this version can parse; a stored row of another type is kept as a dict."""
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+# -- a run's events as stored --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One stored row: parsed when its type is known, else kept as the raw payload."""
+
+    seq: int
+    type: str
+    at: datetime
+    payload: dict[str, Any]
+    event: ev.Event | None = None
+    error: str = ""
+    """Why a row of a known type could not be parsed (it is then treated like an unknown one)."""
+
+
+def stored_events(store: EventStore, run_id: str) -> list[StoredEvent]:
+    """The run's events in order; unknown or unreadable types never stop the loading.
+
+    The type comes from the row's ``type`` column, so an event type added by a newer version
+    is kept as a dict and counted instead of failing the discriminated-union validation that
+    ``EventStore.load_events`` does.
+    """
+    query = (
+        select(EventRow.seq, EventRow.type, EventRow.at, EventRow.payload)
+        .where(EventRow.run_id == run_id)
+        .order_by(EventRow.seq)
+    )
+    loaded: list[StoredEvent] = []
+    with store.engine.connect() as conn:
+        for seq, type_, at, payload in conn.execute(query):
+            try:
+                raw = json.loads(payload)
+            except ValueError:
+                raw = {"type": type_, "unreadable": payload[:200]}
+            if not isinstance(raw, dict):
+                raw = {"type": type_, "value": raw}
+            parsed: ev.Event | None = None
+            error = ""
+            if type_ in KNOWN_EVENT_TYPES:
+                try:
+                    parsed = ev.event_from_json(payload)
+                except ValidationError as exc:
+                    error = f"{exc.error_count()} validation error(s)"
+            when = parsed.at if parsed is not None else _aware(at)
+            loaded.append(StoredEvent(seq, type_, when, raw, parsed, error))
+    return loaded
+
+
+def run_started_payload(store: EventStore, run_id: str) -> dict[str, Any] | None:
+    """The run's ``run_started`` event as stored (a dict: read even when it no longer parses),
+    or None when the run never started."""
+    query = (
+        select(EventRow.payload)
+        .where(EventRow.run_id == run_id, EventRow.type == "run_started")
+        .order_by(EventRow.seq)
+        .limit(1)
+    )
+    with store.engine.connect() as conn:
+        payload = conn.execute(query).scalar()
+    if payload is None:
+        return None
+    try:
+        value = json.loads(payload)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# -- the brain's server events -------------------------------------------------------------------
+
+
+def server_ports(store: EventStore, until: datetime) -> dict[str, int]:
+    """Each brain server's port, from its latest event naming one (``starting`` does)."""
+    table = server_events.c
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(table.server, table.payload)
+            .where(table.at <= until, table.type == "starting")
+            .order_by(table.at)
+        ).all()
+    ports: dict[str, int] = {}
+    for server, payload in rows:
+        try:
+            port = json.loads(payload).get("port")
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if isinstance(port, int):
+            ports[server] = port
+    return ports
+
+
+def server_names(store: EventStore) -> set[str]:
+    """Every server the brain has recorded an event of."""
+    with store.engine.connect() as conn:
+        return set(conn.execute(select(server_events.c.server).distinct()).scalars())
+
+
+def server_events_before(store: EventStore, at: datetime, *, limit: int) -> list[tuple[str, str]]:
+    """The latest ``limit`` server events before ``at``, newest first: ``(server, type)``."""
+    table = server_events.c
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(table.server, table.type)
+            .where(table.at < at)
+            .order_by(table.at.desc())
+            .limit(limit)
+        ).all()
+    return [(server, type_) for server, type_ in rows]
+
+
+# -- retention -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OldRun:
+    id: str
+    status: str
+    updated_at: datetime
+    workspace: str
+    events: int
+
+
+def runs_updated_before(store: EventStore, cutoff: datetime) -> list[OldRun]:
+    """Runs whose row was last updated before ``cutoff``, oldest first, with their event
+    counts."""
+    with store.engine.connect() as conn:
+        old = conn.execute(
+            select(RunRow.id, RunRow.status, RunRow.updated_at, RunRow.workspace)
+            .where(RunRow.updated_at < cutoff)
+            .order_by(RunRow.updated_at)
+        ).all()
+        counts = dict(
+            conn.execute(
+                select(EventRow.run_id, func.count())
+                .join(RunRow, RunRow.id == EventRow.run_id)
+                .where(RunRow.updated_at < cutoff)
+                .group_by(EventRow.run_id)
+            ).all()
+        )
+    return [
+        OldRun(run_id, status, _aware(updated_at), workspace or "", counts.get(run_id, 0))
+        for run_id, status, updated_at, workspace in old
+    ]
+
+
+def run_created_times(store: EventStore) -> dict[str, datetime]:
+    """Every run's creation time, by id."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(RunRow.id, RunRow.created_at)).all()
+    return {run_id: _aware(created) for run_id, created in rows}
+
+
+def delete_server_events_before(store: EventStore, at: datetime, *, dry_run: bool) -> int:
+    """How many server events are older than ``at``; removed unless ``dry_run``."""
+    where = server_events.c.at < at
+    with store.engine.begin() as conn:
+        count = conn.execute(select(func.count()).select_from(server_events).where(where))
+        found = int(count.scalar() or 0)
+        if found and not dry_run:
+            conn.execute(delete(server_events).where(where))
+    return found
+
+
+def vacuum(store: EventStore) -> None:
+    """Give the space of deleted rows back to the disk (SQLite ``VACUUM`` and a WAL
+    checkpoint; PostgreSQL ``VACUUM (ANALYZE)`` of the three tables)."""
+    if store.is_sqlite:
+        store.close()  # no pooled or held connection may hold a read snapshot
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM"))
+            conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+    elif store.engine.dialect.name == "postgresql":
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            for table in ("events", "runs", "server_events"):
+                conn.execute(text(f"VACUUM (ANALYZE) {table}"))
