@@ -16,15 +16,11 @@ from typer.testing import CliRunner
 
 from brain.bench.cli import register
 from brain.bench.models import BenchError
-from brain.bench.replay import (
-    ReplayConfig,
-    RequestRow,
-    load_replay,
-    reduce_depths,
-    run_replay,
-    salted,
-)
+from brain.bench.replay import run_replay, salted
+from brain.bench.replay_files import load_replay
+from brain.bench.replay_models import ReplayConfig, RequestRow
 from brain.bench.replay_report import render_markdown, write_plot
+from brain.bench.replay_stats import reduce_depths
 from brain.sim.config import SimConfig, Speculative, Timing
 from brain.sim.policy import SimChatRequest, SimTurn
 from brain.sim.script_policy import ScriptPolicy

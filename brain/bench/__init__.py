@@ -7,9 +7,10 @@ single request against context depth).
 
 Modules, one job each: ``models`` (the config, prompt and result values), ``prompts``
 (synthetic, depth and dataset prompts, calibrated on the server's tokenizer), ``sender`` (one
-streamed request, timed), ``endpoint`` (root URL, model, ``/metrics``), ``stats`` (timings
-reduced to figures, and what each figure means), ``drivers`` (load points, depths,
-``run_bench``), ``replay`` (recorded agent runs replayed, prefix caches and all), ``report``
+streamed request, timed), ``endpoint`` (root URL, model, ``/metrics``, the HTTP client),
+``stats`` (timings reduced to figures, and what each figure means), ``drivers`` (load points,
+depths, ``run_bench``), ``replay`` (recorded agent runs replayed, prefix caches and all; with
+``replay_files``, ``replay_models`` and ``replay_stats`` as above for the replay), ``report``
 and ``replay_report`` (tables, Markdown, JSON), ``plot`` (the PNG), ``output`` (the ending
 both share) and ``cli`` / ``replay_cli`` (the command).
 

@@ -16,9 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
-
-from brain.bench.endpoint import Endpoint, discover_model, server_root, snapshot, spec_delta
+from brain.bench.endpoint import Endpoint, bench_client, open_endpoints, snapshot, spec_delta
 from brain.bench.models import (
     BenchConfig,
     BenchError,
@@ -103,18 +101,9 @@ async def run_bench(config: BenchConfig, progress: Progress | None = None) -> Be
     """Run every load point (and depth) against the endpoint(s) and return the report."""
     validate_config(config)
     say = progress or (lambda _msg: None)
-    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-    timeout = httpx.Timeout(config.timeout, connect=min(30.0, config.timeout))
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    async with httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits) as client:
-        endpoints = [Endpoint(config.labels[0], server_root(config.url))]
-        if config.compare_url:
-            endpoints.append(Endpoint(config.labels[1], server_root(config.compare_url)))
-        for ep, model in zip(
-            endpoints, (config.model, config.compare_model or config.model), strict=False
-        ):
-            ep.model = model or await discover_model(client, ep.root)
+    async with bench_client(config) as client:
+        endpoints = await open_endpoints(client, config)
         calibration = (
             await calibrate(client, endpoints[0].root, endpoints[0].model, config.seed)
             if config.use_tokenize

@@ -1,10 +1,12 @@
 """What ``brain bench`` asks an endpoint besides chat: its root URL, its model (``/v1/models``)
-and its ``/metrics`` (speculative-decoding counters before and after a point).
+and its ``/metrics`` (speculative-decoding counters before and after a point); and the one
+HTTP client and endpoint list that the synthetic bench and the replay both start from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 
@@ -68,3 +70,44 @@ def spec_delta(
     if before is None or after is None:
         return None
     return spec_decode_delta(before, after)
+
+
+class Targets(Protocol):
+    """What a bench config says about where to send (``BenchConfig``, ``ReplayConfig``)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def compare_url(self) -> str | None: ...
+    @property
+    def labels(self) -> tuple[str, str]: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def compare_model(self) -> str | None: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def timeout(self) -> float: ...
+
+
+def bench_client(config: Targets) -> httpx.AsyncClient:
+    """The run's one HTTP client: the bearer key, the request timeout (connecting at most
+    30 s of it) and no cap on connections, so the concurrency is the bench's, not the pool's."""
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    timeout = httpx.Timeout(config.timeout, connect=min(30.0, config.timeout))
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    return httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
+
+
+async def open_endpoints(client: httpx.AsyncClient, config: Targets) -> list[Endpoint]:
+    """The endpoint, and the ``--compare`` one, each with its model: the one given, else the
+    first the server lists (``--compare-model`` defaults to ``--model``)."""
+    endpoints = [Endpoint(config.labels[0], server_root(config.url))]
+    if config.compare_url:
+        endpoints.append(Endpoint(config.labels[1], server_root(config.compare_url)))
+    for ep, model in zip(
+        endpoints, (config.model, config.compare_model or config.model), strict=False
+    ):
+        ep.model = model or await discover_model(client, ep.root)
+    return endpoints

@@ -9,7 +9,8 @@ from rich.markup import escape
 
 from brain.bench.models import BenchError
 from brain.bench.output import err, run_and_report
-from brain.bench.replay import ReplayConfig, run_replay, validate_replay_config
+from brain.bench.replay import run_replay, validate_replay_config
+from brain.bench.replay_models import ReplayConfig
 
 
 def replay_command(
