@@ -115,6 +115,7 @@ def pilot_child(
     from pilot.heap import settle_startup_heap
     from pilot.loop import RunLoop
     from pilot.model.client import OpenAIModelClient
+    from pilot.model.settings import ClientSettings
     from pilot.runner import Runner, _Run, progress_limits
     from pilot.state import RunState
     from pilot.store.event_store import EventStore
@@ -156,7 +157,7 @@ def pilot_child(
         store = EventStore(f"sqlite:///{db}")
         runner = Runner(store=store, registry=registry)
         client = OpenAIModelClient(
-            base_url, api_key=None, request_timeout=600, idle_timeout=120, server_wait=60
+            base_url, ClientSettings(request_timeout=600, idle_timeout=120, server_wait=60)
         )
         tools = RegistryExecutor(
             registry=registry,

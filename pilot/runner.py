@@ -171,7 +171,7 @@ class Runner:
             return self._clients[key].for_run(run_id, previous)
         client = self._clients.get(key)
         if client is None:
-            client = OpenAIModelClient(model.endpoint, **model.client.kwargs())
+            client = OpenAIModelClient(model.endpoint, model.client)
             self._clients[key] = client
         return client
 

@@ -39,6 +39,7 @@ from pilot.context import (
 )
 from pilot.errors import BadRequest, ContextOverflow, ServerUnavailable
 from pilot.model.client import ChatRequest, OpenAIModelClient, RetryPolicy
+from pilot.model.settings import ClientSettings
 
 MODEL = "sim/context-model"
 WINDOW = 8192
@@ -118,10 +119,7 @@ async def sim_client(**config: Any) -> Iterator[OpenAIModelClient]:
     with running_sim(SimConfig(**settings_), policy=SummaryPolicy()) as running:
         client = OpenAIModelClient(
             running.openai_base_url,
-            api_key=None,
-            request_timeout=10.0,
-            idle_timeout=5.0,
-            server_wait=5.0,
+            ClientSettings(request_timeout=10.0, idle_timeout=5.0, server_wait=5.0),
             retry=RetryPolicy(initial_backoff=0.05, max_backoff=0.25, jitter=0.02),
         )
         try:

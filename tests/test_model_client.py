@@ -37,6 +37,7 @@ from pilot.model.client import (
     WaitEvent,
     resolve_model_name,
 )
+from pilot.model.settings import ClientSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -127,10 +128,9 @@ def client_for(
 ) -> OpenAIModelClient:
     return OpenAIModelClient(
         base_url or running.openai_base_url,
-        api_key=api_key,
-        request_timeout=5.0,
-        idle_timeout=idle_timeout,
-        server_wait=server_wait,
+        ClientSettings(
+            api_key=api_key, request_timeout=5.0, idle_timeout=idle_timeout, server_wait=server_wait
+        ),
         retry=FAST,
     )
 
@@ -408,7 +408,7 @@ async def test_nothing_listening_raises_server_unavailable_quickly():
     with sim() as running:
         url = running.openai_base_url
     client = OpenAIModelClient(
-        url, api_key=None, request_timeout=1.0, idle_timeout=1.0, server_wait=0.5, retry=FAST
+        url, ClientSettings(request_timeout=1.0, idle_timeout=1.0, server_wait=0.5), retry=FAST
     )
     with pytest.raises(ServerUnavailable, match="connection failed"):
         await client.complete(request("plain-answer"))
@@ -504,10 +504,7 @@ async def test_count_tokens_is_none_when_tokenize_is_missing():
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     client = OpenAIModelClient(
         "http://model.invalid/v1",
-        api_key=None,
-        request_timeout=1,
-        idle_timeout=1,
-        server_wait=1,
+        ClientSettings(request_timeout=1, idle_timeout=1, server_wait=1),
         http_client=http,
     )
     assert await client.count_tokens(MODEL, [{"role": "user", "content": "hi"}], None) is None
@@ -559,10 +556,7 @@ async def test_an_httpx_client_passed_in_carries_every_request_and_stays_open():
         async with httpx.AsyncClient() as http:
             client = OpenAIModelClient(
                 running.openai_base_url,
-                api_key=None,
-                request_timeout=5,
-                idle_timeout=2,
-                server_wait=5,
+                ClientSettings(request_timeout=5, idle_timeout=2, server_wait=5),
                 http_client=http,
                 retry=FAST,
             )
@@ -581,10 +575,7 @@ async def test_request_past_request_timeout_is_abandoned_and_retried():
     with sim(slow) as running:
         client = OpenAIModelClient(
             running.openai_base_url,
-            api_key=None,
-            request_timeout=0.6,
-            idle_timeout=5.0,
-            server_wait=5.0,
+            ClientSettings(request_timeout=0.6, idle_timeout=5.0, server_wait=5.0),
             retry=FAST,
         )
         waits = Waits()
@@ -640,10 +631,7 @@ async def hand_server(*answers: tuple[bytes, bytes]) -> AsyncIterator[OpenAIMode
     port = server.sockets[0].getsockname()[1]
     client = OpenAIModelClient(
         f"http://127.0.0.1:{port}/v1",
-        api_key=None,
-        request_timeout=5.0,
-        idle_timeout=2.0,
-        server_wait=2.0,
+        ClientSettings(request_timeout=5.0, idle_timeout=2.0, server_wait=2.0),
         retry=FAST,
     )
     try:
@@ -699,10 +687,8 @@ async def test_the_body_after_done_is_read_so_the_connection_is_kept():
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    client = OpenAIModelClient(
-        f"http://127.0.0.1:{port}/v1", api_key=None, request_timeout=5.0, idle_timeout=2.0,
-        server_wait=1.0, retry=FAST,
-    )  # fmt: skip
+    settings = ClientSettings(request_timeout=5.0, idle_timeout=2.0, server_wait=1.0)
+    client = OpenAIModelClient(f"http://127.0.0.1:{port}/v1", settings, retry=FAST)
     try:
         answers = [await client.complete(request("keep-alive")) for _ in range(2)]
     finally:

@@ -43,6 +43,7 @@ from pilot.model.errors import (
     map_vllm_error,
     wants_served_models,
 )
+from pilot.model.settings import ClientSettings
 from pilot.model.streaming import StreamAccumulator
 
 
@@ -312,7 +313,8 @@ def test_server_root_strips_v1():
 def test_server_unavailable_when_budget_is_zero_still_tries_once():
     async def main() -> None:
         client = OpenAIModelClient(
-            "http://127.0.0.1:9/v1", api_key=None, request_timeout=1, idle_timeout=1, server_wait=0
+            "http://127.0.0.1:9/v1",
+            ClientSettings(request_timeout=1, idle_timeout=1, server_wait=0),
         )
         try:
             with pytest.raises(ServerUnavailable, match="1 attempt over"):
@@ -360,7 +362,7 @@ def test_scripted_client_answers_in_order_and_records_requests():
 
 def test_openai_client_satisfies_the_protocol():
     client = OpenAIModelClient(
-        "http://127.0.0.1:9/v1", api_key=None, request_timeout=1, idle_timeout=1, server_wait=0
+        "http://127.0.0.1:9/v1", ClientSettings(request_timeout=1, idle_timeout=1, server_wait=0)
     )
     assert isinstance(client, ModelClient)
     asyncio.run(client.aclose())

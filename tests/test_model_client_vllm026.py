@@ -17,6 +17,7 @@ import pytest
 from pilot.errors import ConfigurationError
 from pilot.model.client import ChatRequest, OpenAIModelClient, RetryPolicy
 from pilot.model.errors import SAME_500_LIMIT, map_vllm_error
+from pilot.model.settings import ClientSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -68,10 +69,8 @@ async def server(routes: dict[str, Any], seen: list[tuple[str, dict[str, Any]]]
 
     srv = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]
-    client = OpenAIModelClient(
-        f"http://127.0.0.1:{port}/v1", api_key=None, request_timeout=10.0, idle_timeout=5.0,
-        server_wait=1800.0, retry=FAST,
-    )  # fmt: skip
+    settings = ClientSettings(request_timeout=10.0, idle_timeout=5.0, server_wait=1800.0)
+    client = OpenAIModelClient(f"http://127.0.0.1:{port}/v1", settings, retry=FAST)
     try:
         yield client
     finally:

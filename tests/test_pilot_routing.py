@@ -40,6 +40,7 @@ from pilot.errors import WorkflowError
 from pilot.launch import build_plan, load_for_run, split_endpoints, start_run
 from pilot.model.client import OpenAIModelClient
 from pilot.model.router import Router
+from pilot.model.settings import ClientSettings
 from pilot.model.types import ChatRequest, ModelResponse, RetryPolicy, WaitEvent
 from pilot.queue import enqueue
 from pilot.report.build import build_report, render_markdown
@@ -336,7 +337,7 @@ def test_a_new_run_avoids_the_server_busy_with_other_clients_requests(tmp_path: 
 
     async def main(busy_url: str, idle_url: str) -> tuple[dict, list[str | None]]:
         other = OpenAIModelClient(
-            busy_url, api_key=None, request_timeout=30, idle_timeout=30, server_wait=5
+            busy_url, ClientSettings(request_timeout=30, idle_timeout=30, server_wait=5)
         )
         router = Router([busy_url, idle_url], model="fleet-model", refresh_interval=0.1)
         try:

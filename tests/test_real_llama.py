@@ -19,6 +19,7 @@ import pytest
 
 from pilot.model.client import OpenAIModelClient
 from pilot.model.servers import estimate_prompt_tokens
+from pilot.model.settings import ClientSettings
 from pilot.model.types import ChatRequest
 from tools.registry import default_registry
 
@@ -49,7 +50,7 @@ def test_window_unknown_and_stream_usage_missing_and_estimate_bounds_the_real_co
 
     async def go() -> tuple[list, object]:
         client = OpenAIModelClient(
-            URL, api_key=None, request_timeout=600, idle_timeout=600, server_wait=5
+            URL, ClientSettings(request_timeout=600, idle_timeout=600, server_wait=5)
         )
         try:
             served = await client.list_models()

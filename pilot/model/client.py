@@ -41,6 +41,7 @@ from pilot.model.errors import (
     wants_served_models,
 )
 from pilot.model.servers import probe_context_window
+from pilot.model.settings import ClientSettings
 from pilot.model.sse import SSEDecoder
 from pilot.model.streaming import StreamAccumulator
 from pilot.model.types import (
@@ -55,7 +56,6 @@ from pilot.model.types import (
     WaitEvent,
     resolve_model_name,
 )
-from pilot.workflow.plan import ClientSettings
 
 __all__ = [
     "ChatRequest",
@@ -144,15 +144,11 @@ async def notify_wait(on_wait: WaitCallback | None, event: WaitEvent) -> None:
 class OpenAIModelClient:
     """:class:`ModelClient` over HTTP to vLLM (or anything speaking its OpenAI dialect).
 
-    ``request_timeout`` bounds one whole attempt (send to end of stream; also each network
-    operation and the non-streamed calls): past it the attempt is abandoned and retried, so it
-    must exceed the slowest legitimate generation (max_tokens at the server's worst speed).
-    ``idle_timeout`` is the watchdog for streams: no chunk for that long (from sending the
-    request, so it must cover the prefill of a long prompt) and the stream is cut and the
-    request retried. ``server_wait`` is the total time one call may spend waiting for the
-    server across retries before :class:`ServerUnavailable` is raised. ``http_client`` (an
-    ``httpx.AsyncClient`` or ``httpx2.AsyncClient``) carries every request when given, and is
-    left open by :meth:`aclose`.
+    ``settings`` (:class:`ClientSettings`: the key, the timeouts and ``server_wait``) is the
+    one value a process's client cache keys on, so two runs share a client only when they
+    would have made the same one. ``http_client`` (an ``httpx.AsyncClient`` or
+    ``httpx2.AsyncClient``) carries every request when given, and is left open by
+    :meth:`aclose`.
     ``give_up``, when given, is asked after each transient failure; True ends the wait at once
     with :class:`ServerUnavailable` (the router's way to move on from a refused connection when
     another endpoint can take the request).
@@ -161,21 +157,19 @@ class OpenAIModelClient:
     def __init__(
         self,
         base_url: str,
+        settings: ClientSettings,
         *,
-        api_key: str | None,
-        request_timeout: float,
-        idle_timeout: float,
-        server_wait: float,
         http_client: httpx.AsyncClient | httpx2.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
         give_up: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._give_up = give_up
-        self._api_key = api_key
-        self._request_timeout = request_timeout
-        self._idle_timeout = idle_timeout
-        self._server_wait = server_wait
+        self.settings = settings
+        self._api_key = api_key = settings.api_key
+        self._request_timeout = request_timeout = settings.request_timeout
+        self._idle_timeout = settings.idle_timeout
+        self._server_wait = settings.server_wait
         self._retry = retry or RetryPolicy()
         self._own_http = http_client is None
         # Our own pool, closed by aclose(): the SDK's default wrapper closes itself from
@@ -195,16 +189,6 @@ class OpenAIModelClient:
         self._takes_stream_interval: asyncio.Future[bool] | None = None
         self._models_in_flight: asyncio.Future[list[ServedModel]] | None = None
         self._models_seen: tuple[float, list[ServedModel]] | None = None
-
-    @property
-    def settings(self) -> ClientSettings:
-        """The settings this client was made with (what a runner's client cache keys on)."""
-        return ClientSettings(
-            api_key=self._api_key,
-            request_timeout=self._request_timeout,
-            idle_timeout=self._idle_timeout,
-            server_wait=self._server_wait,
-        )
 
     # -- retries ------------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import httpx
@@ -48,6 +48,7 @@ import httpx
 from pilot.errors import ConfigurationError, ServerUnavailable
 from pilot.model.client import OpenAIModelClient, notify_wait, server_root
 from pilot.model.errors import is_refused
+from pilot.model.settings import ClientSettings
 from pilot.model.types import (
     ChatRequest,
     ModelResponse,
@@ -56,7 +57,7 @@ from pilot.model.types import (
     WaitCallback,
     WaitEvent,
 )
-from pilot.workflow.plan import ClientSettings, ModelPlan
+from pilot.workflow.plan import ModelPlan
 
 __all__ = [
     "FAILOVER_WAIT",
@@ -118,10 +119,7 @@ class Router:
         endpoints: Sequence[str],
         *,
         model: str = "auto",
-        api_key: str | None = None,
-        request_timeout: float = ClientSettings.request_timeout,
-        idle_timeout: float = ClientSettings.idle_timeout,
-        server_wait: float = ClientSettings.server_wait,
+        settings: ClientSettings = ClientSettings(),
         failover_wait: float = FAILOVER_WAIT,
         refresh_interval: float = REFRESH_INTERVAL,
         retry: RetryPolicy | None = None,
@@ -130,18 +128,17 @@ class Router:
         if not urls or len(set(urls)) != len(urls):
             raise ValueError(f"a router needs distinct endpoints, got {list(endpoints)}")
         self.model = model
-        self.server_wait = server_wait
+        self.server_wait = server_wait = settings.server_wait
         self.failover_wait = min(failover_wait, server_wait)
+        # Each endpoint's own wait is short: the router, not the client, waits server_wait.
+        per_endpoint = replace(settings, server_wait=self.failover_wait)
         self.refresh_interval = refresh_interval
         self.endpoints: list[EndpointState] = []
         for index, url in enumerate(urls):
             state = EndpointState(url=url, index=index, client=None)  # type: ignore[arg-type]
             state.client = OpenAIModelClient(
                 url,
-                api_key=api_key,
-                request_timeout=request_timeout,
-                idle_timeout=idle_timeout,
-                server_wait=self.failover_wait,
+                per_endpoint,
                 retry=retry or QUICK_RETRY,
                 give_up=lambda exc, state=state: self._give_up(state, exc),
             )
@@ -156,7 +153,7 @@ class Router:
     @classmethod
     def for_model(cls, model: ModelPlan) -> Router:
         """The router for a run's ``model.endpoints`` and the client settings of its plan."""
-        return cls(model.targets, model=model.name, **model.client.kwargs())
+        return cls(model.targets, model=model.name, settings=model.client)
 
     @staticmethod
     def key_of(model: ModelPlan) -> tuple:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pilot.errors import ConfigurationError
 from pilot.images import MediaPlan
+from pilot.model.settings import ClientSettings
 from pilot.workflow.load import LoadedWorkflow, render_run
 from pilot.workflow.schema import ModelSettings, check_endpoint_url
 
@@ -62,21 +63,6 @@ class PhasePlan:
     require_change: bool = False
     """The phase is done only if the workspace differs from the phase's start (and the check
     passes): a phase whose job is to change code cannot succeed by doing nothing."""
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """How a model client talks to its server: its constructor's keywords (``kwargs``) and,
-    with the URL, the key under which a process shares one client between runs. One frozen
-    value, so a setting added here reaches both the client and the key."""
-
-    api_key: str | None = None
-    request_timeout: float = _schema_default("request_timeout")
-    idle_timeout: float = _schema_default("idle_timeout")
-    server_wait: float = _schema_default("server_wait")
-
-    def kwargs(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
