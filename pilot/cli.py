@@ -212,7 +212,13 @@ def run(
                     endpoint=target,
                     checked=checked,
                     admission=_admission(
-                        runner, admission, parallel, targets, model.api_key, console, json_lines
+                        runner,
+                        admission,
+                        parallel,
+                        targets,
+                        model.client.api_key,
+                        console,
+                        json_lines,
                     ),
                 ),
                 store,

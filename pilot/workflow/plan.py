@@ -72,14 +72,13 @@ class ModelPlan:
 
     endpoint: str
     name: str = "auto"
-    api_key: str | None = None
+    client: ClientSettings = field(default_factory=ClientSettings)
+    """How the client carrying this plan's requests talks to the server (the key, timeouts,
+    ``server_wait``); with the endpoints, what a process's client cache keys on."""
     temperature: float | None = None
     top_p: float | None = None
     seed: int | None = None
     max_tokens: int = _schema_default("max_tokens")
-    request_timeout: float = _schema_default("request_timeout")
-    idle_timeout: float = _schema_default("idle_timeout")
-    server_wait: float = _schema_default("server_wait")
     context_margin: int = _schema_default("context_margin")
     context_window: int | None = None
     """``model.context_window``: the window to budget with, whatever the server says."""
@@ -88,16 +87,6 @@ class ModelPlan:
     endpoints: tuple[str, ...] = ()
     """Several servers of one model, routed per run (``pilot.model.router``); ``endpoint`` is then
     the first of them. Empty: ``endpoint`` is the only one."""
-
-    @property
-    def client(self) -> ClientSettings:
-        """The settings of the client that carries this plan's requests."""
-        return ClientSettings(
-            api_key=self.api_key,
-            request_timeout=self.request_timeout,
-            idle_timeout=self.idle_timeout,
-            server_wait=self.server_wait,
-        )
 
     @property
     def sampling(self) -> dict[str, Any]:
@@ -217,14 +206,11 @@ def build_plan(
             endpoint=targets[0],
             endpoints=targets if len(targets) > 1 else (),
             name=model.name,
-            api_key=api_key,
+            client=ClientSettings.of(model, api_key),
             temperature=model.temperature,
             top_p=model.top_p,
             seed=model.seed,
             max_tokens=model.max_tokens,
-            request_timeout=model.request_timeout,
-            idle_timeout=model.idle_timeout,
-            server_wait=model.server_wait,
             context_margin=model.context_margin,
             context_window=model.context_window,
             stream_interval=model.stream_interval,
