@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from brain.errors import SpecError, SpecErrors
 from brain.spec import ServerSpec, SpecProblem
+from brain.yaml_source import parse_yaml, read_yaml_scalar
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 PRESETS_FILE = PROFILES_DIR / "presets.yaml"
@@ -58,47 +58,24 @@ def load_profile(name_or_path: str | Path) -> ServerSpec:
 # --------------------------------------------------------------------------- YAML + lines
 
 
-def _line_map(node: yaml.Node | None, source: str) -> Lines:
-    """Map each key path to its 1-based line; refuse duplicate keys (YAML keeps the last)."""
-    lines: Lines = {}
-
-    def walk(n: yaml.Node, path: tuple[str | int, ...]) -> None:
-        if isinstance(n, yaml.MappingNode):
-            seen: set[str] = set()
-            for k, v in n.value:
-                key = str(k.value)
-                if key in seen:
-                    raise SpecError(
-                        "duplicate key (YAML would silently keep the last one).",
-                        file=source,
-                        line=k.start_mark.line + 1,
-                        field=".".join(str(x) for x in (*path, key)),
-                    )
-                seen.add(key)
-                lines[(*path, key)] = k.start_mark.line + 1
-                walk(v, (*path, key))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, item in enumerate(n.value):
-                lines[(*path, i)] = item.start_mark.line + 1
-                walk(item, (*path, i))
-
-    if node is not None:
-        walk(node, ())
-    return lines
-
-
-def _parse_yaml(text: str, source: str) -> tuple[Any, Lines]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise SpecError(
-            f"invalid YAML: {getattr(e, 'problem', None) or e}",
-            file=source,
-            line=mark.line + 1 if mark else None,
-        ) from None
-    return data, _line_map(node, source)
+def parse_yaml_source(text: str, source: str, kind: str = "profile") -> tuple[Any, Lines]:
+    """YAML text -> (data, line of each key path), read once by the shared reader
+    (``brain.yaml_source``: YAML 1.2 scalars, so ``no`` stays a string; duplicate keys
+    refused); every problem found raises, naming its file and line."""
+    doc, problems = parse_yaml(text, source, kind=kind)
+    if problems:
+        errors = [
+            SpecError(
+                p.message,
+                file=source,
+                line=p.line,
+                field=".".join(str(x) for x in p.path) or None,
+            )
+            for p in problems
+        ]
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
+    assert doc is not None  # no problems: the text was read
+    return doc.data, {path: where.line for path, where in doc.where.items() if path}
 
 
 def _lookup_line(lines: Lines, path: Sequence[str | int]) -> int | None:
@@ -165,7 +142,7 @@ def validation_to_spec_error(
 
 def load_spec_text(text: str, *, source: str = "<string>") -> ServerSpec:
     """Validate YAML text as a ServerSpec; errors carry ``source`` and line numbers."""
-    data, lines = _parse_yaml(text, source)
+    data, lines = parse_yaml_source(text, source)
     if not isinstance(data, dict):
         raise SpecError("a profile must be a YAML mapping of fields.", file=source, line=1)
     try:
@@ -286,8 +263,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     if _wants_plain_string(annotation) and raw.strip() not in ("null", "~", ""):
         return key, raw
     try:
-        return key, yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as e:
+        return key, read_yaml_scalar(raw) if raw.strip() else None
+    except ValueError as e:
         raise SpecError(f"value {raw!r} is not valid YAML: {e}", field=key) from None
 
 
@@ -306,7 +283,7 @@ def apply_overrides(spec: ServerSpec, overrides: Sequence[str]) -> ServerSpec:
 
 def load_presets() -> dict[str, dict[str, Any]]:
     """The preset table from brain/profiles/presets.yaml: name -> {description, overrides}."""
-    data, _ = _parse_yaml(PRESETS_FILE.read_text(), str(PRESETS_FILE))
+    data, _ = parse_yaml_source(PRESETS_FILE.read_text(), str(PRESETS_FILE), "presets file")
     return dict(data or {})
 
 

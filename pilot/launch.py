@@ -299,17 +299,19 @@ class DryRun:
 
 
 def _declares_repo_param(workflow: Path) -> bool:
-    import yaml
-
+    from brain.yaml_source import parse_yaml
     from pilot.workflow.load import MAX_FILE_BYTES
 
     try:
         if workflow.stat().st_size > MAX_FILE_BYTES:
             return False  # refused with its reason when it is loaded
-        data = yaml.safe_load(workflow.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return False
-    return isinstance(data, dict) and "repo" in (data.get("params") or {})
+        doc, _problems = parse_yaml(workflow.read_text(encoding="utf-8"), str(workflow))
+    except (OSError, UnicodeDecodeError):
+        return False  # refused with its reason when it is loaded
+    data = doc.data if doc is not None else None
+    return (
+        isinstance(data, dict) and isinstance(data.get("params"), dict) and "repo" in data["params"]
+    )
 
 
 def copy_sample_repo(sample: Path, destination: Path | None = None) -> Path:

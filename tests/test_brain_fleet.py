@@ -263,6 +263,29 @@ def test_fleet_file_mistakes_name_the_file_line_and_field(tmp_path):
     assert f"{f}:3:" in str(e.value) and "cannot be split" in str(e.value)
 
 
+def test_fleet_file_yaml_errors_name_the_line(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text(
+        "name: x\nservers:\n  - profile: sim\n  - profile: sim\n    port: 8100\n    port: 8101\n"
+    )
+    with pytest.raises(SpecError) as e:
+        load_fleet_file(f)
+    assert str(e.value).startswith(
+        f'{f}:6: servers.1.port: duplicate key "port" (first given on line 5)'
+    )
+    f.write_text("name: x\nservers:\n  - profile: sim\n   gpus: 0\n")
+    with pytest.raises(SpecError) as e:
+        load_fleet_file(f)
+    assert e.value.file == str(f) and e.value.line == 4
+    assert "invalid YAML: bad indentation" in str(e.value) and "must line up" in str(e.value)
+
+
+def test_fleet_file_names_stay_text(tmp_path):
+    f = tmp_path / "fleet.yaml"
+    f.write_text("name: no\nservers:\n  - profile: sim\n")
+    assert load_fleet_file(f)[0] == "no"
+
+
 # --------------------------------------------------------------------------- CLI: dry runs
 
 

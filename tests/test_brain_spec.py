@@ -222,6 +222,33 @@ def test_duplicate_keys_and_bad_yaml_are_refused_with_lines():
     assert ei.value.file == "p.yaml" and ei.value.line
 
 
+def test_profiles_read_yaml_as_workflows_do_no_and_on_stay_strings():
+    # YAML 1.2 core scalars, as the workflow loader (one reader: brain.yaml_source):
+    # YAML 1.1 would make these booleans and refuse them as names and environment values.
+    spec = load_spec_text(
+        "name: no\nmodel: m\nenv:\n  VLLM_FLAG: on\n  OTHER: yes\n",
+        source="p.yaml",
+    )
+    assert spec.name == "no"
+    assert spec.env == {"VLLM_FLAG": "on", "OTHER": "yes"}
+    assert apply_overrides(spec, ["env.EXTRA=off"]).env["EXTRA"] == "off"
+
+
+def test_unreadable_profile_yaml_names_its_line_and_the_fix(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("name: x\nmodel: m\nenv:\n\tA: b\n")
+    with pytest.raises(SpecError) as ei:
+        load_profile(f)
+    assert ei.value.line == 4
+    assert str(ei.value).startswith(f"{f}:4: invalid YAML: a tab character")
+    assert "indent with spaces" in str(ei.value)
+    f.write_text("name: x\nmodel: !!python/name:os.system m\n")
+    with pytest.raises(SpecError) as ei:
+        load_profile(f)
+    assert str(ei.value).startswith(f"{f}:2: model: YAML tag !!python/name:os.system")
+    assert "profiles are plain YAML without tags" in str(ei.value)
+
+
 def test_unknown_profile_lists_the_builtin_ones():
     with pytest.raises(SpecError, match="gemma4-e4b-mtp"):
         load_profile("nope")

@@ -5,9 +5,9 @@ and all problems found in one pass are reported together, because the person
 reading them is about to leave a run going overnight and should fix everything in
 one edit. The pipeline:
 
-1. YAML is composed into a node tree with a strict loader (YAML 1.2 scalars, so
-   ``no`` stays a string; duplicate keys refused) and turned into plain data while
-   recording each node's position by path.
+1. YAML is read by ``brain.yaml_source`` (shared with the brain's profiles and fleet
+   files): one parse, YAML 1.2 scalars, so ``no`` stays a string; duplicate keys
+   refused; each node's position recorded by path.
 2. pydantic validates the data; each error's ``loc`` is mapped back to the closest
    recorded position, and its message rewritten to say what to write instead.
 3. Cross-field checks, params and templates are checked together.
@@ -28,18 +28,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
-from yaml.composer import Composer
-from yaml.constructor import SafeConstructor
-from yaml.parser import Parser
-from yaml.reader import Reader
-from yaml.resolver import Resolver
-from yaml.scanner import Scanner
 
-try:  # libyaml, when PyYAML was built with it
-    from yaml.cyaml import CParser as _CParser
-except ImportError:  # pragma: no cover - depends on the PyYAML build
-    _CParser = None  # type: ignore[assignment, misc]
-
+from brain.yaml_source import Where, YamlDocument, parse_yaml
 from pilot.errors import WorkflowError, WorkflowErrors
 from pilot.workflow.schema import EXTENSION_PREFIX, Loc, ParamSpec, Workflow, coerce_param
 from pilot.workflow.templating import (
@@ -64,9 +54,6 @@ __all__ = [
     "render_system",
     "render_workspace_path",
 ]
-
-_MAX_NODES = 100_000  # alias bombs ("billion laughs") stop here
-_MAX_DEPTH = 64
 
 # The run context used to try every template at load time.
 _PLACEHOLDER_RUN_ID = "00000000-check"
@@ -98,328 +85,19 @@ class LoadedWorkflow:
 # =========================================================================== YAML
 
 
-def _core_schema_resolvers() -> dict[str | None, list[tuple[str, re.Pattern[str]]]]:
-    """Implicit tags of the YAML 1.2 core schema, in PyYAML's resolver-table shape."""
-    table: dict[str | None, list[tuple[str, re.Pattern[str]]]] = {}
-    for tag, pattern, first in (
-        ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
-        ("int", r"^[-+]?[0-9]+$", "-+0123456789"),
-        (
-            "float",
-            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+)"
-            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
-            "-+0123456789.",
-        ),
-        ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
-        ("merge", r"^<<$", "<"),
-    ):
-        for char in first:
-            key = char or None  # PyYAML files the empty scalar under None
-            table.setdefault(key, []).append((f"tag:yaml.org,2002:{tag}", re.compile(pattern)))
-    return table
-
-
-def _construct_int(loader: SafeConstructor, node: yaml.ScalarNode) -> int:
-    return int(loader.construct_scalar(node))  # decimal: "0755" is 755, not octal
-
-
-class _Schema(SafeConstructor, Resolver):
-    """Safe construction with YAML 1.2 core scalars: only true/false are booleans.
-
-    YAML 1.1 reads ``no``, ``off`` and ``y`` as booleans, ``1:30`` as 90 and ``0755``
-    as octal; in prompts and param defaults that silently changes values.
-    """
-
-    yaml_implicit_resolvers = _core_schema_resolvers()
-    yaml_constructors = {
-        **SafeConstructor.yaml_constructors,
-        "tag:yaml.org,2002:int": _construct_int,
-    }
-
-    def __init__(self) -> None:
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
-
-
-class _PyLoader(Reader, Scanner, Parser, Composer, _Schema):
-    """The pure-Python parser, used where PyYAML was built without libyaml."""
-
-    def __init__(self, stream: str) -> None:
-        Reader.__init__(self, stream)
-        Scanner.__init__(self)
-        Parser.__init__(self)
-        Composer.__init__(self)
-        _Schema.__init__(self)
-
-
-_YamlLoader: type[_PyLoader] | type[Any] = _PyLoader
-if _CParser is not None:
-
-    class _CLoader(_CParser, _Schema):  # type: ignore[misc, valid-type]
-        """libyaml's parser (C, faster); same nodes and marks as the Python one."""
-
-        def __init__(self, stream: str) -> None:
-            _CParser.__init__(self, stream)
-            _Schema.__init__(self)
-
-    _YamlLoader = _CLoader
-
-
-_MAP_TAG = "tag:yaml.org,2002:map"
-_SEQ_TAG = "tag:yaml.org,2002:seq"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-@dataclass
-class _Where:
-    """Where a value sits in the file: its key (if in a mapping) and its node."""
-
-    key: yaml.Node | None
-    node: yaml.Node
-
-
-@dataclass
-class _Document:
-    """Plain data built from YAML, with every value's position by path."""
-
-    filename: str
-    text: str
-    data: Any
-    where: dict[Loc, _Where]
-    stand_ins: list[str] = field(default_factory=list)
-
-
-class _Builder:
-    """Turns a composed YAML node tree into plain data, recording positions and problems."""
-
-    def __init__(self, loader: Any, filename: str, text: str) -> None:
-        self.loader = loader
-        self.filename = filename
-        self.lines = text.splitlines()
-        self.where: dict[Loc, _Where] = {}
-        self.errors: list[WorkflowError] = []
-        self.count = 0
-        self.stack: set[int] = set()
-        self.unreadable: set[int] = set()
-        self.stand_ins: list[str] = []  # fields holding a stand-in for an unreadable value
-
-    def error(self, mark: yaml.Mark, path: Loc, message: str) -> None:
-        self.errors.append(
-            WorkflowError(
-                message,
-                file=self.filename,
-                line=mark.line + 1,
-                column=mark.column + 1,
-                field=dotted(path) or None,
-            )
+def _parse_yaml(
+    text: str, filename: str, kind: str = "workflow file"
+) -> tuple[YamlDocument | None, list[WorkflowError]]:
+    """YAML text -> plain data with positions (``brain.yaml_source``, the one YAML reader of
+    hand-written files); (None, [error]) when it cannot be read."""
+    doc, problems = parse_yaml(text, filename, kind=kind)
+    errors = [
+        WorkflowError(
+            p.message, file=filename, line=p.line, column=p.column, field=dotted(p.path) or None
         )
-
-    def build(self, node: yaml.Node, path: Loc, key: yaml.Node | None = None) -> Any:
-        self.count += 1
-        if self.count > _MAX_NODES or len(path) > _MAX_DEPTH:
-            raise _Abort(
-                _mark_error(
-                    self.filename,
-                    node.start_mark,
-                    "the document is too large or too deeply nested (an alias loop?); "
-                    "workflow files are small",
-                )
-            )
-        if id(node) in self.stack:
-            raise _Abort(_mark_error(self.filename, node.start_mark, "an alias refers to itself"))
-        self.where.setdefault(path, _Where(key, node))
-        if isinstance(node, yaml.ScalarNode):
-            return self._scalar(node, path)
-        self.stack.add(id(node))
-        try:
-            if isinstance(node, yaml.SequenceNode):
-                if node.tag != _SEQ_TAG:
-                    self.error(node.start_mark, path, _tag_message(node.tag))
-                return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-            if isinstance(node, yaml.MappingNode):
-                if node.tag != _MAP_TAG:
-                    self.error(node.start_mark, path, _tag_message(node.tag))
-                out: dict[str, Any] = {}
-                for name, key_node, value_node in self._pairs(node, path):
-                    out[name] = self.build(value_node, (*path, name), key_node)
-                return out
-        finally:
-            self.stack.discard(id(node))
-        return None  # pragma: no cover - composer yields only these three node kinds
-
-    def _scalar(self, node: yaml.ScalarNode, path: Loc) -> Any:
-        if id(node) in self.unreadable:  # an alias of a value already reported
-            self.stand_ins.append(dotted(path))
-            return node.value
-        if not node.tag.startswith(_STANDARD_TAGS):
-            self.unreadable.add(id(node))
-            self.error(node.start_mark, path, _tag_message(node.tag))
-            return node.value
-        try:
-            return self.loader.construct_object(node, deep=True)
-        except Exception as exc:  # bad explicit tags (!!int abc): the file's fault
-            self.unreadable.add(id(node))
-            problem = getattr(exc, "problem", None) or str(exc)
-            self.error(node.start_mark, path, f"cannot read this value: {problem}")
-            return node.value
-
-    def _pairs(self, node: yaml.MappingNode, path: Loc) -> list[tuple[str, yaml.Node, yaml.Node]]:
-        """Explicit keys (duplicates refused) over merged ``<<`` keys, in file order."""
-        merged: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        explicit: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG:
-                sources = (
-                    value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-                )
-                for source in sources:
-                    if not isinstance(source, yaml.MappingNode):
-                        self.error(
-                            source.start_mark, path, "`<<` merges only mappings (use an anchor)"
-                        )
-                        continue
-                    for name, k, v in self._pairs(source, path):
-                        merged.setdefault(name, (k, v))
-                continue
-            if not isinstance(key_node, yaml.ScalarNode):
-                self.error(key_node.start_mark, path, self._complex_key_message(key_node, path))
-                continue
-            name = key_node.value
-            if name in explicit:
-                first = explicit[name][0].start_mark
-                self.error(
-                    key_node.start_mark,
-                    (*path, name),
-                    f'duplicate key "{name}" (first given on line {first.line + 1}); '
-                    "YAML keeps only one of them, so remove or rename the other",
-                )
-                continue
-            explicit[name] = (key_node, value_node)
-        combined = {**merged, **explicit}
-        return [(name, k, v) for name, (k, v) in combined.items()]
-
-    def _complex_key_message(self, key_node: yaml.Node, path: Loc) -> str:
-        number = key_node.start_mark.line
-        line = self.lines[number] if number < len(self.lines) else ""
-        if "{{" in line:
-            key = path[-1] if path and isinstance(path[-1], str) else "key"
-            return (
-                "a value starting with '{{' must be quoted, or YAML reads it as a mapping: "
-                f'write {key}: "{{{{ ... }}}}"'
-            )
-        return "keys must be plain names, not lists or mappings"
-
-
-class _Abort(Exception):
-    """Stop building: the document cannot be read further."""
-
-    def __init__(self, error: WorkflowError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-_STANDARD_TAGS = tuple(
-    f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "merge")
-)
-
-
-def _tag_message(tag: str) -> str:
-    short = tag.replace("tag:yaml.org,2002:", "!!")
-    return f"YAML tag {short} is not supported here; workflow files are plain YAML without tags"
-
-
-def _mark_error(filename: str, mark: yaml.Mark | None, message: str) -> WorkflowError:
-    if mark is None:
-        return WorkflowError(message, file=filename, line=1, column=1)
-    return WorkflowError(message, file=filename, line=mark.line + 1, column=mark.column + 1)
-
-
-def _yaml_message(exc: yaml.MarkedYAMLError, text: str) -> str:
-    """A YAML syntax error in words a workflow author can act on.
-
-    The parser's own text (which differs between libyaml and the Python parser) is
-    kept after the explanation, for the rare case the explanation guesses wrong.
-    """
-    mark = exc.problem_mark or exc.context_mark
-    lines = text.splitlines()
-    line_text = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
-    at = line_text[mark.column : mark.column + 1] if mark is not None else ""
-    problem = exc.problem or ""
-    context = exc.context or ""
-    detail = problem or context or "invalid YAML"
-    if context and problem:
-        since = exc.context_mark
-        start = (
-            f" from line {since.line + 1}"
-            if since is not None and mark is not None and since.line != mark.line
-            else ""
-        )
-        detail += f", {context}{start}"
-    words = f"{problem} {context}"
-    if at == "\t" or "'\\t'" in problem:
-        return "a tab character; YAML does not allow tabs for indentation, indent with spaces"
-    if "{{" in line_text and ("{" in words or "flow" in words or "unhashable" in words):
-        return f"a value starting with '{{{{' must be quoted: key: \"{{{{ ... }}}}\" ({detail})"
-    if "mapping values are not allowed" in problem:
-        return (
-            "unexpected ': '. If this line starts a new key, line it up with the keys "
-            "above; if it is text containing ': ', quote it or use a block (key: |, then "
-            f"the text indented on the next lines) ({detail})"
-        )
-    if "could not find expected ':'" in problem:
-        return f"expected `key: value`; check this line's indentation and quotes ({detail})"
-    if any(k in words for k in ("block end", "expected key", "'-' indicator", "block mapping")):
-        return f"bad indentation: keys of one mapping and items of one list must line up ({detail})"
-    if "cannot start any token" in problem:
-        return f"{at!r} cannot start a value here; quote the value ({detail})"
-    if "single document" in words:
-        return f"a workflow file holds one YAML document; remove the extra `---` ({detail})"
-    return f"{detail}; fix the YAML syntax at this position"
-
-
-def _reader_error(exc: yaml.reader.ReaderError, text: str, filename: str) -> WorkflowError:
-    position = min(max(exc.position, 0), len(text))
-    line = text.count("\n", 0, position) + 1
-    column = position - (text.rfind("\n", 0, position) + 1) + 1
-    return WorkflowError(
-        f"invalid character {chr(exc.character)!r} in the file; workflow files are UTF-8 "
-        "text without control characters (other than tab and newline)",
-        file=filename,
-        line=line,
-        column=column,
-    )
-
-
-def _parse_yaml(text: str, filename: str) -> tuple[_Document | None, list[WorkflowError]]:
-    """YAML text -> plain data with positions; (None, [error]) when it cannot be read."""
-    try:
-        loader = _YamlLoader(text)
-    except yaml.reader.ReaderError as exc:
-        return None, [_reader_error(exc, text, filename)]
-    try:
-        try:
-            root = loader.get_single_node()
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            return None, [_mark_error(filename, mark, f"invalid YAML: {_yaml_message(exc, text)}")]
-        except yaml.reader.ReaderError as exc:
-            return None, [_reader_error(exc, text, filename)]
-        except (yaml.YAMLError, RecursionError) as exc:
-            return None, [WorkflowError(f"invalid YAML: {exc}", file=filename, line=1, column=1)]
-        if root is None:
-            return _Document(filename, text, None, {}), []
-        builder = _Builder(loader, filename, text)
-        try:
-            data = builder.build(root, ())
-        except _Abort as abort:
-            return None, [abort.error]
-        except RecursionError:
-            return None, [
-                WorkflowError("the document is nested too deeply", file=filename, line=1, column=1)
-            ]
-        return _Document(filename, text, data, builder.where, builder.stand_ins), builder.errors
-    finally:
-        loader.dispose()
+        for p in problems
+    ]
+    return doc, errors
 
 
 # =========================================================================== locations
@@ -461,15 +139,11 @@ def _normalize(loc: tuple[Any, ...], data: Any) -> tuple[Loc, str | None]:
 class _Locator:
     """Finds the file position for a path in the data (or its closest ancestor)."""
 
-    def __init__(self, doc: _Document) -> None:
+    def __init__(self, doc: YamlDocument) -> None:
         self.doc = doc
 
-    def find(self, path: Loc) -> tuple[_Where | None, Loc]:
-        for n in range(len(path), -1, -1):
-            hit = self.doc.where.get(path[:n])
-            if hit is not None:
-                return hit, path[:n]
-        return None, ()
+    def find(self, path: Loc) -> tuple[Where | None, Loc]:
+        return self.doc.find(path)
 
     def error(
         self, path: Loc, message: str, *, field: str | None = None, at_key: bool = False
@@ -654,7 +328,7 @@ def _validation_errors(
     Dropped: errors inside a value the YAML reader already complained about (its data
     is a stand-in), and "missing key X" when an unknown key next to it is a typo of X.
     """
-    known = [e.field for e in already if e.field] + locator.doc.stand_ins
+    known = [e.field for e in already if e.field] + [dotted(p) for p in locator.doc.stand_ins]
     entries: list[tuple[Loc, str | None, dict[str, Any]]] = []
     for error in exc.errors(include_url=False):
         path, tail = _normalize(tuple(error["loc"]), locator.doc.data)
@@ -789,7 +463,7 @@ def load_yaml_file(path: Path) -> Any:
     """The data of a small YAML file (a params matrix), read with the workflow's limits (its
     size, its alias expansion); ``WorkflowError`` with file and line when it cannot be read."""
     filename = str(path)
-    doc, errors = _parse_yaml(_read_text(path), filename)
+    doc, errors = _parse_yaml(_read_text(path), filename, "matrix file")
     if doc is None:
         raise errors[0]
     if errors:
@@ -805,7 +479,7 @@ def load_params_file(path: Path) -> dict[str, Any]:
     """
     filename = str(path)
     text = _read_text(path)
-    doc, errors = _parse_yaml(text, filename)
+    doc, errors = _parse_yaml(text, filename, "params file")
     if doc is None:
         raise errors[0]
     if errors:
