@@ -9,11 +9,10 @@ import math
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from brain.bench.drivers import run_bench, validate_config
 from brain.bench.models import BenchConfig, BenchError
-from brain.bench.output import err, run_and_report
+from brain.bench.output import bad_options, run_and_report
 
 
 def _ints(text: str | None, option: str) -> list[int]:
@@ -138,12 +137,10 @@ def bench_command(
             if given is not None
         ]
         if stray:
-            err.print(
-                f"[red]brain bench:[/red] {', '.join(stray)} do(es) not apply to --replay: a "
-                "replay sends the recorded requests; -c sets how many runs go at once",
-                soft_wrap=True,
+            bad_options(
+                f"{', '.join(stray)} do(es) not apply to --replay: a replay sends the recorded "
+                "requests; -c sets how many runs go at once"
             )
-            raise typer.Exit(2)
 
         replay_command(
             url=url,
@@ -194,8 +191,7 @@ def bench_command(
         )
         validate_config(config)
     except (ValueError, BenchError) as exc:  # pydantic's ValidationError is a ValueError
-        err.print(f"[red]brain bench:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        bad_options(str(exc))
     run_and_report(
         lambda progress: run_bench(config, progress),
         report_module="brain.bench.report",

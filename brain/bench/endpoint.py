@@ -6,11 +6,10 @@ HTTP client and endpoint list that the synthetic bench and the replay both start
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import httpx
 
-from brain.bench.models import BenchError
+from brain.bench.models import BenchError, EndpointConfig
 from brain.bench.sender import error_text
 from brain.metrics import MetricsParseError, MetricsSnapshot, SpecDecodeStats, spec_decode_delta
 
@@ -72,26 +71,7 @@ def spec_delta(
     return spec_decode_delta(before, after)
 
 
-class Targets(Protocol):
-    """What a bench config says about where to send (``BenchConfig``, ``ReplayConfig``)."""
-
-    @property
-    def url(self) -> str: ...
-    @property
-    def compare_url(self) -> str | None: ...
-    @property
-    def labels(self) -> tuple[str, str]: ...
-    @property
-    def model(self) -> str | None: ...
-    @property
-    def compare_model(self) -> str | None: ...
-    @property
-    def api_key(self) -> str | None: ...
-    @property
-    def timeout(self) -> float: ...
-
-
-def bench_client(config: Targets) -> httpx.AsyncClient:
+def bench_client(config: EndpointConfig) -> httpx.AsyncClient:
     """The run's one HTTP client: the bearer key, the request timeout (connecting at most
     30 s of it) and no cap on connections, so the concurrency is the bench's, not the pool's."""
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
@@ -100,7 +80,7 @@ def bench_client(config: Targets) -> httpx.AsyncClient:
     return httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
 
 
-async def open_endpoints(client: httpx.AsyncClient, config: Targets) -> list[Endpoint]:
+async def open_endpoints(client: httpx.AsyncClient, config: EndpointConfig) -> list[Endpoint]:
     """The endpoint, and the ``--compare`` one, each with its model: the one given, else the
     first the server lists (``--compare-model`` defaults to ``--model``)."""
     endpoints = [Endpoint(config.labels[0], server_root(config.url))]

@@ -25,8 +25,8 @@ class BenchError(BrainError):
     """The benchmark cannot run as asked: bad options, unreachable endpoint, unreadable file."""
 
 
-class BenchConfig(BaseModel):
-    """Everything one ``brain bench`` invocation does; the CLI fills it, tests build it."""
+class EndpointConfig(BaseModel):
+    """Where a bench sends and how it samples: what ``brain bench`` and ``--replay`` share."""
 
     url: str
     compare_url: str | None = None
@@ -34,6 +34,15 @@ class BenchConfig(BaseModel):
     model: str | None = None
     compare_model: str | None = None
     api_key: str | None = Field(None, exclude=True, repr=False)
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    seed: int = 0
+    timeout: float = Field(600.0, gt=0)
+
+
+class BenchConfig(EndpointConfig):
+    """Everything one ``brain bench`` invocation does; the CLI fills it, tests build it."""
+
     concurrency: list[int] = Field(default_factory=list)
     request_rates: list[float] = Field(default_factory=list)
     max_concurrency: int | None = None
@@ -45,11 +54,7 @@ class BenchConfig(BaseModel):
     depths: list[int] = Field(default_factory=list)
     depth_runs: int = Field(3, ge=1)
     warmup: int = Field(1, ge=0)
-    temperature: float = 0.0
-    ignore_eos: bool = True
     use_tokenize: bool = True
-    seed: int = 0
-    timeout: float = Field(600.0, gt=0)
 
     def load_points(self) -> list[LoadPoint]:
         if self.request_rates:

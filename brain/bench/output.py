@@ -11,7 +11,7 @@ import asyncio
 import importlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -21,6 +21,12 @@ from brain.bench.models import BenchError
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
+
+
+def bad_options(message: str) -> NoReturn:
+    """Say what is wrong with the options and exit 2 (usage), before anything is sent."""
+    err.print(f"[red]brain bench:[/red] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def run_and_report(
@@ -35,8 +41,8 @@ def run_and_report(
 ) -> None:
     """Run a bench (synthetic or replay), print its report and write the files asked for.
 
-    ``report_module`` names the module with the report's ``print_report``, ``render_markdown``,
-    ``write_json`` and ``write_plot``, imported only once the run is done (start-up stays
+    ``report_module`` names the module with the report's ``print_report``, ``render_markdown``
+    and ``write_plot``, imported only once the run is done (start-up stays
     light). A missing matplotlib fails before the run, not after it; a bench error exits 1,
     and so does a report in which no request succeeded.
     """
@@ -54,7 +60,8 @@ def run_and_report(
     writers = importlib.import_module(report_module)
     writers.print_report(report, out)
     if json_path is not None:
-        writers.write_json(report, json_path)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
         err.print(f"wrote {json_path}")
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-from rich.markup import escape
-
 from brain.bench.models import BenchError
-from brain.bench.output import err, run_and_report
+from brain.bench.output import bad_options, run_and_report
 from brain.bench.replay import run_replay, validate_replay_config
 from brain.bench.replay_models import ReplayConfig
 
@@ -58,8 +55,7 @@ def replay_command(
         )
         validate_replay_config(config)
     except (ValueError, BenchError) as exc:
-        err.print(f"[red]brain bench:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        bad_options(str(exc))
     run_and_report(
         lambda progress: run_replay(config, progress),
         report_module="brain.bench.replay_report",

@@ -12,19 +12,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from brain.bench.models import Percentiles
+from brain.bench.models import EndpointConfig, Percentiles
 from brain.metrics import SpecDecodeStats
 
 
-class ReplayConfig(BaseModel):
+class ReplayConfig(EndpointConfig):
     """One ``brain bench --replay`` invocation; the CLI fills it, tests build it."""
 
-    url: str
-    compare_url: str | None = None
-    labels: tuple[str, str] = ("A", "B")
-    model: str | None = None
-    compare_model: str | None = None
-    api_key: str | None = Field(None, exclude=True, repr=False)
     paths: list[Path]
     concurrency: list[int] = Field(default_factory=lambda: [1])
     """Runs replayed at once, one point each."""
@@ -36,10 +30,6 @@ class ReplayConfig(BaseModel):
     salt: bool = True
     buckets: int = Field(8, ge=1)
     """Depth rows of the report (requests grouped by position in their run)."""
-    temperature: float = 0.0
-    ignore_eos: bool = True
-    timeout: float = Field(600.0, gt=0)
-    seed: int = 0
 
 
 class RequestRow(BaseModel):

@@ -1,4 +1,4 @@
-"""Showing a ``brain bench --replay`` report: rich tables, Markdown, JSON and the PNG plot.
+"""Showing a ``brain bench --replay`` report: rich tables, Markdown and the PNG plot.
 
 Pure formatting of a ``ReplayReport`` (the plot needs matplotlib, imported through
 ``brain.bench.plot.pyplot`` only when a plot is asked for).
@@ -15,7 +15,13 @@ from rich.text import Text
 
 from brain.bench.models import BenchError
 from brain.bench.replay_models import ReplayEndpointReport, ReplayPoint, ReplayReport
-from brain.bench.report import comparison_headers, comparison_rows, fmt_num, markdown_table
+from brain.bench.report import (
+    comparison_headers,
+    comparison_markdown,
+    comparison_rows,
+    fmt_num,
+    markdown_table,
+)
 
 RATIO_NAMES = {
     "run_wall": "run wall",
@@ -152,16 +158,8 @@ def render_markdown(report: ReplayReport) -> str:
             out += [markdown_table(DEPTH_HEADERS, depth_cells(p)), ""]
         out += [f"- {n}" for n in _notes(ep)]
     if report.comparison:
-        a, b = report.endpoints[0].label, report.endpoints[1].label
-        keys = comparison_headers(report)
-        headers = [f"{a}/{b}"] + [RATIO_NAMES.get(k, k) for k in keys]
-        out += [markdown_table(headers, comparison_rows(report, keys)), ""]
+        out += [comparison_markdown(report, RATIO_NAMES), ""]
     return "\n".join(out).strip() + "\n"
-
-
-def write_json(report: ReplayReport, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
 
 def write_plot(report: ReplayReport, path: Path) -> None:

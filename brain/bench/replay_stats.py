@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from brain.bench.models import Percentiles
 from brain.bench.replay_models import (
     DepthRow,
     ReplayEndpointReport,
@@ -15,12 +14,8 @@ from brain.bench.replay_models import (
     ReplayRatio,
     RequestRow,
 )
-from brain.bench.stats import summarize_ms
+from brain.bench.stats import dist_mean, distinct_errors, ratio, summarize_ms
 from brain.metrics import MetricsSnapshot, spec_decode_delta
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None or b == 0 else a / b
 
 
 def _decode_rate(rows: Sequence[RequestRow]) -> float | None:
@@ -70,14 +65,6 @@ def reduce_depths(rows: Sequence[RequestRow], buckets: int) -> list[DepthRow]:
     return out
 
 
-def _errors(rows: Sequence[RequestRow]) -> list[str]:
-    seen: list[str] = []
-    for r in rows:
-        if r.error and r.error not in seen:
-            seen.append(r.error)
-    return seen[:5]
-
-
 def reduce_point(
     concurrency: int,
     rows: Sequence[RequestRow],
@@ -104,7 +91,7 @@ def reduce_point(
         requests=len(rows),
         completed=len(ok),
         failed=len(rows) - len(ok),
-        errors=_errors(rows),
+        errors=distinct_errors(r.error for r in rows),
         wall_s=wall,
         run_wall_s=list(run_walls),
         prompt_tokens=sum(r.prompt_tokens for r in ok),
@@ -123,10 +110,6 @@ def reduce_point(
     )
 
 
-def _mean(p: Percentiles | None) -> float | None:
-    return p.mean if p is not None else None
-
-
 def _mean_of(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -143,12 +126,12 @@ def compare_points(a: ReplayEndpointReport, b: ReplayEndpointReport) -> list[Rep
             ReplayRatio(
                 point=pa.label,
                 ratios={
-                    "run_wall": _ratio(_mean_of(pa.run_wall_s), _mean_of(pb.run_wall_s)),
-                    "ttft_mean": _ratio(_mean(pa.ttft_ms), _mean(pb.ttft_ms)),
-                    "e2el_mean": _ratio(_mean(pa.e2el_ms), _mean(pb.e2el_ms)),
-                    "decode_tps": _ratio(pa.decode_tps, pb.decode_tps),
-                    "hit_rate": _ratio(pa.hit_rate, pb.hit_rate),
-                    "computed_prefill": _ratio(pa.computed_prefill, pb.computed_prefill),
+                    "run_wall": ratio(_mean_of(pa.run_wall_s), _mean_of(pb.run_wall_s)),
+                    "ttft_mean": ratio(dist_mean(pa.ttft_ms), dist_mean(pb.ttft_ms)),
+                    "e2el_mean": ratio(dist_mean(pa.e2el_ms), dist_mean(pb.e2el_ms)),
+                    "decode_tps": ratio(pa.decode_tps, pb.decode_tps),
+                    "hit_rate": ratio(pa.hit_rate, pb.hit_rate),
+                    "computed_prefill": ratio(pa.computed_prefill, pb.computed_prefill),
                 },
             )
         )
@@ -161,10 +144,10 @@ def compare_points(a: ReplayEndpointReport, b: ReplayEndpointReport) -> list[Rep
                 ReplayRatio(
                     point=f"{pa.label} depth {da.label}",
                     ratios={
-                        "ttft_mean": _ratio(_mean(da.ttft_ms), _mean(db.ttft_ms)),
-                        "e2el_mean": _ratio(_mean(da.e2el_ms), _mean(db.e2el_ms)),
-                        "decode_tps": _ratio(da.decode_tps, db.decode_tps),
-                        "hit_rate": _ratio(da.hit_rate, db.hit_rate),
+                        "ttft_mean": ratio(dist_mean(da.ttft_ms), dist_mean(db.ttft_ms)),
+                        "e2el_mean": ratio(dist_mean(da.e2el_ms), dist_mean(db.e2el_ms)),
+                        "decode_tps": ratio(da.decode_tps, db.decode_tps),
+                        "hit_rate": ratio(da.hit_rate, db.hit_rate),
                     },
                 )
             )

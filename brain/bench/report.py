@@ -1,6 +1,7 @@
-"""Showing a ``brain bench`` report: rich tables for the terminal, Markdown, JSON.
+"""Showing a ``brain bench`` report: rich tables for the terminal, Markdown, the plot's entry.
 
-Pure formatting of a ``BenchReport``; no I/O beyond writing the file it is asked to write.
+Pure formatting of a ``BenchReport`` (the JSON is the model's own dump, written by
+``brain.bench.output``), and the table helpers the replay's report shares.
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ class _Compared(Protocol):
 
     @property
     def comparison(self) -> Sequence[Any]: ...
+    @property
+    def endpoints(self) -> Sequence[Any]: ...
 
 
 def comparison_headers(report: _Compared) -> list[str]:
@@ -266,6 +269,14 @@ def markdown_table(headers: list[str], rows: Iterator[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def comparison_markdown(report: _Compared, names: dict[str, str]) -> str:
+    """The comparison as a Markdown table, its ratios under ``names`` (the key where none)."""
+    a, b = report.endpoints[0].label, report.endpoints[1].label
+    keys = comparison_headers(report)
+    headers = [f"{a}/{b}"] + [names.get(k, k) for k in keys]
+    return markdown_table(headers, comparison_rows(report, keys))
+
+
 def render_markdown(report: BenchReport) -> str:
     """The same tables as Markdown (for bench/README.md and issue comments)."""
     out: list[str] = []
@@ -289,16 +300,8 @@ def render_markdown(report: BenchReport) -> str:
             ]
         out += [f"- {n}" for n in _notes(ep)]
     if report.comparison:
-        a, b = report.endpoints[0].label, report.endpoints[1].label
-        keys = comparison_headers(report)
-        headers = [f"{a}/{b}"] + [RATIO_NAMES.get(k, k) for k in keys]
-        out += [markdown_table(headers, comparison_rows(report, keys)), ""]
+        out += [comparison_markdown(report, RATIO_NAMES), ""]
     return "\n".join(out).strip() + "\n"
-
-
-def write_json(report: BenchReport, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
 
 def write_plot(report: BenchReport, path: Path) -> None:

@@ -29,7 +29,7 @@ What the figures mean (all measured by the client, from the moment the request i
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from brain.bench.models import (
     DepthResult,
@@ -69,11 +69,12 @@ def summarize_ms(values_s: Sequence[float]) -> Percentiles | None:
     )
 
 
-def _distinct_errors(results: Sequence[RequestResult]) -> list[str]:
+def distinct_errors(errors: Iterable[str | None]) -> list[str]:
+    """The first five distinct error messages, in order (a report lists, it does not flood)."""
     seen: list[str] = []
-    for r in results:
-        if r.error and r.error not in seen:
-            seen.append(r.error)
+    for error in errors:
+        if error and error not in seen:
+            seen.append(error)
     return seen[:5]
 
 
@@ -100,7 +101,7 @@ def reduce_point(
         num_requests=len(results),
         completed=len(ok),
         failed=len(results) - len(ok),
-        errors=_distinct_errors(results),
+        errors=distinct_errors(r.error for r in results),
         duration_s=duration_s,
         total_input_tokens=in_tokens,
         total_output_tokens=out_tokens,
@@ -129,7 +130,7 @@ def reduce_depth(
         depth=depth,
         runs=len(results),
         failed=len(results) - len(ok),
-        errors=_distinct_errors(results),
+        errors=distinct_errors(r.error for r in results),
         prompt_tokens=sum(r.prompt_tokens for r in ok) / len(ok) if ok else None,
         output_tokens=sum(r.output_tokens for r in ok) / len(ok) if ok else None,
         ttft_ms=summarize_ms([r.ttft for r in ok if r.ttft is not None]),
@@ -140,13 +141,15 @@ def reduce_depth(
     )
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None when either is missing or ``b`` is zero."""
     if a is None or b is None or b == 0:
         return None
     return a / b
 
 
-def _mean(p: Percentiles | None) -> float | None:
+def dist_mean(p: Percentiles | None) -> float | None:
+    """A distribution's mean, or None for none."""
     return p.mean if p is not None else None
 
 
@@ -162,12 +165,12 @@ def compare_reports(a: EndpointReport, b: EndpointReport) -> list[RatioRow]:
             RatioRow(
                 point=pa.label,
                 ratios={
-                    "output_throughput": _ratio(pa.output_throughput, pb.output_throughput),
-                    "request_throughput": _ratio(pa.request_throughput, pb.request_throughput),
-                    "ttft_mean": _ratio(_mean(pa.ttft_ms), _mean(pb.ttft_ms)),
-                    "tpot_mean": _ratio(_mean(pa.tpot_ms), _mean(pb.tpot_ms)),
-                    "itl_mean": _ratio(_mean(pa.itl_ms), _mean(pb.itl_ms)),
-                    "e2el_mean": _ratio(_mean(pa.e2el_ms), _mean(pb.e2el_ms)),
+                    "output_throughput": ratio(pa.output_throughput, pb.output_throughput),
+                    "request_throughput": ratio(pa.request_throughput, pb.request_throughput),
+                    "ttft_mean": ratio(dist_mean(pa.ttft_ms), dist_mean(pb.ttft_ms)),
+                    "tpot_mean": ratio(dist_mean(pa.tpot_ms), dist_mean(pb.tpot_ms)),
+                    "itl_mean": ratio(dist_mean(pa.itl_ms), dist_mean(pb.itl_ms)),
+                    "e2el_mean": ratio(dist_mean(pa.e2el_ms), dist_mean(pb.e2el_ms)),
                 },
             )
         )
@@ -180,10 +183,10 @@ def compare_reports(a: EndpointReport, b: EndpointReport) -> list[RatioRow]:
             RatioRow(
                 point=f"depth={da.depth}",
                 ratios={
-                    "prefill_tps": _ratio(da.prefill_tps, db.prefill_tps),
-                    "decode_tps": _ratio(da.decode_tps, db.decode_tps),
-                    "ttft_mean": _ratio(_mean(da.ttft_ms), _mean(db.ttft_ms)),
-                    "e2el_mean": _ratio(_mean(da.e2el_ms), _mean(db.e2el_ms)),
+                    "prefill_tps": ratio(da.prefill_tps, db.prefill_tps),
+                    "decode_tps": ratio(da.decode_tps, db.decode_tps),
+                    "ttft_mean": ratio(dist_mean(da.ttft_ms), dist_mean(db.ttft_ms)),
+                    "e2el_mean": ratio(dist_mean(da.e2el_ms), dist_mean(db.e2el_ms)),
                 },
             )
         )
