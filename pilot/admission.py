@@ -95,7 +95,7 @@ class MetricsKvSource:
 
     async def _window(self, url: str) -> int | None:
         if url not in self._windows:
-            from pilot.model.client import server_root
+            from pilot.model.servers import server_root
 
             try:
                 response = await self._client().get(f"{server_root(url)}/v1/models")

@@ -38,8 +38,9 @@ from pilot.context import (
     summary_request,
 )
 from pilot.errors import BadRequest, ContextOverflow, ServerUnavailable
-from pilot.model.client import ChatRequest, OpenAIModelClient, RetryPolicy
+from pilot.model.client import OpenAIModelClient
 from pilot.model.settings import ClientSettings
+from pilot.model.types import ChatRequest, RetryPolicy
 
 MODEL = "sim/context-model"
 WINDOW = 8192

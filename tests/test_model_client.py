@@ -30,14 +30,9 @@ from pilot.errors import (
     ServerUnavailable,
 )
 from pilot.model import client as pilot_model
-from pilot.model.client import (
-    ChatRequest,
-    OpenAIModelClient,
-    RetryPolicy,
-    WaitEvent,
-    resolve_model_name,
-)
+from pilot.model.client import OpenAIModelClient
 from pilot.model.settings import ClientSettings
+from pilot.model.types import ChatRequest, RetryPolicy, WaitEvent, resolve_model_name
 
 pytestmark = pytest.mark.anyio
 

@@ -19,16 +19,7 @@ from pilot.errors import (
     ServerUnavailable,
     StreamInterrupted,
 )
-from pilot.model.client import (
-    ChatRequest,
-    ModelClient,
-    ModelResponse,
-    OpenAIModelClient,
-    ServedModel,
-    ToolCallOut,
-    WaitEvent,
-    server_root,
-)
+from pilot.model.client import OpenAIModelClient
 from pilot.model.errors import (
     VLLM_ERRORS,
     _api_key,
@@ -43,8 +34,17 @@ from pilot.model.errors import (
     map_vllm_error,
     wants_served_models,
 )
+from pilot.model.servers import server_root
 from pilot.model.settings import ClientSettings
 from pilot.model.streaming import StreamAccumulator
+from pilot.model.types import (
+    ChatRequest,
+    ModelClient,
+    ModelResponse,
+    ServedModel,
+    ToolCallOut,
+    WaitEvent,
+)
 
 
 def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> dict:

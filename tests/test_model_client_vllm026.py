@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from pilot.errors import ConfigurationError
-from pilot.model.client import ChatRequest, OpenAIModelClient, RetryPolicy
+from pilot.model.client import OpenAIModelClient
 from pilot.model.errors import SAME_500_LIMIT, map_vllm_error
 from pilot.model.settings import ClientSettings
+from pilot.model.types import ChatRequest, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

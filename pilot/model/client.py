@@ -40,49 +40,26 @@ from pilot.model.errors import (
     map_vllm_error,
     wants_served_models,
 )
-from pilot.model.servers import probe_context_window
+from pilot.model.servers import probe_context_window, server_root
 from pilot.model.settings import ClientSettings
 from pilot.model.sse import SSEDecoder
 from pilot.model.streaming import StreamAccumulator
 from pilot.model.types import (
     ChatRequest,
-    ModelClient,
     ModelResponse,
     RetryPolicy,
     ServedModel,
-    ToolCallOut,
-    Usage,
     WaitCallback,
     WaitEvent,
-    resolve_model_name,
 )
 
-__all__ = [
-    "ChatRequest",
-    "ModelClient",
-    "ModelResponse",
-    "OpenAIModelClient",
-    "RetryPolicy",
-    "ServedModel",
-    "ToolCallOut",
-    "Usage",
-    "WaitCallback",
-    "WaitEvent",
-    "resolve_model_name",
-    "server_root",
-]
+__all__ = ["OpenAIModelClient", "notify_wait"]
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
 MODELS_FRESH_S = 5.0
 """How long a model list is reused by the runs that share a client (``list_models``)."""
-
-
-def server_root(base_url: str) -> str:
-    """The server's root URL (``/tokenize``, ``/health`` live there), from the ``/v1`` base URL."""
-    root = base_url.rstrip("/")
-    return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
 DRAIN_AFTER_DONE_S = 0.1

@@ -46,8 +46,9 @@ from typing import Any, TypeVar
 import httpx
 
 from pilot.errors import ConfigurationError, ServerUnavailable
-from pilot.model.client import OpenAIModelClient, notify_wait, server_root
+from pilot.model.client import OpenAIModelClient, notify_wait
 from pilot.model.errors import is_refused
+from pilot.model.servers import server_root
 from pilot.model.settings import ClientSettings
 from pilot.model.types import (
     ChatRequest,

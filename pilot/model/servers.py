@@ -31,6 +31,7 @@ __all__ = [
     "estimate_completion_tokens",
     "estimate_prompt_tokens",
     "probe_context_window",
+    "server_root",
 ]
 
 PROBE_TIMEOUT_S = 5.0
@@ -39,6 +40,12 @@ BYTES_PER_TOKEN = 3.0
 (about 3.5-4.5 bytes a token for BPE tokenizers), so token limits fire early, never late."""
 MESSAGE_OVERHEAD = 8
 """Tokens the chat template adds around each message, in estimates."""
+
+
+def server_root(base_url: str) -> str:
+    """The server's root URL (``/tokenize``, ``/health`` live there), from the ``/v1`` base URL."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
 @dataclass(frozen=True)
