@@ -103,7 +103,8 @@ def up(
     fleet_member: str = typer.Option(None, "--fleet-member", hidden=True),
 ) -> None:
     """Start a vLLM server (or a fleet of replicas) and wait until it is really ready."""
-    from brain.spec import check_launchable, ensure_api_key
+    from brain.spec import ensure_api_key
+    from brain.spec_checks import check_launchable
 
     if fleet or replicas is not None or gpus:
         from brain.fleet.cli import plan_from_cli, up_fleet

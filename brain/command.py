@@ -14,20 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from brain.spec import (
-    CONTAINER_HF_CACHE,
-    CONTAINER_PORT,
-    SPECULATIVE_KEYS,
-    DistributedSpec,
-    FlagField,
-    ServerSpec,
-    docker_mounts,
-    field_value,
-    flag_fields,
-    launch_problems,
-    spec_hash,
-    spec_warnings,
-)
+from brain.spec import CONTAINER_PORT, DistributedSpec, ServerSpec, spec_hash
+from brain.spec_checks import launch_problems, spec_warnings
+from brain.spec_flags import FlagField, field_value, flag_fields
+from brain.spec_paths import CONTAINER_HF_CACHE, docker_mounts, expand_host
 
 REDACTED = "<redacted>"
 
@@ -68,7 +58,7 @@ def speculative_config(spec: ServerSpec) -> dict[str, Any] | None:
     sp = spec.speculative
     if sp is None:
         return None
-    cfg = {k: v for k in SPECULATIVE_KEYS if (v := getattr(sp, k)) is not None and v != ""}
+    cfg = {k: v for k in sp.config_keys() if (v := getattr(sp, k)) is not None and v != ""}
     cfg.update(sp.extra)
     return cfg
 
@@ -120,9 +110,9 @@ def _argv_values(spec: ServerSpec, *, in_container: bool, redact: bool) -> dict[
 
 
 def _flags(spec: ServerSpec, values: Mapping[str, Any], *, for_preload: bool) -> list[str]:
-    """Every flagged field's flag, in field order (``brain.spec.flag_fields``)."""
+    """Every flagged field's flag, in field order (``brain.spec_flags.flag_fields``)."""
     a: list[str] = []
-    for field in flag_fields():
+    for field in flag_fields(ServerSpec):
         if for_preload and field.flag.serve_only:
             continue
         if not for_preload and field.flag.serve_positional:
@@ -254,7 +244,7 @@ def ray_worker_docker_argv(spec: ServerSpec) -> list[str]:
     a += ["--network=host", "--gpus", "all"]
     a.append("--ipc=host" if d.ipc_host else f"--shm-size={d.shm_size}")
     if d.hf_cache:
-        a += ["-v", f"{_expand_host(d.hf_cache)}:{CONTAINER_HF_CACHE}"]
+        a += ["-v", f"{expand_host(d.hf_cache)}:{CONTAINER_HF_CACHE}"]
     for k in d.pass_env:
         a += ["-e", k]
     for k, v in brain_environment(spec).items():
@@ -404,7 +394,7 @@ def docker_run_options(
         environment.update({k: environ[k] for k in d.pass_env if k in environ})
     environment.update(spec.env)
     volumes = {
-        _expand_host(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"}
+        expand_host(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"}
         for m in docker_mounts(spec)
     }
     ports: dict[str, tuple[str, int]] = {}
@@ -440,12 +430,6 @@ def docker_run_options(
         pass_env=[k for k in d.pass_env if k not in spec.env],
         device_requests=_device_requests(spec) if gpus else [],
     )
-
-
-def _expand_host(path: str) -> str:
-    import os
-
-    return os.path.normpath(os.path.expanduser(path))
 
 
 def docker_run_argv(opts: DockerRunOptions) -> list[str]:

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from brain.spec import ServerSpec, owned_flags
+from brain.spec import ServerSpec
+from brain.spec_flags import owned_flags
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def _choice_list(text: str | None) -> list[str]:
 def _invalid_choice_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
     flag, value = m["flag"], m["value"]
     choices = _choice_list(m["choices"])
-    field_name = owned_flags().get(flag, flag.lstrip("-").replace("-", "_"))
+    field_name = owned_flags(ServerSpec).get(flag, flag.lstrip("-").replace("-", "_"))
     return (
         f"{field_name}={value} is not a value this vLLM accepts: set {field_name} to one of "
         f"{', '.join(choices)}.",

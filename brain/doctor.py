@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from brain.spec import (
-    ServerSpec,
-    container_to_host_path,
-    launch_problems,
-    spec_warnings,
-)
+from brain.spec import ServerSpec
+from brain.spec_checks import launch_problems, spec_warnings
+from brain.spec_paths import container_to_host_path
 
 Level = Literal["ok", "warn", "fail"]
 

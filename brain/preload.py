@@ -36,7 +36,8 @@ from brain.errors import LaunchError, NotReady, PreloadMismatch
 from brain.launchers.base import Launcher, ServerHandle, ServerStatus
 from brain.launchers.docker import DockerLauncher
 from brain.launchers.process import ProcessLauncher
-from brain.spec import ServerSpec, container_to_host_path
+from brain.spec import ServerSpec
+from brain.spec_paths import container_to_host_path
 from brain.state import PreloadRecord, Registry
 
 READY_MARKER = "===== Weight cache daemon READY"

@@ -1,93 +1,43 @@
 """ServerSpec: the single truth of one model server.
 
 Every other view of a server is derived from it: the ``vllm serve`` argv and the container
-options (``brain.command``), the ``--dry-run`` line, the preload fingerprint, the docs.
-Validation refuses combinations vLLM would reject (or silently mishandle) with the reason and
-the fix, before a GPU is touched. This module does no I/O except reading the filesystem to
-tell a host path from a container path, and ``ensure_api_key`` which writes the key file.
+options (``brain.command``), the ``--dry-run`` line, the preload fingerprint, the docs. Each
+field vLLM reads carries its flag (``brain.spec_flags``), so the argv and the flags
+``extra_args`` may not repeat come from the fields alone. A spec is checked when it is built
+(``brain.spec_checks``: combinations vLLM would reject or silently mishandle are refused with
+the reason and the fix, before a GPU is touched); host and container paths are mapped by
+``brain.spec_paths``. This module does no I/O except ``ensure_api_key``, which writes the
+key file.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import ipaddress
 import json
 import os
 import re
 import secrets
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.fields import FieldInfo
 
 from brain import vllm_choices
+from brain.spec_checks import is_loopback, structural_problems
+from brain.spec_flags import Flag
+from brain.spec_paths import VolumeSpec
 
 # The vLLM image this project is tested against. Pinned because flags, log lines and error
 # texts drift between releases (see reference/vllm.md); vLLM 0.33.0 is the version whose
 # source and argument parser the brain's argv was checked with.
 DEFAULT_IMAGE = "vllm/vllm-openai"
-DEFAULT_TAG = "v0.33.0"
+DEFAULT_TAG = f"v{vllm_choices.VLLM_VERSION}"
 
-# Where the official image keeps the Hugging Face cache (it runs as root).
-CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 # The port vLLM listens on inside the container; the spec's port is the published one.
 CONTAINER_PORT = 8000
 
-# vllm/tool_parsers/__init__.py (_TOOL_PARSERS_TO_REGISTER) in vLLM 0.33.0; the other lists of
-# accepted values are in brain/vllm_choices.py.
-KNOWN_TOOL_CALL_PARSERS: frozenset[str] = vllm_choices.TOOL_CALL_PARSERS
-
-# Quantizations whose vLLM 0.33 methods set ``supports_pre_processed_weights`` (fp8 linear and
-# MoE, ModelOpt NVFP4 MoE, MXFP4 MoE); anything else raises UnsupportedQuantForIPCError.
-IPC_CACHE_QUANTIZATIONS: frozenset[str | None] = frozenset({None, "fp8", "modelopt_fp4", "mxfp4"})
-
-# Speculative methods that need a separate draft checkpoint in ``speculative.model``.
-DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "dflash", "dspark", "draft_model", "medusa"})
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _MEM_RE = re.compile(r"^\d+(\.\d+)?[bkmgBKMG]?$")
-
-
-@dataclass(frozen=True, init=False)
-class Flag:
-    """The vLLM flag a spec field becomes, as vLLM's ``EngineArgs`` fields carry theirs.
-
-    Written on the field (``Annotated[int | None, Flag("--max-num-seqs")]``), it is the one
-    place the flag is named: the argv (``brain.command``) and the flags ``extra_args`` may not
-    repeat (``owned_flags``) are both derived from it. The value is rendered from the field's
-    type: a bool is the bare flag (False: ``--no-...``), a dict or section compact JSON, a
-    float ``%g``, anything else ``str``. None, "" and the field's default are left out (vLLM
-    then applies its own default), unless ``always``.
-    """
-
-    name: str
-    aliases: tuple[str, ...]
-    """Other spellings vLLM's parser accepts (``-tp``), refused in ``extra_args`` too."""
-    always: bool
-    """Given even when the value is the field's default."""
-    serve_only: bool
-    """A ``vllm serve`` flag the ``vllm preload`` daemon's argv leaves out (front-end and
-    scheduler flags, the load format): the daemon's engine args must match the server's."""
-    serve_positional: bool
-    """``vllm serve`` takes the value as its positional argument (the model)."""
-
-    def __init__(
-        self,
-        name: str,
-        *aliases: str,
-        always: bool = False,
-        serve_only: bool = False,
-        serve_positional: bool = False,
-    ) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "aliases", aliases)
-        object.__setattr__(self, "always", always)
-        object.__setattr__(self, "serve_only", serve_only)
-        object.__setattr__(self, "serve_positional", serve_positional)
 
 
 class _Strict(BaseModel):
@@ -108,10 +58,11 @@ class SpeculativeSpec(_Strict):
     extra: dict[str, Any] = Field(default_factory=dict)
     """Other SpeculativeConfig keys, passed through verbatim (e.g. draft_tensor_parallel_size)."""
 
-
-SPECULATIVE_KEYS: tuple[str, ...] = tuple(k for k in SpeculativeSpec.model_fields if k != "extra")
-"""The SpeculativeConfig keys SpeculativeSpec has a field for, in ``--speculative-config`` order;
-``speculative.extra`` may not repeat them."""
+    @classmethod
+    def config_keys(cls) -> tuple[str, ...]:
+        """The SpeculativeConfig keys with a field, in ``--speculative-config`` order;
+        ``extra`` may not repeat them."""
+        return tuple(k for k in cls.model_fields if k != "extra")
 
 
 class PreloadSpec(_Strict):
@@ -125,28 +76,6 @@ class PreloadSpec(_Strict):
     """False: a mismatched or missing daemon is a loud error the brain explains, not a silent
     slow load from disk (vLLM's own default is True)."""
     health_port: int | None = Field(default=None, ge=1, le=65535)
-
-
-class VolumeSpec(_Strict):
-    """One bind mount: host path -> container path."""
-
-    host: str
-    container: str
-    read_only: bool = False
-
-    @field_validator("host")
-    @classmethod
-    def _host_absolute(cls, v: str) -> str:
-        if not (v.startswith("/") or v.startswith("~")):
-            raise ValueError(f"volume host path {v!r} must be absolute (or start with ~)")
-        return v
-
-    @field_validator("container")
-    @classmethod
-    def _container_absolute(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"volume container path {v!r} must be absolute")
-        return v
 
 
 class DockerSpec(_Strict):
@@ -354,523 +283,6 @@ class ServerSpec(_Strict):
     @property
     def uses_ipc_cache(self) -> bool:
         return self.preload.enabled or self.load_format == "ipc_cache"
-
-
-# --------------------------------------------------------------------------- path mapping
-
-
-def _expand(path: str) -> str:
-    return os.path.normpath(os.path.expanduser(path))
-
-
-def docker_mounts(spec: ServerSpec) -> list[VolumeSpec]:
-    """Every bind mount the container gets: volumes, the HF cache and the preload socket dir."""
-    mounts = list(spec.docker.volumes)
-    if spec.docker.hf_cache:
-        mounts.append(VolumeSpec(host=spec.docker.hf_cache, container=CONTAINER_HF_CACHE))
-    if spec.uses_ipc_cache and spec.preload.socket_dir:
-        sd = _expand(spec.preload.socket_dir)
-        mounts.append(VolumeSpec(host=sd, container=sd))
-    return mounts
-
-
-def _under(path: str, root: str) -> PurePosixPath | None:
-    p, r = PurePosixPath(path), PurePosixPath(root)
-    try:
-        return p.relative_to(r)
-    except ValueError:
-        return None
-
-
-def host_to_container_path(spec: ServerSpec, host_path: str) -> str | None:
-    """Where a host path appears inside the container, or None if no mount covers it.
-
-    The most specific (longest) mount wins, like Docker's own resolution.
-    """
-    best: tuple[int, str] | None = None
-    hp = _expand(host_path)
-    for m in docker_mounts(spec):
-        root = _expand(m.host)
-        rel = _under(hp, root)
-        if rel is not None and (best is None or len(root) > best[0]):
-            best = (len(root), str(PurePosixPath(m.container) / rel))
-    return None if best is None else os.path.normpath(best[1])
-
-
-def container_to_host_path(spec: ServerSpec, container_path: str) -> str | None:
-    """Which host path backs a container path, or None if it is not on a bind mount."""
-    best: tuple[int, str] | None = None
-    cp = os.path.normpath(container_path)
-    for m in docker_mounts(spec):
-        rel = _under(cp, m.container)
-        if rel is not None and (best is None or len(m.container) > best[0]):
-            best = (len(m.container), str(PurePosixPath(_expand(m.host)) / rel))
-    return None if best is None else os.path.normpath(best[1])
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _container_path_problem(spec: ServerSpec, field: str, value: str | None) -> list:
-    """A path vLLM reads inside the container must be a container path, not a host one."""
-    if value is None or spec.backend != "docker" or not value.startswith(("/", "~")):
-        return []
-    if value.startswith("/") and container_to_host_path(spec, value) is not None:
-        return []  # already a path on a container mount
-    mapped = host_to_container_path(spec, value)
-    if mapped is not None:
-        return [
-            (
-                field,
-                f"{value!r} is a host path; vLLM runs in the container and sees it as {mapped!r}.",
-                f"set {field}={mapped}",
-            )
-        ]
-    if os.path.exists(_expand(value)):
-        return [
-            (
-                field,
-                f"{value!r} exists on the host but no volume mounts it into the container.",
-                f"add docker.volumes: [{{host: {value}, container: /models/...}}] and use the "
-                "container path",
-            )
-        ]
-    return []
-
-
-def structural_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
-    """Combinations vLLM rejects or silently mishandles, as (field, message, fix)."""
-    p: list[tuple[str, str, str]] = []
-    sp = spec.speculative
-
-    if not (0 < spec.gpu_memory_utilization <= 1):
-        p.append(
-            (
-                "gpu_memory_utilization",
-                f"{spec.gpu_memory_utilization} is outside (0, 1]; it is a fraction of the "
-                "GPU's total memory.",
-                "use e.g. 0.9",
-            )
-        )
-    if isinstance(spec.gpus, list):
-        if not spec.gpus:
-            p.append(("gpus", "the GPU list is empty.", 'list device ids, e.g. [0], or "all"'))
-        elif spec.distributed is None and spec.tensor_parallel_size > len(spec.gpus):
-            p.append(
-                (
-                    "tensor_parallel_size",
-                    f"{spec.tensor_parallel_size} ranks need {spec.tensor_parallel_size} GPUs "
-                    f"but gpus lists {len(spec.gpus)}.",
-                    f"list {spec.tensor_parallel_size} device ids in gpus or lower "
-                    "tensor_parallel_size",
-                )
-            )
-
-    if spec.distributed is not None:
-        p += _distributed_problems(spec, spec.distributed)
-
-    if sp is not None:
-        if sp.num_speculative_tokens <= 0:
-            p.append(
-                (
-                    "speculative.num_speculative_tokens",
-                    f"{sp.num_speculative_tokens} must be > 0 (vLLM: 'Expected "
-                    "num_speculative_tokens to be greater than zero').",
-                    "use 1-4, or remove the speculative section to turn speculation off",
-                )
-            )
-        if sp.enable_adaptive_verification and spec.enforce_eager:
-            p.append(
-                (
-                    "speculative.enable_adaptive_verification",
-                    "adaptive verification requires full CUDA graphs, which enforce_eager "
-                    "disables.",
-                    "set enforce_eager=false or enable_adaptive_verification=false",
-                )
-            )
-        method = (sp.method or "").lower()
-        if method in ("", "mtp", "gemma4_mtp") and not sp.model and _is_gemma4(spec.model):
-            p.append(
-                (
-                    "speculative.model",
-                    "Gemma 4 has no MTP layers in its checkpoint; {method: mtp} without a draft "
-                    "model fails ('Unsupported speculative method').",
-                    f"set speculative.model={_gemma_assistant(spec.model)}",
-                )
-            )
-        elif not method and not sp.model:
-            p.append(
-                (
-                    "speculative",
-                    "neither method nor model is set, so vLLM cannot tell what drafts.",
-                    "set speculative.model (a draft checkpoint) or speculative.method "
-                    "(e.g. mtp, ngram)",
-                )
-            )
-        elif method in DRAFT_MODEL_METHODS and not sp.model:
-            p.append(
-                (
-                    "speculative.model",
-                    f"method {method!r} needs a draft checkpoint.",
-                    "set speculative.model to the draft's HF id",
-                )
-            )
-        bad = sorted(set(sp.extra) & {*SPECULATIVE_KEYS, "tensor_parallel_size"})
-        for key in bad:
-            fix = (
-                "use extra.draft_tensor_parallel_size (1 or the target's TP)"
-                if key == "tensor_parallel_size"
-                else f"set speculative.{key} instead"
-            )
-            p.append((f"speculative.extra.{key}", "not allowed here.", fix))
-        p += _container_path_problem(spec, "speculative.model", sp.model)
-
-    p += _choice_problems(spec)
-    if spec.enable_auto_tool_choice and not spec.tool_call_parser:
-        p.append(
-            (
-                "enable_auto_tool_choice",
-                "auto tool choice needs a tool-call parser to extract calls from the text.",
-                "set tool_call_parser (e.g. hermes, gemma4, qwen3_coder)",
-            )
-        )
-    if (
-        spec.tool_call_parser
-        and spec.tool_call_parser not in KNOWN_TOOL_CALL_PARSERS
-        and not any(a.startswith("--tool-parser-plugin") for a in spec.extra_args)
-    ):
-        p.append(
-            (
-                "tool_call_parser",
-                f"{spec.tool_call_parser!r} is not a parser vLLM {DEFAULT_TAG} registers "
-                f"(known: {', '.join(sorted(KNOWN_TOOL_CALL_PARSERS))}).",
-                "pick a known name, or load a plugin parser with extra_args: "
-                "[--tool-parser-plugin, /path/in/container.py]",
-            )
-        )
-
-    if spec.uses_ipc_cache:
-        if spec.load_format not in (None, "ipc_cache"):
-            p.append(
-                (
-                    "load_format",
-                    f"preload is enabled but load_format is {spec.load_format!r}.",
-                    "remove load_format (preload implies ipc_cache) or disable preload",
-                )
-            )
-        if spec.quantization not in IPC_CACHE_QUANTIZATIONS:
-            p.append(
-                (
-                    "quantization",
-                    f"{spec.quantization!r} weights cannot be shared through the weight cache "
-                    "(UnsupportedQuantForIPCError).",
-                    "use an unquantized, fp8, modelopt_fp4 or mxfp4 checkpoint, or disable preload",
-                )
-            )
-        kv = spec.kv_cache_dtype
-        if kv not in (None, "auto") and not kv.startswith("fp8"):
-            p.append(
-                (
-                    "kv_cache_dtype",
-                    f"{kv!r} is not verified with the weight cache (only auto and fp8*).",
-                    "use kv_cache_dtype auto or fp8, or disable preload",
-                )
-            )
-        if spec.backend == "docker" and spec.preload.enabled and not spec.preload.socket_dir:
-            p.append(
-                (
-                    "preload.socket_dir",
-                    "the daemon and server containers must share the socket directory.",
-                    "set preload.socket_dir to a host directory (mounted at the same path)",
-                )
-            )
-
-    if spec.backend == "docker":
-        p += _container_path_problem(spec, "model", spec.model)
-        p += _container_path_problem(spec, "chat_template", spec.chat_template)
-        p += _container_path_problem(spec, "generation_config", spec.generation_config)
-        media = spec.allowed_local_media_path
-        if media is not None and container_to_host_path(spec, media) is None:
-            mapped = host_to_container_path(spec, media)
-            hint = (
-                f"set allowed_local_media_path={mapped} (the container side)"
-                if mapped
-                else "mount the media directory (docker.volumes) and use its container path"
-            )
-            p.append(
-                (
-                    "allowed_local_media_path",
-                    f"{media!r} is not inside any container mount, so vLLM cannot read it.",
-                    hint,
-                )
-            )
-
-    owned = _owned_flags_in_extra_args(spec.extra_args)
-    for flag, field in owned:
-        p.append(
-            (
-                "extra_args",
-                f"{flag} is a spec field; passing it in extra_args would make two truths.",
-                f"set {field} instead",
-            )
-        )
-    return p
-
-
-_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
-
-
-def _choice_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
-    """Values vLLM would refuse at parse or engine-config time (``brain/vllm_choices.py``)."""
-    c = vllm_choices
-    plugin = any(a.startswith("--reasoning-parser-plugin") for a in spec.extra_args)
-    checks = [
-        c.choice_problem("dtype", spec.dtype, c.DTYPES),
-        c.choice_problem("kv_cache_dtype", spec.kv_cache_dtype, c.KV_CACHE_DTYPES),
-        c.choice_problem(
-            "attention_backend", spec.attention_backend, c.ATTENTION_BACKENDS, upper=True
-        ),
-        c.choice_problem("quantization", spec.quantization, c.QUANTIZATION_METHODS),
-        None
-        if plugin
-        else c.choice_problem(
-            "reasoning_parser",
-            spec.reasoning_parser,
-            c.REASONING_PARSERS,
-            plugin="--reasoning-parser-plugin",
-        ),
-    ]
-    if spec.speculative is not None and spec.speculative.method:
-        checks.append(
-            c.choice_problem("speculative.method", spec.speculative.method, c.SPECULATIVE_METHODS)
-        )
-    return [problem for problem in checks if problem is not None]
-
-
-def _distributed_problems(spec: ServerSpec, d: DistributedSpec) -> list[tuple[str, str, str]]:
-    """A multi-node server: one GPU per rank across the nodes, a head the workers can reach."""
-    p: list[tuple[str, str, str]] = []
-    tp, pp = spec.tensor_parallel_size, d.pipeline_parallel_size
-    if tp * pp != d.world_size:
-        p.append(
-            (
-                "distributed",
-                f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} ranks, "
-                f"but {d.nodes} nodes x {d.gpus_per_node} GPUs = {d.world_size} GPUs; vLLM "
-                "runs exactly one rank per GPU.",
-                f"the usual split is tensor_parallel_size={d.gpus_per_node} (GPUs per node) and "
-                f"distributed.pipeline_parallel_size={d.nodes} (nodes)",
-            )
-        )
-    if isinstance(spec.gpus, list) and spec.gpus and len(spec.gpus) != d.gpus_per_node:
-        p.append(
-            (
-                "gpus",
-                f"gpus lists {len(spec.gpus)} device(s) for the head node, but "
-                f"distributed.gpus_per_node is {d.gpus_per_node}.",
-                f'list {d.gpus_per_node} device ids, or gpus: "all"',
-            )
-        )
-    if is_loopback(d.head_address) or d.head_address in ("0.0.0.0", "::"):
-        p.append(
-            (
-                "distributed.head_address",
-                f"{d.head_address!r} cannot be reached from the other nodes.",
-                "set it to the head node's IP on the private network the nodes share",
-            )
-        )
-    elif not _HOSTNAME_RE.match(d.head_address):
-        p.append(
-            (
-                "distributed.head_address",
-                f"{d.head_address!r} is not an IP address or host name.",
-                "e.g. 10.0.0.1",
-            )
-        )
-    if spec.preload.enabled:
-        p.append(
-            (
-                "preload.enabled",
-                "the weight-cache daemon is per machine and the brain starts it only here; a "
-                "multi-node server cannot load from it.",
-                "set preload.enabled=false",
-            )
-        )
-    if spec.backend == "docker" and not spec.docker.network_host:
-        p.append(
-            (
-                "docker.network_host",
-                "Ray and NCCL connect the nodes directly over the host's network (vLLM's "
-                "run_cluster.sh runs its containers with --network host).",
-                "set docker.network_host=true",
-            )
-        )
-    sp = spec.speculative
-    if pp > 1 and sp is not None and sp.enable_adaptive_verification:
-        p.append(
-            (
-                "speculative.enable_adaptive_verification",
-                "adaptive verification is not supported with pipeline parallelism.",
-                "set it to false, or use tensor parallelism only (pipeline_parallel_size=1)",
-            )
-        )
-    return p
-
-
-def launch_problems(spec: ServerSpec) -> list[tuple[str, str, str]]:
-    """Problems that only matter when actually launching (``ensure_api_key`` fixes the first)."""
-    p: list[tuple[str, str, str]] = []
-    if spec.backend != "sim" and not is_loopback(spec.host) and not spec.api_key:
-        p.append(
-            (
-                "api_key",
-                f"host {spec.host} is reachable from other machines and the server has no API key.",
-                "call ensure_api_key (brain up does) or set api_key, or bind 127.0.0.1",
-            )
-        )
-    return p
-
-
-def check_launchable(spec: ServerSpec) -> None:
-    """Raise SpecError listing every launch-time problem."""
-    from brain.errors import SpecError, SpecErrors
-
-    problems = launch_problems(spec)
-    if problems:
-        raise SpecErrors([SpecError(m, field=f, hint=h) for f, m, h in problems])
-
-
-def spec_warnings(spec: ServerSpec) -> list[str]:
-    """Legal but probably unintended settings, worth one line in ``brain up`` output."""
-    w: list[str] = []
-    if spec.tool_call_parser and not spec.enable_auto_tool_choice:
-        w.append(
-            'tool_call_parser is set without enable_auto_tool_choice: tool_choice "auto" '
-            "requests will get HTTP 400."
-        )
-    if spec.uses_ipc_cache and spec.preload.fallback:
-        w.append(
-            "preload.fallback is true: a daemon mismatch silently falls back to slow disk loading."
-        )
-    if spec.backend == "docker" and spec.preload.enabled and not spec.docker.pid_host:
-        w.append(
-            "preload under Docker: CUDA IPC between containers probably needs docker.pid_host "
-            "(unverified); set it if the server reports 'invalid device context'."
-        )
-    d = spec.distributed
-    if d is not None and spec.tensor_parallel_size > d.gpus_per_node:
-        w.append(
-            f"tensor parallelism spans machines (TP {spec.tensor_parallel_size} > "
-            f"{d.gpus_per_node} GPUs per node): every layer waits on the network. vLLM's docs "
-            "advise TP = GPUs per node and pipeline_parallel_size = nodes, unless the nodes "
-            "share InfiniBand."
-        )
-    if spec.backend == "docker" and not spec.docker.ipc_host and spec.tensor_parallel_size > 1:
-        w.append("tensor parallelism without --ipc=host: make sure docker.shm_size is large.")
-    return w
-
-
-def _is_gemma4(model: str) -> bool:
-    m = model.lower()
-    return "gemma-4" in m or "gemma4" in m
-
-
-def _gemma_assistant(model: str) -> str:
-    return model.rstrip("/") + "-assistant" if model.endswith("-it") else "<model>-it-assistant"
-
-
-# --------------------------------------------------------------------------- flags
-
-
-@dataclass(frozen=True)
-class FlagField:
-    """One spec field that becomes a vLLM flag, found by ``flag_fields``."""
-
-    path: str
-    """The field, dotted from the spec (``distributed.pipeline_parallel_size``)."""
-    flag: Flag
-    default: Any
-    is_bool: bool
-
-    @property
-    def negative(self) -> str | None:
-        """``--no-<name>`` for a bool: vLLM gives every boolean field argparse's
-        BooleanOptionalAction (engine/arg_utils.py, ``_compute_kwargs``)."""
-        return "--no-" + self.flag.name.removeprefix("--") if self.is_bool else None
-
-    @property
-    def spellings(self) -> tuple[str, ...]:
-        """Every way to write the flag on a vLLM command line."""
-        negative = (self.negative,) if self.negative else ()
-        return (self.flag.name, *self.flag.aliases, *negative)
-
-
-def _flag_of(info: FieldInfo) -> Flag | None:
-    return next((m for m in info.metadata if isinstance(m, Flag)), None)
-
-
-def _section(annotation: Any) -> type[BaseModel] | None:
-    """The spec section a field holds: ``DistributedSpec`` for ``DistributedSpec | None``."""
-    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else ()
-    for t in (annotation, *options):
-        if isinstance(t, type) and issubclass(t, BaseModel):
-            return t
-    return None
-
-
-def _walk(model: type[BaseModel], prefix: str) -> Iterator[FlagField]:
-    for name, info in model.model_fields.items():
-        flag = _flag_of(info)
-        if flag is not None:
-            annotation = info.annotation
-            is_bool = annotation is bool or bool in get_args(annotation)
-            default = info.get_default(call_default_factory=True)
-            yield FlagField(prefix + name, flag, default, is_bool)
-        elif (section := _section(info.annotation)) is not None:
-            yield from _walk(section, f"{prefix}{name}.")
-
-
-@functools.cache
-def flag_fields() -> tuple[FlagField, ...]:
-    """Every ServerSpec field that becomes a vLLM flag, sections included, in argv order
-    (the order the fields are declared in)."""
-    return tuple(_walk(ServerSpec, ""))
-
-
-@functools.cache
-def owned_flags() -> dict[str, str]:
-    """Every spelling of a field's flag -> the field: ``extra_args`` may not use them, since a
-    second value would make two truths (and vLLM keeps the last one given)."""
-    return {spelling: f.path for f in flag_fields() for spelling in f.spellings}
-
-
-def field_value(spec: ServerSpec, path: str) -> Any:
-    """The value at a dotted field path; None when a section on the way is unset."""
-    value: Any = spec
-    for part in path.split("."):
-        if value is None:
-            return None
-        value = getattr(value, part)
-    return value
-
-
-def _owned_flags_in_extra_args(extra: list[str]) -> list[tuple[str, str]]:
-    found = []
-    for arg in extra:
-        flag = arg.split("=", 1)[0]
-        field = owned_flags().get(flag)
-        if field is not None:
-            found.append((flag, field))
-    return found
 
 
 # --------------------------------------------------------------------------- identity, keys

@@ -8,7 +8,7 @@ to send under their sha256 in the run's artifacts (``tools.images``). Events the
 * ``file://<server-side path>``: only when the brain manages the server (a profile), the server
   has ``allowed_local_media_path``, the image is the workspace file itself (not re-encoded) and
   that file lies under a directory the server can read: for Docker, a mounted volume (the path
-  is mapped host -> container with ``brain.spec.host_to_container_path``); for a local process
+  is mapped host -> container with ``brain.spec_paths.host_to_container_path``); for a local process
   or the sim, the host path itself. The file must sit strictly below the allowed directory,
   as vLLM checks. Cheap: the request carries a path, not megabytes.
 * otherwise a base64 data URL of the stored bytes (``data:image/png;base64,...``).
@@ -119,7 +119,7 @@ def server_path(media: MediaPlan, host_path: str) -> str | None:
     if server is None:
         return None
     if getattr(server, "backend", None) == "docker":
-        from brain.spec import host_to_container_path
+        from brain.spec_paths import host_to_container_path
 
         return host_to_container_path(server, host_path)
     return os.path.normpath(host_path)

@@ -20,7 +20,8 @@ from brain.command import (
 )
 from brain.errors import SpecError
 from brain.profiles import apply_overrides, load_profile
-from brain.spec import ServerSpec, spec_warnings
+from brain.spec import ServerSpec
+from brain.spec_checks import spec_warnings
 
 PROFILE = "qwen3-32b-2node-ray"
 HEAD = "10.0.0.1"

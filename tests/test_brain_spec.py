@@ -16,14 +16,9 @@ from brain.profiles import (
     load_profile,
     load_spec_text,
 )
-from brain.spec import (
-    ServerSpec,
-    container_to_host_path,
-    ensure_api_key,
-    host_to_container_path,
-    launch_problems,
-    spec_hash,
-)
+from brain.spec import ServerSpec, ensure_api_key, spec_hash
+from brain.spec_checks import launch_problems
+from brain.spec_paths import container_to_host_path, host_to_container_path
 
 GEMMA = "gemma4-e4b-mtp"
 MEDIA = "{host: ~/marathon/media, container: /media}"

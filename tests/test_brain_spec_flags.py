@@ -12,7 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from brain.command import vllm_preload_argv, vllm_serve_argv
-from brain.spec import ServerSpec, field_value, flag_fields, owned_flags
+from brain.spec import ServerSpec
+from brain.spec_flags import field_value, flag_fields, owned_flags
 
 # A value other than the default for every flagged field (dotted path -> value); the spec
 # built from it is valid, so each flag shows up in the argv.
@@ -66,10 +67,10 @@ def _spec_setting_every_flag() -> ServerSpec:
 
 def test_the_test_spec_sets_every_flagged_field():
     """A new flagged field must be added to SET_ALL, so the next test covers it."""
-    assert [f.path for f in flag_fields()] == list(SET_ALL)
+    assert [f.path for f in flag_fields(ServerSpec)] == list(SET_ALL)
 
 
-@pytest.mark.parametrize("field", flag_fields(), ids=lambda f: f.path)
+@pytest.mark.parametrize("field", flag_fields(ServerSpec), ids=lambda f: f.path)
 def test_every_flagged_field_reaches_the_argv_when_set(field):
     spec = _spec_setting_every_flag()
     serve, preload = vllm_serve_argv(spec), vllm_preload_argv(spec)
@@ -96,7 +97,7 @@ def test_a_false_tristate_is_the_negative_flag_and_unset_leaves_vllm_its_default
 def test_every_flag_the_argv_gives_is_owned():
     spec = _spec_setting_every_flag()
     flags = {a for a in vllm_serve_argv(spec) if a.startswith("-")}
-    assert flags <= set(owned_flags())
+    assert flags <= set(owned_flags(ServerSpec))
 
 
 # The list that was written by hand next to the argv builder, plus the spellings vLLM 0.33 also
@@ -147,7 +148,7 @@ EXPECTED_OWNED = {
 
 
 def test_the_owned_flags_are_derived_from_the_fields_and_lose_no_spelling():
-    assert owned_flags() == EXPECTED_OWNED
+    assert owned_flags(ServerSpec) == EXPECTED_OWNED
 
 
 @pytest.mark.parametrize("spelling", sorted(EXPECTED_OWNED))

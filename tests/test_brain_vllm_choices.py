@@ -9,7 +9,7 @@ import pytest
 from brain import vllm_choices
 from brain.errors import SpecError
 from brain.profiles import apply_overrides, load_profile
-from brain.spec import KNOWN_TOOL_CALL_PARSERS, ServerSpec
+from brain.spec import ServerSpec
 
 GEMMA = "gemma4-e4b-mtp"
 
@@ -60,7 +60,6 @@ def test_a_plugin_reasoning_parser_is_let_through():
 
 def test_the_lists_are_one_vllm_version_and_the_tool_parsers_are_shared():
     assert vllm_choices.VLLM_VERSION == "0.33.0"
-    assert KNOWN_TOOL_CALL_PARSERS is vllm_choices.TOOL_CALL_PARSERS
     assert {"auto", "bfloat16", "float16", "float32", "half", "float"} == vllm_choices.DTYPES
     assert "mtp" in vllm_choices.SPECULATIVE_METHODS
     assert "fp8" in vllm_choices.KV_CACHE_DTYPES and "FLASH_ATTN" in vllm_choices.ATTENTION_BACKENDS

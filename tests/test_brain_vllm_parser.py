@@ -16,7 +16,8 @@ import pytest
 
 from brain.command import vllm_preload_argv, vllm_serve_argv
 from brain.profiles import apply_overrides, list_profiles, load_profile
-from brain.spec import flag_fields
+from brain.spec import ServerSpec
+from brain.spec_flags import flag_fields
 
 # Runs inside the vLLM python: parse each argv like `vllm serve` / `vllm preload` would.
 CHECKER = r"""
@@ -105,7 +106,7 @@ def _cases() -> dict[str, dict]:
     }
     # The other spellings the spec owns (aliases, the --no- form of each boolean): refusing
     # them in extra_args only protects something if vLLM knows them.
-    negatives = [f.negative for f in flag_fields() if f.negative]
+    negatives = [f.negative for f in flag_fields(ServerSpec) if f.negative]
     aliases = ["-tp", "1", "-pp", "1", "-q", "fp8"]
     cases["owned-spellings"] = {
         "kind": "serve",

@@ -12,7 +12,8 @@ import pytest
 from brain.errors import LaunchError
 from brain.launchers.ports import free_port
 from brain.launchers.process import ProcessLauncher
-from brain.spec import KNOWN_TOOL_CALL_PARSERS, ServerSpec
+from brain.spec import ServerSpec
+from brain.vllm_choices import TOOL_CALL_PARSERS
 from brain.vllm_versions import (
     KNOWN,
     adapt_argv,
@@ -50,7 +51,7 @@ def test_026_tool_parsers_are_the_ones_the_real_server_listed():
     listed = set(re.search(r"chose from \{([^}]*)\}", log)[1].replace(" ", "").split(","))
     assert KNOWN["0.26"].tool_call_parsers == listed
     # the issue counted 14 names the brain (at 0.33) accepted that 0.26 refuses
-    assert len(KNOWN_TOOL_CALL_PARSERS - listed) == 14
+    assert len(TOOL_CALL_PARSERS - listed) == 14
 
 
 def test_a_spec_for_033_is_refused_or_adapted_for_026():

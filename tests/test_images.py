@@ -17,7 +17,8 @@ import tools.images as timg
 from brain.sim.errors import SimHTTPError
 from brain.sim.media import check_images
 from brain.sim.tokenizer import IMAGE_TOKENS, count_chat
-from brain.spec import ServerSpec, VolumeSpec
+from brain.spec import ServerSpec
+from brain.spec_paths import VolumeSpec
 from pilot import events as ev
 from pilot.images import (
     ImageRef,

@@ -36,7 +36,8 @@ from brain.fleet.plan import (
     plan_replicas,
 )
 from brain.launchers.base import ServerHandle
-from brain.spec import check_launchable, ensure_api_key, launch_problems
+from brain.spec import ensure_api_key
+from brain.spec_checks import check_launchable, launch_problems
 from brain.state import Registry, ServerRecord, state_dir
 
 
