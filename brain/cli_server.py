@@ -9,7 +9,6 @@ non-zero; tracebacks are for bugs only.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -38,6 +37,7 @@ from brain.cli_common import (
 from brain.errors import BrainError, SpecError
 from brain.launchers import make_launcher
 from brain.launchers.base import Launcher, ServerHandle
+from brain.server_status import status_facts, status_rows
 from brain.spec import ServerSpec
 from brain.state import Registry, ServerRecord, state_dir
 
@@ -322,17 +322,6 @@ def _ps_json(registry: Registry) -> list[str]:
     return lines
 
 
-def _get(url: str, api_key: str | None = None) -> Any:
-    import httpx
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        r = httpx.get(url, headers=headers, timeout=5.0)
-    except httpx.HTTPError as exc:
-        return exc
-    return r
-
-
 @expected_errors
 def status(
     name: str = typer.Argument(
@@ -351,7 +340,7 @@ def status(
     if name and name.startswith(("http://", "https://")):
         base = name.rstrip("/").removesuffix("/v1")
         facts = {"server": None, "url": f"{base}/v1", "started_by_brain": False}
-        facts |= _status_facts(base, api_key, interval)
+        facts |= status_facts(base, api_key, interval)
         _print_status(facts, f"{base}/v1 (not started by the brain)", json_out)
         return
     registry = Registry()
@@ -378,7 +367,7 @@ def status(
         "process": st.describe(),
         "alive": st.alive,
     }
-    facts |= _status_facts(handle.base_url, spec.api_key, interval)
+    facts |= status_facts(handle.base_url, spec.api_key, interval)
     _print_status(facts, f"{rec.name} ({rec.backend}) {handle.base_url}/v1", json_out)
 
 
@@ -393,123 +382,9 @@ def _print_status(facts: dict[str, Any], server: str, json_out: bool) -> None:
     table.add_row("server", server)
     if "process" in facts:
         table.add_row("process", facts["process"])
-    for key, value in _status_rows(facts):
+    for key, value in status_rows(facts):
         table.add_row(key, value)
     out.print(table)
-
-
-def _status_facts(base: str, api_key: str | None, interval: float) -> dict[str, Any]:
-    """Health, version, models and the metrics of the server at ``base`` (its root URL), as
-    plain data: ``brain status`` prints it as a table, or as JSON with ``--json``."""
-    from brain.metrics import fetch_metrics, spec_decode_delta
-
-    health = _get(f"{base}/health")
-    code = getattr(health, "status_code", None)
-    facts: dict[str, Any] = {
-        "health": "ok" if code == 200 else ("http_error" if code else "unreachable"),
-        "health_status": code,
-        "health_error": None if code else str(health),
-    }
-    if code != 200:
-        return facts
-    version = _get(f"{base}/version")
-    models = _get(f"{base}/v1/models", api_key)
-    if getattr(version, "status_code", 0) == 200:
-        facts["vllm_version"] = version.json().get("version")
-    models_code = getattr(models, "status_code", 0)
-    if models_code == 200:
-        facts["models"] = [
-            {"id": m.get("id"), "max_model_len": m.get("max_model_len")}
-            for m in models.json().get("data") or []
-        ]
-    elif models_code == 401:
-        facts["models_error"] = "the server wants an API key (--api-key or OPENAI_API_KEY)"
-    try:
-        before = asyncio.run(fetch_metrics(base))
-        time.sleep(interval)
-        after = asyncio.run(fetch_metrics(base))
-    except Exception as exc:
-        facts["metrics_error"] = str(exc)
-        return facts
-    facts["requests_running"] = after.requests_running or 0
-    facts["requests_waiting"] = after.requests_waiting or 0
-    facts["kv_cache_usage"] = after.kv_cache_usage
-    facts["interval_s"] = interval
-
-    def spec_facts(sd: Any) -> dict[str, float] | None:
-        if sd is None:
-            return None
-        return {
-            "acceptance_rate": sd.acceptance_rate,
-            "mean_acceptance_length": sd.mean_acceptance_length,
-            "drafts": sd.drafts,
-        }
-
-    window = spec_decode_delta(before, after)
-    facts["speculative"] = after.spec_drafts is not None or window is not None
-    facts["speculative_window"] = spec_facts(window)
-    facts["speculative_since_start"] = (
-        spec_facts(spec_decode_delta(type(after)(), after))
-        if after.spec_drafts is not None
-        else None
-    )
-    return facts
-
-
-def _status_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    """The table rows of ``brain status`` for :func:`_status_facts`' data."""
-    code = facts["health_status"]
-    rows = [
-        (
-            "health",
-            "ok (200)"
-            if code == 200
-            else (f"HTTP {code}" if code else f"unreachable ({facts['health_error']})"),
-        )
-    ]
-    if code != 200:
-        return rows
-    if "vllm_version" in facts:
-        rows.append(("vLLM version", str(facts["vllm_version"])))
-    for m in facts.get("models", []):
-        rows.append(("model", f"{m['id']}  max_model_len {m['max_model_len']}"))
-    if "models_error" in facts:
-        rows.append(("model", facts["models_error"]))
-    if "metrics_error" in facts:
-        rows.append(("metrics", f"unavailable ({facts['metrics_error']})"))
-        return rows
-    rows.append(
-        (
-            "requests",
-            f"running {facts['requests_running']:g}, waiting {facts['requests_waiting']:g}",
-        )
-    )
-    if facts["kv_cache_usage"] is not None:
-        rows.append(("KV cache use", f"{facts['kv_cache_usage'] * 100:.1f}%"))
-    interval = facts["interval_s"]
-    window, life = facts["speculative_window"], facts["speculative_since_start"]
-    if window is not None:
-        rows.append(
-            (
-                "speculative",
-                f"acceptance rate {window['acceptance_rate'] * 100:.1f}%, mean acceptance length "
-                f"{window['mean_acceptance_length']:.2f} (over {interval:g} s, "
-                f"{window['drafts']:g} drafts)",
-            )
-        )
-    elif facts["speculative"]:
-        # Traffic ended before the window: the counters since the server started still say
-        # how speculation went.
-        since = (
-            f"; since start: acceptance rate {life['acceptance_rate'] * 100:.1f}%, mean "
-            f"acceptance length {life['mean_acceptance_length']:.2f} ({life['drafts']:g} drafts)"
-            if life is not None
-            else ""
-        )
-        rows.append(("speculative", f"on; no drafts in the last {interval:g} s{since}"))
-    else:
-        rows.append(("speculative", "off (no spec_decode metrics)"))
-    return rows
 
 
 @expected_errors
