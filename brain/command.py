@@ -21,17 +21,12 @@ from brain.spec_paths import CONTAINER_HF_CACHE, docker_mounts, expand_host
 
 REDACTED = "<redacted>"
 
-# `vllm serve` front-end flags that `vllm preload` (EngineArgs only) does not accept, with
-# whether they take a value. Checked against vLLM 0.33.0's parsers.
+# `vllm serve` front-end flags without a spec field that `vllm preload` (EngineArgs only) does
+# not accept, with whether they take a value; dropped from extra_args for the daemon. Checked
+# against vLLM 0.33.0's parsers. The ones with a field are the Flag(serve_only=True) fields.
 _SERVE_ONLY_FLAGS: dict[str, bool] = {
-    "--host": True,
-    "--port": True,
-    "--api-key": True,
     "--uds": True,
-    "--tool-call-parser": True,
     "--tool-parser-plugin": True,
-    "--enable-auto-tool-choice": False,
-    "--chat-template": True,
     "--chat-template-content-format": True,
     "--response-role": True,
     "--uvicorn-log-level": True,

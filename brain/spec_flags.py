@@ -24,9 +24,10 @@ from pydantic.fields import FieldInfo
 class Flag:
     """The vLLM flag a field becomes.
 
-    The value is rendered from the field's type: a bool is the bare flag (False: ``--no-...``),
-    a dict or section compact JSON, a float ``%g``, anything else ``str``. None, "" and the
-    field's default are left out (vLLM then applies its own default), unless ``always``.
+    ``brain.command`` renders the value from its type: a bool is the bare flag (False:
+    ``--no-...``), a dict compact JSON (a section such as ``speculative`` is given as the dict
+    vLLM reads), a float ``%g``, anything else ``str``. None, "" and the field's default are
+    left out (vLLM then applies its own default), unless ``always``.
     """
 
     name: str

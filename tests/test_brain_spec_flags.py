@@ -164,3 +164,10 @@ def test_an_owned_flag_in_extra_args_is_refused_naming_the_field(spelling):
 def test_a_flag_no_field_owns_passes_through_extra_args():
     spec = ServerSpec(name="t", backend="process", model="m", extra_args=["--block-size", "256"])
     assert vllm_serve_argv(spec)[-2:] == ["--block-size", "256"]
+
+
+def test_the_serve_only_extra_args_list_names_no_field_flag():
+    """Flags with a field are left out of the daemon by their Flag, not by a second list."""
+    from brain.command import _SERVE_ONLY_FLAGS
+
+    assert set(_SERVE_ONLY_FLAGS).isdisjoint(owned_flags(ServerSpec))
