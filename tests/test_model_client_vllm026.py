@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pilot.errors import ConfigurationError
+from pilot.errors import BadRequest, ConfigurationError
 from pilot.model.client import OpenAIModelClient
 from pilot.model.errors import SAME_500_LIMIT, map_vllm_error
 from pilot.model.settings import ClientSettings
@@ -92,6 +92,21 @@ async def test_a_deterministic_500_to_forced_tool_choice_is_not_retried_for_the_
         with pytest.raises(ConfigurationError) as err:
             await client.complete(req)
     assert "tool_choice" in str(err.value) and "/health is ok" in str(err.value)
+    assert [p for p, _ in seen].count("/v1/chat/completions") == SAME_500_LIMIT
+
+
+async def test_a_repeated_500_from_a_server_without_health_is_the_answer_too():
+    """llama-cpp-python has no /health (404) and answers HTTP 500 to a request it cannot take:
+    the same 500 three times from a live server is not waited out for server_wait."""
+    body = b'{"error": {"message": "content: Input should be a valid string"}}'
+    seen: list[tuple[str, dict[str, Any]]] = []
+    routes = {"/v1/chat/completions": (500, body, "application/json"),
+              "/health": (404, b"Not Found", "text/plain")}  # fmt: skip
+    async with server(routes, seen) as client:
+        req = ChatRequest(model="smol", messages=[{"role": "user", "content": "hi"}])
+        async with asyncio.timeout(30):  # server_wait is 1800 s: waiting it out fails here
+            with pytest.raises(BadRequest, match="valid string"):
+                await client.complete(req)
     assert [p for p, _ in seen].count("/v1/chat/completions") == SAME_500_LIMIT
 
 

@@ -40,7 +40,7 @@ from pilot.model.errors import (
     map_vllm_error,
     wants_served_models,
 )
-from pilot.model.servers import probe_context_window, server_root
+from pilot.model.servers import PROBE_TIMEOUT_S, probe_context_window, server_root, server_up
 from pilot.model.settings import ClientSettings
 from pilot.model.sse import SSEDecoder
 from pilot.model.streaming import StreamAccumulator
@@ -303,7 +303,7 @@ class OpenAIModelClient:
             version = None
             try:
                 response = await self._http_client().get(
-                    f"{server_root(self.base_url)}/version", timeout=5.0
+                    f"{server_root(self.base_url)}/version", timeout=PROBE_TIMEOUT_S
                 )
                 if response.status_code == 200:
                     version = (_safe_json(response) or {}).get("version")
@@ -447,14 +447,8 @@ class OpenAIModelClient:
         return response.model_copy(update={"attempts": attempts})
 
     async def _healthy(self) -> bool:
-        """The server's /health answers 200: it is up, so a repeated 500 is about the request."""
-        try:
-            response = await self._http_client().get(
-                f"{server_root(self.base_url)}/health", timeout=5.0
-            )
-        except Exception:
-            return False
-        return response.status_code == 200
+        """The server is up (:func:`server_up`), so a repeated 500 is about the request."""
+        return await server_up(self._http_client(), self.base_url)
 
     # -- models and tokens ---------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ import httpx
 from pilot.errors import ConfigurationError, ServerUnavailable
 from pilot.model.client import OpenAIModelClient, notify_wait
 from pilot.model.errors import is_refused
-from pilot.model.servers import server_root
+from pilot.model.servers import PROBE_TIMEOUT_S, server_up
 from pilot.model.settings import ClientSettings
 from pilot.model.types import (
     ChatRequest,
@@ -75,8 +75,6 @@ FAILOVER_WAIT = 5.0
 """Seconds one endpoint may keep failing (the client's quick retries) before it is dead."""
 REFRESH_INTERVAL = 1.0
 """Seconds between two refreshes of the endpoints' health (/health) and load (/metrics)."""
-PROBE_TIMEOUT = 5.0
-"""Seconds a /health or /metrics request may take."""
 QUICK_RETRY = RetryPolicy(initial_backoff=0.25, max_backoff=2.0, jitter=0.25)
 """Backoff of the per-endpoint clients: short, since another endpoint may take the request."""
 STICKY_MEMORY = 10_000
@@ -303,18 +301,13 @@ class Router:
     def _http_client(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if self._http is None or self._http_loop is not loop:
-            self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT)
+            self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S)
             self._http_loop = loop
         return self._http
 
     async def _health_ok(self, state: EndpointState) -> bool:
         state.last_probe = time.monotonic()
-        try:
-            response = await self._http_client().get(f"{server_root(state.url)}/health")
-        except httpx.HTTPError:
-            return False
-        # llama-cpp-python and Ollama have no /health: a 404 from the HTTP server is it up.
-        return response.status_code in (200, 404)
+        return await server_up(self._http_client(), state.url)
 
     async def probe_dead(self) -> None:
         """GET /health of the dead endpoints not probed in the last half interval."""

@@ -32,9 +32,11 @@ __all__ = [
     "estimate_prompt_tokens",
     "probe_context_window",
     "server_root",
+    "server_up",
 ]
 
 PROBE_TIMEOUT_S = 5.0
+"""Seconds a probe (``/health``, ``/version``, ``/metrics``, a window probe) may take."""
 BYTES_PER_TOKEN = 3.0
 """Estimates divide UTF-8 bytes by this: above the true count for code and English text
 (about 3.5-4.5 bytes a token for BPE tokenizers), so token limits fire early, never late."""
@@ -46,6 +48,17 @@ def server_root(base_url: str) -> str:
     """The server's root URL (``/tokenize``, ``/health`` live there), from the ``/v1`` base URL."""
     root = base_url.rstrip("/")
     return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+async def server_up(client: Any, base_url: str) -> bool:
+    """Whether the server is up: its ``/health`` answers 200, or 404 where it has none
+    (llama-cpp-python, Ollama: an HTTP answer at all is a live server). Never raises: a probe
+    that fails, however, says "down". ``client`` is an httpx or httpx2 ``AsyncClient``."""
+    try:
+        response = await client.get(f"{server_root(base_url)}/health", timeout=PROBE_TIMEOUT_S)
+    except Exception:
+        return False
+    return response.status_code in (200, 404)
 
 
 @dataclass(frozen=True)
