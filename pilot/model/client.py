@@ -475,7 +475,7 @@ class OpenAIModelClient:
 
         The runs of a process share one client per endpoint, and each asks this as it starts:
         an answer less than ``MODELS_FRESH_S`` old is reused, and callers that come while a
-        request is out wait for it (128 runs starting together sent 128 requests). If that one
+        request is out wait for it (rather than one request per starting run). If that one
         request fails, each caller asks again on its own, with its own retries and ``on_wait``.
         """
         seen = self._models_seen
