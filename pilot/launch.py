@@ -30,6 +30,7 @@ from pilot.workflow import (
     parse_param_assignments,
     parse_workflow_text,
 )
+from pilot.workflow.params import sample_params
 from pilot.workflow.plan import EndpointOverride, build_plan, split_endpoints
 
 __all__ = [
@@ -78,26 +79,6 @@ def load_for_run(
 ) -> LoadedWorkflow:
     params = collect_params(assignments, params_file, extra_params)
     return load_workflow(workflow, params, tool_names=tool_names())
-
-
-SAMPLE_VALUES: dict[str, Any] = {
-    "string": "sample",
-    "integer": 1,
-    "number": 1.0,
-    "boolean": True,
-    "path": ".",
-    "list": ["sample"],
-}
-"""What `pilot validate` renders a required param it was not given with (a choice: its first)."""
-
-
-def sample_params(loaded: LoadedWorkflow) -> dict[str, Any]:
-    """The given params, and a sample value for each required one that was not given."""
-    values = {k: v for k, v in loaded.params.items() if v is not None}
-    for name, spec in loaded.workflow.params.items():
-        if name not in values and spec.required:
-            values[name] = spec.choices[0] if spec.choices else SAMPLE_VALUES[spec.type]
-    return values
 
 
 def check_workflow_file(
@@ -300,7 +281,7 @@ class DryRun:
 
 def _declares_repo_param(workflow: Path) -> bool:
     from brain.yaml_source import parse_yaml
-    from pilot.workflow.load import MAX_FILE_BYTES
+    from pilot.workflow.source import MAX_FILE_BYTES
 
     try:
         if workflow.stat().st_size > MAX_FILE_BYTES:

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from pilot.errors import MarathonError, WorkflowError, WorkflowErrors
-from pilot.launch import build_plan
 from pilot.workflow import (
     DEFAULT_ENDPOINT,
     RunContext,
@@ -26,9 +25,11 @@ from pilot.workflow import (
     render_branch,
     render_check,
     render_phase_prompt,
+    render_run,
     render_system,
     render_workspace_path,
 )
+from pilot.workflow.plan import build_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFACTOR = REPO_ROOT / "workflows" / "refactor_repo.yaml"
@@ -623,3 +624,22 @@ def test_a_matrix_alias_bomb_is_refused(tmp_path: Path) -> None:
     with pytest.raises(WorkflowError) as info:
         load_matrix(bomb)
     assert "too large" in str(info.value)
+
+
+def test_a_run_renders_in_dependency_order_in_its_worktree():
+    # The branch sees the worktree the run works in; the prompts see both; the source is
+    # the rendered workspace.path (the checkout the worktree is made from).
+    text = MINIMAL.replace(
+        'workspace:\n  path: "{{ params.repo }}"\n',
+        'workspace:\n  path: "{{ params.repo }}"\n  branch: "wt/{{ run.id }}"\n',
+    ).replace(
+        "things in {{ run.workspace }}.", "things in {{ run.workspace }} on {{ run.branch }}."
+    )
+    rendered = render_run(load(text), "r7", started_at="2026-01-01", workspace="/tmp/wt/r7")
+    assert rendered.source == Path("/tmp/r")
+    assert rendered.run == RunContext("r7", "2026-01-01", "/tmp/wt/r7", "wt/r7")
+    assert [p.prompt for p in rendered.phases] == ["Do 5 things in /tmp/wt/r7 on wt/r7."]
+    assert rendered.system == ""
+    plan = build_plan(load(text), "r7", workspace="/tmp/wt/r7", endpoint="http://127.0.0.1:9/v1")
+    assert (plan.workspace, plan.source, plan.branch) == ("/tmp/wt/r7", "/tmp/r", "wt/r7")
+    assert plan.phases[0].prompt == rendered.phases[0].prompt

@@ -6,11 +6,12 @@ reading them is about to leave a run going overnight and should fix everything i
 one edit. The pipeline:
 
 1. YAML is read by ``brain.yaml_source`` (shared with the brain's profiles and fleet
-   files): one parse, YAML 1.2 scalars, so ``no`` stays a string; duplicate keys
-   refused; each node's position recorded by path.
+   files; ``source``): one parse, YAML 1.2 scalars, so ``no`` stays a string; duplicate
+   keys refused; each node's position recorded by path.
 2. pydantic validates the data; each error's ``loc`` is mapped back to the closest
    recorded position, and its message rewritten to say what to write instead.
-3. Cross-field checks, params and templates are checked together.
+3. Cross-field checks, params (``params``) and templates (compiled by ``templating``,
+   tried once by ``render``) are checked together.
 
 This module reads the files it is given and nothing else: no network, no commands.
 """
@@ -18,10 +19,9 @@ This module reads the files it is given and nothing else: no network, no command
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -29,34 +29,47 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from brain.yaml_source import Where, YamlDocument, parse_yaml
+from brain.yaml_source import Where, YamlDocument
 from pilot.errors import WorkflowError, WorkflowErrors
-from pilot.workflow.schema import EXTENSION_PREFIX, Loc, ParamSpec, Workflow, coerce_param
+from pilot.workflow.params import load_params_file, parse_param_assignments, resolve_params
+from pilot.workflow.render import (
+    check_templates,
+    render_branch,
+    render_check,
+    render_phase_images,
+    render_phase_prompt,
+    render_run,
+    render_system,
+    render_workspace_path,
+    template_slots,
+)
+from pilot.workflow.schema import EXTENSION_PREFIX, Loc, Workflow
+from pilot.workflow.source import MAX_FILE_BYTES, dotted, load_yaml_file, parse_source, read_source
 from pilot.workflow.templating import (
-    RunContext,
     SourceSpan,
-    TemplateKind,
     WorkflowTemplate,
     compile_template,
     make_environment,
 )
 
+# The loader's public API; the params and rendering functions live in their own modules and
+# are named here too, so ``pilot.workflow.load`` stays the one import for a loaded workflow.
 __all__ = [
+    "MAX_FILE_BYTES",
     "LoadedWorkflow",
     "load_params_file",
     "load_workflow",
+    "load_yaml_file",
     "parse_param_assignments",
     "parse_workflow_text",
     "render_branch",
     "render_check",
+    "render_phase_images",
     "render_phase_prompt",
     "render_run",
     "render_system",
     "render_workspace_path",
 ]
-
-# The run context used to try every template at load time.
-_PLACEHOLDER_RUN_ID = "00000000-check"
 
 
 # =========================================================================== result
@@ -82,36 +95,7 @@ class LoadedWorkflow:
     templates: Mapping[str, WorkflowTemplate] = field(repr=False, compare=False)
 
 
-# =========================================================================== YAML
-
-
-def _parse_yaml(
-    text: str, filename: str, kind: str = "workflow file"
-) -> tuple[YamlDocument | None, list[WorkflowError]]:
-    """YAML text -> plain data with positions (``brain.yaml_source``, the one YAML reader of
-    hand-written files); (None, [error]) when it cannot be read."""
-    doc, problems = parse_yaml(text, filename, kind=kind)
-    errors = [
-        WorkflowError(
-            p.message, file=filename, line=p.line, column=p.column, field=dotted(p.path) or None
-        )
-        for p in problems
-    ]
-    return doc, errors
-
-
 # =========================================================================== locations
-
-
-def dotted(loc: Loc) -> str:
-    """``("phases", 1, "check")`` -> ``"phases[1].check"``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
 
 
 def _normalize(loc: tuple[Any, ...], data: Any) -> tuple[Loc, str | None]:
@@ -357,292 +341,7 @@ def _within(field: str, prefix: str) -> bool:
     return field == prefix or field.startswith((prefix + ".", prefix + "["))
 
 
-# =========================================================================== params
-
-
-_PLACEHOLDERS = {
-    "string": "TEXT",
-    "integer": "N",
-    "number": "X",
-    "boolean": "true",
-    "path": "PATH",
-    "list": "A,B",
-}
-
-
-def _example(name: str, spec: ParamSpec) -> str:
-    value = "|".join(spec.choices or []) if spec.type == "choice" else _PLACEHOLDERS[spec.type]
-    return f"--param {name}={value}"
-
-
-def _resolve_params(
-    workflow: Workflow, given: Mapping[str, Any], locator: _Locator, *, require: bool = True
-) -> tuple[dict[str, Any], list[WorkflowError]]:
-    values: dict[str, Any] = {}
-    errors: list[WorkflowError] = []
-    declared = list(workflow.params)
-    for name in given:
-        if name not in workflow.params:
-            close = difflib.get_close_matches(name, declared, n=1, cutoff=0.6)
-            hint = f' (did you mean "{close[0]}"?)' if close else ""
-            takes = (
-                f"this workflow takes: {', '.join(declared)}"
-                if declared
-                else "this workflow takes no params"
-            )
-            errors.append(
-                locator.error(
-                    ("params",),
-                    f'unknown param "{name}" given with --param{hint}; {takes}',
-                    field="params",
-                    at_key=True,
-                )
-            )
-    for name, spec in workflow.params.items():
-        loc = ("params", name)
-        about = f" ({spec.description})" if spec.description else ""
-        if name in given:
-            try:
-                values[name] = coerce_param(spec, given[name])
-            except ValueError as exc:
-                errors.append(
-                    locator.error(
-                        loc,
-                        f'bad value for param "{name}": {exc}; pass it like {_example(name, spec)}',
-                        at_key=True,
-                    )
-                )
-        elif spec.default is not None:
-            values[name] = coerce_param(spec, spec.default)  # checked by the schema
-        elif spec.required and require:
-            errors.append(
-                locator.error(
-                    loc,
-                    f'missing required param "{name}"{about}; pass it with {_example(name, spec)}',
-                    at_key=True,
-                )
-            )
-        else:
-            values[name] = None
-    return values, errors
-
-
-def parse_param_assignments(assignments: Iterable[str]) -> dict[str, str]:
-    """``["repo=~/src/x", "goal=Tidy up"]`` -> ``{"repo": "~/src/x", "goal": "Tidy up"}``.
-
-    Values are kept as text; ``load_workflow`` parses them by each param's type.
-    A param given twice is refused rather than silently overridden.
-    """
-    out: dict[str, str] = {}
-    errors: list[WorkflowError] = []
-    for item in assignments:
-        name, sep, value = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            errors.append(
-                WorkflowError(
-                    f"--param {item!r} is not NAME=VALUE; write --param {name or 'NAME'}=VALUE",
-                    field="params",
-                )
-            )
-        elif name in out:
-            errors.append(
-                WorkflowError(
-                    f'--param "{name}" is given twice ({out[name]!r} and {value!r}); give it once',
-                    field=f"params.{name}",
-                )
-            )
-        else:
-            out[name] = value
-    if errors:
-        raise errors[0] if len(errors) == 1 else WorkflowErrors(errors)
-    return out
-
-
-def load_yaml_file(path: Path) -> Any:
-    """The data of a small YAML file (a params matrix), read with the workflow's limits (its
-    size, its alias expansion); ``WorkflowError`` with file and line when it cannot be read."""
-    filename = str(path)
-    doc, errors = _parse_yaml(_read_text(path), filename, "matrix file")
-    if doc is None:
-        raise errors[0]
-    if errors:
-        raise WorkflowErrors(errors)
-    return doc.data
-
-
-def load_params_file(path: Path) -> dict[str, Any]:
-    """Read params from a YAML mapping (``repo: ~/src/x``), for long or many values.
-
-    Values may be typed (numbers, lists); they are parsed by each param's type when
-    the workflow is loaded. Merge with ``--param`` values by letting the latter win.
-    """
-    filename = str(path)
-    text = _read_text(path)
-    doc, errors = _parse_yaml(text, filename, "params file")
-    if doc is None:
-        raise errors[0]
-    if errors:
-        raise WorkflowErrors(errors)
-    if doc.data is None:
-        return {}
-    if not isinstance(doc.data, dict):
-        raise WorkflowError(
-            "a params file is a YAML mapping of param names to values, like `repo: ~/src/x`",
-            file=filename,
-            line=1,
-            column=1,
-        )
-    return dict(doc.data)
-
-
-# =========================================================================== templates
-
-
-@dataclass(frozen=True)
-class _TemplateSlot:
-    path: Loc
-    kind: TemplateKind
-    phase: int | None = None
-
-
-def _template_slots(workflow: Workflow) -> list[tuple[_TemplateSlot, str]]:
-    slots: list[tuple[_TemplateSlot, str]] = [
-        (_TemplateSlot(("workspace", "path"), "workspace_path"), workflow.workspace.path),
-        (_TemplateSlot(("workspace", "branch"), "branch"), workflow.workspace.branch),
-    ]
-    if workflow.system is not None:
-        slots.append((_TemplateSlot(("system",), "system"), workflow.system))
-    for i, phase in enumerate(workflow.phases):
-        slots.append((_TemplateSlot(("phases", i, "prompt"), "phase", i), phase.prompt))
-        if phase.check is not None:
-            slots.append((_TemplateSlot(("phases", i, "check"), "phase", i), phase.check))
-        for k, image in enumerate(phase.images):
-            slots.append((_TemplateSlot(("phases", i, "images", k), "phase", i), image))
-    return slots
-
-
-def _context(
-    workflow: Workflow,
-    params: Mapping[str, Any],
-    kind: TemplateKind,
-    run: RunContext,
-    phase_index: int | None = None,
-) -> dict[str, Any]:
-    context: dict[str, Any] = {
-        "params": dict(params),
-        "workflow": {"name": workflow.name, "description": workflow.description or ""},
-        "run": run.as_dict(kind),
-    }
-    if kind == "phase" and phase_index is not None:
-        phase = workflow.phases[phase_index]
-        context["phase"] = {
-            "name": phase.name,
-            "index": phase_index + 1,
-            "count": len(workflow.phases),
-            "description": phase.description or "",
-        }
-    return context
-
-
-def _branch_problem(name: str) -> str | None:
-    """Why ``name`` is not a usable git branch name (git check-ref-format), or None."""
-    if not name:
-        return "it is empty"
-    bad = sorted({c for c in name if c in " ~^:?*[\\" or ord(c) < 32 or ord(c) == 127})
-    if bad:
-        return f"it contains {', '.join(repr(c) for c in bad)}"
-    if ".." in name or "@{" in name or "//" in name:
-        return "it contains '..', '@{' or '//'"
-    if name.startswith(("-", "/")) or name.endswith(("/", ".", ".lock")) or name == "@":
-        return "it starts with '-' or '/', or ends with '/', '.' or '.lock'"
-    if any(part.startswith(".") for part in name.split("/")):
-        return "a part of it starts with '.'"
-    return None
-
-
-def _render_checks(
-    workflow: Workflow,
-    params: Mapping[str, Any],
-    templates: Mapping[str, WorkflowTemplate],
-    base_dir: Path,
-) -> list[WorkflowError]:
-    """Render every template once with the real params and a stand-in run."""
-    errors: list[WorkflowError] = []
-    run = RunContext(id=_PLACEHOLDER_RUN_ID, started_at="2000-01-01T00:00:00+00:00")
-    rendered: dict[str, str] = {}
-    for slot, _source in _template_slots(workflow):
-        key = dotted(slot.path)
-        template = templates.get(key)
-        if template is None:
-            continue
-        if slot.kind == "branch":
-            workspace = rendered.get("workspace.path", "")
-            run = RunContext(run.id, run.started_at, _absolute(workspace, base_dir))
-        elif slot.kind in ("system", "phase") and run.branch == "":
-            run = RunContext(
-                run.id, run.started_at, run.workspace, rendered.get("workspace.branch", "")
-            )
-        try:
-            text = template.render(_context(workflow, params, slot.kind, run, slot.phase))
-        except WorkflowError as exc:
-            errors.append(exc)
-            continue
-        rendered[key] = text.strip()
-        if slot.kind == "workspace_path" and not text.strip():
-            errors.append(template.error(None, "renders to an empty path; give a directory"))
-        if slot.kind == "branch":
-            problem = _branch_problem(text.strip())
-            if problem:
-                errors.append(
-                    template.error(
-                        None,
-                        f"renders to {text.strip()!r}, which is not a valid git branch name "
-                        f"({problem}); use letters, digits, '-', '_', '.' and '/'",
-                    )
-                )
-    return errors
-
-
-def _absolute(path: str, base_dir: Path) -> str:
-    expanded = os.path.expanduser(path.strip())
-    return os.path.abspath(os.path.join(base_dir, expanded))
-
-
 # =========================================================================== loading
-
-
-MAX_FILE_BYTES = 1024 * 1024
-"""Workflow, params and matrix files are small: a larger one is refused before it is read (a
-workflow is stored whole with its run, so a huge one would swell the database)."""
-
-
-def _read_text(path: Path) -> str:
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise WorkflowError(
-                f"is over {MAX_FILE_BYTES // 1024} KB; a workflow, params or matrix file is "
-                "YAML of a few KB: keep long texts (prompts, data) in files the run reads",
-                file=str(path),
-            )
-        return data.decode("utf-8")
-    except FileNotFoundError:
-        raise WorkflowError(
-            "no such file; check the path (the bundled workflows are in workflows/)",
-            file=str(path),
-        ) from None
-    except IsADirectoryError:
-        raise WorkflowError(
-            "is a directory; give the YAML file inside it", file=str(path)
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise WorkflowError(
-            f"is not UTF-8 text (byte {exc.start}); save it as UTF-8", file=str(path)
-        ) from None
-    except OSError as exc:
-        raise WorkflowError(f"cannot be read: {exc.strerror}", file=str(path)) from None
 
 
 def load_workflow(
@@ -662,7 +361,7 @@ def load_workflow(
     validate`): missing required params are then not errors (their value is None and
     templates are only checked statically); the result must not be run.
     """
-    text = _read_text(path)
+    text = read_source(path)
     return parse_workflow_text(
         text,
         str(path),
@@ -689,7 +388,7 @@ def parse_workflow_text(
     ``filename`` is only used in messages. ``base_dir`` resolves a relative
     workspace path; a resume should pass the one recorded at the run's start.
     """
-    doc, errors = _parse_yaml(text, filename)
+    doc, errors = parse_source(text, filename)
     if doc is None:
         raise _collected(errors)
     if not isinstance(doc.data, dict):
@@ -713,7 +412,7 @@ def parse_workflow_text(
         raise _collected(errors + _validation_errors(exc, locator, errors)) from None
     for loc, message in workflow.problems(tool_names):
         errors.append(locator.error(loc, message))
-    values, param_errors = _resolve_params(workflow, params or {}, locator, require=require_params)
+    values, param_errors = resolve_params(workflow, params or {}, locator, require=require_params)
     unset_required = [
         n for n, spec in workflow.params.items() if spec.required and values.get(n) is None
     ]
@@ -722,7 +421,7 @@ def parse_workflow_text(
     env = make_environment()
     templates: dict[str, WorkflowTemplate] = {}
     template_errors: list[WorkflowError] = []
-    for slot, source in _template_slots(workflow):
+    for slot, source in template_slots(workflow):
         template, problems = compile_template(
             env,
             source,
@@ -737,7 +436,7 @@ def parse_workflow_text(
     errors += template_errors
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     if not errors and not unset_required:
-        errors += _render_checks(workflow, values, templates, base)
+        errors += check_templates(workflow, values, templates, base)
     if errors:
         raise _collected(errors)
     return LoadedWorkflow(
@@ -757,124 +456,3 @@ def _collected(errors: list[WorkflowError]) -> WorkflowError:
         unique.setdefault(str(error), error)
     found = list(unique.values())
     return found[0] if len(found) == 1 else WorkflowErrors(found)
-
-
-# =========================================================================== rendering
-
-
-def _template(loaded: LoadedWorkflow, key: str) -> WorkflowTemplate:
-    try:
-        return loaded.templates[key]
-    except KeyError:
-        raise WorkflowError(
-            f"the workflow has no template at {key}", file=loaded.filename
-        ) from None
-
-
-def _phase_run(loaded: LoadedWorkflow, phase_index: int) -> None:
-    count = len(loaded.workflow.phases)
-    if not 0 <= phase_index < count:
-        raise IndexError(f"phase index {phase_index} out of range (the workflow has {count})")
-
-
-def render_system(loaded: LoadedWorkflow, run: RunContext) -> str:
-    """The system prompt for ``run``; empty when the workflow has none (use the built-in)."""
-    if loaded.workflow.system is None:
-        return ""
-    template = _template(loaded, "system")
-    return template.render(_context(loaded.workflow, loaded.params, "system", run)).strip()
-
-
-def render_phase_prompt(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> str:
-    """Phase ``phase_index``'s (0-based) prompt; templates see ``phase.index`` 1-based."""
-    _phase_run(loaded, phase_index)
-    template = _template(loaded, f"phases[{phase_index}].prompt")
-    context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
-    return template.render(context).strip()
-
-
-def render_check(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> str | None:
-    """Phase ``phase_index``'s check command, or None when the phase has no check."""
-    _phase_run(loaded, phase_index)
-    if loaded.workflow.phases[phase_index].check is None:
-        return None
-    template = _template(loaded, f"phases[{phase_index}].check")
-    context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
-    return template.render(context).strip()
-
-
-def render_phase_images(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> list[str]:
-    """Phase ``phase_index``'s image paths (workspace-relative), rendered; blanks dropped."""
-    _phase_run(loaded, phase_index)
-    context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
-    paths = []
-    for k in range(len(loaded.workflow.phases[phase_index].images)):
-        text = _template(loaded, f"phases[{phase_index}].images[{k}]").render(context).strip()
-        if text:
-            paths.append(text)
-    return paths
-
-
-def render_workspace_path(loaded: LoadedWorkflow, run: RunContext) -> Path:
-    """The absolute workspace directory (``~`` expanded, relative to ``loaded.base_dir``)."""
-    template = _template(loaded, "workspace.path")
-    text = template.render(_context(loaded.workflow, loaded.params, "workspace_path", run))
-    if not text.strip():
-        raise template.error(None, "renders to an empty path; give a directory")
-    return Path(_absolute(text, loaded.base_dir))
-
-
-def render_branch(loaded: LoadedWorkflow, run: RunContext) -> str:
-    """The run's work branch name, checked to be a valid git branch name."""
-    template = _template(loaded, "workspace.branch")
-    name = template.render(_context(loaded.workflow, loaded.params, "branch", run)).strip()
-    problem = _branch_problem(name)
-    if problem:
-        raise template.error(
-            None, f"renders to {name!r}, which is not a valid git branch name ({problem})"
-        )
-    return name
-
-
-@dataclass(frozen=True)
-class RenderedPhase:
-    """One phase's templates, rendered for a run."""
-
-    prompt: str
-    check: str | None
-    images: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class RenderedRun:
-    """Every template of a workflow rendered for one run, and the run context they saw."""
-
-    run: RunContext
-    """Complete: its ``workspace`` is where the run works, its ``branch`` the rendered one."""
-    source: Path
-    """The rendered ``workspace.path``: the checkout a run's worktree is made from."""
-    system: str
-    """The workflow's system prompt ("" when it has none)."""
-    phases: tuple[RenderedPhase, ...]
-
-
-def render_run(
-    loaded: LoadedWorkflow, run_id: str, *, started_at: str = "", workspace: str | None = None
-) -> RenderedRun:
-    """Render the whole workflow for one run, in the order its templates depend on each
-    other: the workspace path (which sees only the id and start time), then the branch (which
-    sees the workspace: ``workspace`` when the run works elsewhere, a worktree, else the
-    rendered path), then the system prompt and the phases (which see both)."""
-    run = RunContext(id=run_id, started_at=started_at)
-    source = render_workspace_path(loaded, run)
-    run = replace(run, workspace=workspace or str(source))
-    run = replace(run, branch=render_branch(loaded, run))
-    phases = tuple(
-        RenderedPhase(
-            prompt=render_phase_prompt(loaded, index, run),
-            check=render_check(loaded, index, run),
-            images=tuple(render_phase_images(loaded, index, run)),
-        )
-        for index in range(len(loaded.workflow.phases))
-    )
-    return RenderedRun(run=run, source=source, system=render_system(loaded, run), phases=phases)

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pilot.errors import ConfigurationError
 from pilot.images import MediaPlan
 from pilot.model.settings import ClientSettings
-from pilot.workflow.load import LoadedWorkflow, render_run
+from pilot.workflow.load import LoadedWorkflow
+from pilot.workflow.render import render_run
 from pilot.workflow.schema import ModelSettings, check_endpoint_url
 
 if TYPE_CHECKING:
