@@ -448,3 +448,29 @@ def test_no_two_things_share_a_class_name():
         for name, value in vars(module).items():
             if inspect.isclass(value) and value.__module__.startswith("pilot"):
                 assert owners.setdefault(name, value) is value, f"{name} names two classes"
+
+
+def test_runs_share_a_client_exactly_when_their_client_settings_agree(tmp_path):
+    """The runner's client cache keys on (endpoint, ClientSettings): a setting that differs
+    makes another client, and that client was made with the setting."""
+    from pilot.runner import Runner
+    from pilot.store.event_store import EventStore
+    from pilot.workflow.plan import ModelPlan, RunPlan
+
+    runner = Runner(EventStore(f"sqlite:///{tmp_path / 'runs.db'}"))
+
+    def plan(**settings: float) -> RunPlan:
+        model = ModelPlan(endpoint="http://127.0.0.1:9/v1", client=ClientSettings(**settings))
+        return RunPlan(workflow_name="w", system="s", phases=[], tools=[], model=model,
+                       workspace=str(tmp_path), branch="b")  # fmt: skip
+
+    async def main() -> None:
+        try:
+            first, again = runner._client(plan(server_wait=5)), runner._client(plan(server_wait=5))
+            other = runner._client(plan(server_wait=6))
+            assert first is again and other is not first
+            assert isinstance(other, OpenAIModelClient) and other.settings.server_wait == 6
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
