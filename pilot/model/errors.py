@@ -199,25 +199,24 @@ class ErrorAnswer:
         return f" at {self.endpoint}" if self.endpoint else ""
 
 
-Build = Callable[[ErrorAnswer, "re.Match[str] | None"], MarathonError]
+_ANY_MESSAGE = re.compile("")
 
 
 @dataclass(frozen=True)
 class ErrorRule:
     """A row of the table: the answers it matches (any status when ``statuses`` is None, any
-    message when ``pattern`` is None) and the typed error they become."""
+    message by default) and the typed error they become (``build`` gets the pattern's match,
+    to read numbers out of the text)."""
 
-    build: Build
+    build: Callable[[ErrorAnswer, re.Match[str]], MarathonError]
     statuses: frozenset[int] | None = None
-    pattern: re.Pattern[str] | None = None
+    pattern: re.Pattern[str] = _ANY_MESSAGE
 
-    def match(self, status: int, message: str) -> re.Match[str] | bool:
-        """The pattern's match (or True with no pattern) when the row applies, else False."""
+    def match(self, status: int, message: str) -> re.Match[str] | None:
+        """The pattern's match in ``message`` when the row applies, else None."""
         if self.statuses is not None and status not in self.statuses:
-            return False
-        if self.pattern is None:
-            return True
-        return self.pattern.search(message) or False
+            return None
+        return self.pattern.search(message)
 
 
 def _int(pattern: str, text: str) -> int | None:
@@ -225,27 +224,27 @@ def _int(pattern: str, text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _api_key(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+def _api_key(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     return ConfigurationError(
         f"the model server{answer.at} refused the request "
         f"(HTTP {answer.status}: {answer.message}): it wants an API key; {API_KEY_HINT}."
     )
 
 
-def _model_not_found(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+def _model_not_found(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     m = re.search(r"model `([^`]*)`", answer.message)
     name = m.group(1) if m else (answer.model or "?")
     return ModelNotFound(name, list(answer.served or []), endpoint=answer.endpoint)
 
 
-def _no_such_route(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+def _no_such_route(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     return ConfigurationError(
         f"the model server{answer.at} has no such endpoint (HTTP 404: {answer.message}); "
         "model.endpoint should be the OpenAI base URL, usually ending in /v1."
     )
 
 
-def _context_overflow(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+def _context_overflow(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     """vLLM's overflow texts (current, character pre-check, and older wording).
 
     vLLM 0.30+ reports only a lower bound of the prompt ("contains at least P input tokens"),
@@ -265,8 +264,7 @@ def _context_overflow(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonE
     return ContextOverflow(message, max_model_len=limit, prompt_tokens=prompt, max_tokens=output)
 
 
-def _output_over_window(answer: ErrorAnswer, match: re.Match[str] | None) -> MarathonError:
-    assert match is not None  # the row has a pattern
+def _output_over_window(answer: ErrorAnswer, match: re.Match[str]) -> MarathonError:
     return ContextOverflow(
         answer.message,
         max_model_len=int(match.group(1)),
@@ -274,7 +272,7 @@ def _output_over_window(answer: ErrorAnswer, match: re.Match[str] | None) -> Mar
     )
 
 
-def _no_auto_tool_choice(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+def _no_auto_tool_choice(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     return ConfigurationError(
         f"the server cannot let the model choose tools ({answer.message}). Start vLLM with "
         f"{AUTO_TOOL_FLAGS} (gemma4 for Gemma 4, hermes for Qwen2.5, qwen3_coder for "
@@ -284,11 +282,11 @@ def _no_auto_tool_choice(answer: ErrorAnswer, _: re.Match[str] | None) -> Marath
     )
 
 
-def _unavailable(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+def _unavailable(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     return ServerUnavailable(answer.endpoint or "?", f"HTTP {answer.status}: {answer.message}")
 
 
-def _bad_request(answer: ErrorAnswer, _: re.Match[str] | None) -> MarathonError:
+def _bad_request(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     return BadRequest(answer.message, status=answer.status, body=answer.body)
 
 
@@ -348,16 +346,15 @@ def map_vllm_error(
     """
     answer = ErrorAnswer(status, message, model, served, endpoint, body)
     for rule in VLLM_ERRORS:
-        match = rule.match(status, message)
-        if match is not False:
-            return rule.build(answer, match if isinstance(match, re.Match) else None)
+        if (match := rule.match(status, message)) is not None:
+            return rule.build(answer, match)
     raise AssertionError("VLLM_ERRORS ends with a row that matches everything")
 
 
 def wants_served_models(status: int, message: str) -> bool:
     """Whether this answer says "no such model" (so the error should list what is served);
     any other 404 is a missing route."""
-    return _MODEL_NOT_FOUND.match(status, message) is not False
+    return _MODEL_NOT_FOUND.match(status, message) is not None
 
 
 def deterministic_500(
