@@ -52,10 +52,27 @@ def profile_path(name_or_path: str | Path) -> Path:
 def load_profile(name_or_path: str | Path) -> ServerSpec:
     """Load and validate a profile by built-in name or file path."""
     path = profile_path(name_or_path)
-    return load_spec_text(path.read_text(), source=str(path))
+    return load_spec_text(read_source_text(path, "profile"), source=str(path))
 
 
 # --------------------------------------------------------------------------- YAML + lines
+
+
+def read_source_text(path: Path, kind: str) -> str:
+    """A profile's (or fleet or presets file's) text; ``SpecError`` saying why it cannot be
+    read (a directory, not UTF-8, no permission) instead of a traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise SpecError(
+            f"is a directory; give the {kind} (a YAML file) inside it.", file=str(path)
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"is not UTF-8 text (byte {exc.start}); save the {kind} as UTF-8.", file=str(path)
+        ) from None
+    except OSError as exc:
+        raise SpecError(f"cannot be read: {exc.strerror}.", file=str(path)) from None
 
 
 def parse_yaml_source(text: str, source: str, kind: str = "profile") -> tuple[Any, Lines]:
@@ -144,7 +161,12 @@ def load_spec_text(text: str, *, source: str = "<string>") -> ServerSpec:
     """Validate YAML text as a ServerSpec; errors carry ``source`` and line numbers."""
     data, lines = parse_yaml_source(text, source)
     if not isinstance(data, dict):
-        raise SpecError("a profile must be a YAML mapping of fields.", file=source, line=1)
+        raise SpecError(
+            "a profile must be a YAML mapping of fields.",
+            file=source,
+            line=1,
+            hint="start from a built-in one, e.g. brain/profiles/sim.yaml (name, model, ...)",
+        )
     try:
         return ServerSpec.model_validate(data)
     except ValidationError as e:
@@ -283,7 +305,9 @@ def apply_overrides(spec: ServerSpec, overrides: Sequence[str]) -> ServerSpec:
 
 def load_presets() -> dict[str, dict[str, Any]]:
     """The preset table from brain/profiles/presets.yaml: name -> {description, overrides}."""
-    data, _ = parse_yaml_source(PRESETS_FILE.read_text(), str(PRESETS_FILE), "presets file")
+    data, _ = parse_yaml_source(
+        read_source_text(PRESETS_FILE, "presets file"), str(PRESETS_FILE), "presets file"
+    )
     return dict(data or {})
 
 

@@ -244,6 +244,17 @@ def test_unreadable_profile_yaml_names_its_line_and_the_fix(tmp_path):
     assert "profiles are plain YAML without tags" in str(ei.value)
 
 
+def test_a_profile_that_is_no_text_file_is_refused_with_its_reason(tmp_path):
+    folder = tmp_path / "p.yaml"
+    folder.mkdir()
+    with pytest.raises(SpecError, match=r"p.yaml: is a directory; give the profile"):
+        load_profile(folder)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"name: x\nmodel: caf\xe9\n")
+    with pytest.raises(SpecError, match=r"latin.yaml: is not UTF-8 text \(byte 18\); save"):
+        load_profile(latin)
+
+
 def test_unknown_profile_lists_the_builtin_ones():
     with pytest.raises(SpecError, match="gemma4-e4b-mtp"):
         load_profile("nope")

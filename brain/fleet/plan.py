@@ -358,14 +358,19 @@ def _override_items(overrides: dict[str, Any] | list[str]) -> list[str]:
 def load_fleet_file(path: str | Path) -> tuple[str, list[Replica]]:
     """Read a fleet file into its name and replicas; errors carry file, line and field.
     (``check_fleet`` then checks the replicas against each other.)"""
-    from brain.profiles import _lookup_line, parse_yaml_source
+    from brain.profiles import _lookup_line, parse_yaml_source, read_source_text
 
     path = Path(path)
     if not path.exists():
         raise SpecError(f"fleet file {str(path)!r} does not exist.")
-    data, lines = parse_yaml_source(path.read_text(), str(path), "fleet file")
+    data, lines = parse_yaml_source(read_source_text(path, "fleet file"), str(path), "fleet file")
     if not isinstance(data, dict):
-        raise SpecError("a fleet file is a mapping with name and servers.", file=str(path), line=1)
+        raise SpecError(
+            "a fleet file is a mapping with name and servers.",
+            file=str(path),
+            line=1,
+            hint="write `name: NAME` and `servers:` with one `- profile: PROFILE` per server",
+        )
     try:
         fleet = FleetFile.model_validate(data)
     except ValidationError as exc:
