@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from pilot.images import ImageRef
 from pilot.model.types import Usage, WaitEvent
+from tools.base import Artifact
 
 
 def utcnow() -> datetime:
@@ -114,14 +115,6 @@ class ToolStarted(_Event):
     call_id: str
     name: str
     mutates: bool
-
-
-class Artifact(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    path: str
-    size: int = 0
 
 
 class ToolFinished(_Event):

@@ -86,9 +86,7 @@ class RegistryExecutor:
             output=result.output,
             is_error=result.is_error,
             truncated=result.truncated,
-            artifacts=[
-                ev.Artifact(name=a.name, path=a.path, size=a.size) for a in result.artifacts
-            ],
+            artifacts=list(result.artifacts),
             images=refs_from_artifacts(result.artifacts, self.workspace_root),
         )
 

@@ -410,15 +410,7 @@ class _Run:
         if status is not None:
             totals["status"] = status
             totals["status_reason"] = getattr(stored, "reason", "") or ""
-        if isinstance(event, ev.AssistantMessage):
-            totals["steps"] = self.state.steps + 1
-            if event.usage:
-                totals["prompt_tokens"] = self.state.prompt_tokens + event.usage.prompt_tokens
-                totals["completion_tokens"] = (
-                    self.state.completion_tokens + event.usage.completion_tokens
-                )
-        if isinstance(event, ev.PhaseStarted):
-            totals["phase"] = event.name
+        totals.update(self.state.totals_with(event))
         self.unsaved.append((seq, stored, payload))
         if not commit:
             self.state.apply(event)

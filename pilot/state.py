@@ -133,6 +133,17 @@ class RunState:
         return self.prompt_tokens + self.completion_tokens
 
     @property
+    def last_at(self) -> datetime | None:
+        """When the last event folded in happened (None before the first)."""
+        return self._last_at
+
+    @property
+    def driven(self) -> bool:
+        """A process was driving the run at its last event: a start or resume not yet
+        followed by a pause or the end (at a new start, the previous process died)."""
+        return self._segment_start is not None
+
+    @property
     def next_phase_index(self) -> int:
         return len(self.phases_done)
 
@@ -178,17 +189,17 @@ class RunState:
             case ModelRequest():
                 pass
             case AssistantMessage():
+                prompt, completion = tokens_of(ev)
                 self.steps += 1
+                self.prompt_tokens += prompt
+                self.completion_tokens += completion
                 if ev.endpoint is not None:
                     self.endpoint = ev.endpoint
                 if self.phase is not None:
                     self.phase.steps += 1
+                    self.phase.tokens += prompt + completion
                 if ev.usage is not None:
                     self.usage_estimated = self.usage_estimated or ev.usage.estimated
-                    self.prompt_tokens += ev.usage.prompt_tokens
-                    self.completion_tokens += ev.usage.completion_tokens
-                    if self.phase is not None:
-                        self.phase.tokens += ev.usage.prompt_tokens + ev.usage.completion_tokens
                 empty = not (ev.content or "").strip() and not ev.tool_calls
                 if not empty:  # an empty turn is asked again, not kept
                     self.messages.append(assistant_message_dict(ev))
@@ -313,24 +324,61 @@ class RunState:
             case _:
                 pass
 
+    def totals_with(self, ev: Event) -> dict[str, Any]:
+        """The run's summary columns (the ``runs`` row) that ``ev`` changes, as they will be
+        once it is folded in: the runner stores an event before the state takes it, and its
+        totals are counted here, by the fold's own rule, not a second time."""
+        if isinstance(ev, PhaseStarted):
+            return {"phase": ev.name}
+        if not isinstance(ev, AssistantMessage):
+            return {}
+        totals: dict[str, Any] = {"steps": self.steps + 1}
+        if ev.usage is not None:
+            prompt, completion = tokens_of(ev)
+            totals["prompt_tokens"] = self.prompt_tokens + prompt
+            totals["completion_tokens"] = self.completion_tokens + completion
+        return totals
+
     def _verdict(self, verdict: Verdict) -> None:
         if verdict.action != "ok" and self.phase is not None:
             self.phase.pending_verdict = verdict
 
     def _track_time(self, ev: Event) -> None:
-        if isinstance(ev, RunStarted | RunResumed):
+        self._clock(
+            ev.at,
+            starts=isinstance(ev, RunStarted | RunResumed),
+            ends=isinstance(ev, RunPaused | RunFinished),
+        )
+
+    def note_time(self, at: datetime) -> None:
+        """A stored event this version cannot read (a newer pilot's type) still happened at
+        ``at``: the run's clock moves as for any event, nothing else does."""
+        self._clock(at, starts=False, ends=False)
+
+    def _clock(self, at: datetime, *, starts: bool, ends: bool) -> None:
+        if starts:
             self._close_segment()
-            self._segment_start = ev.at
-        elif isinstance(ev, RunPaused | RunFinished):
-            self._last_at = ev.at
+            self._segment_start = at
+        elif ends:
+            self._last_at = at
             self._close_segment()
             return
-        self._last_at = ev.at
+        elif self._segment_start is None and self._last_at is None:
+            self._segment_start = at  # a run recorded without its start counts from here
+        self._last_at = at
 
     def _close_segment(self) -> None:
         if self._segment_start is not None and self._last_at is not None:
             self.active_seconds += max(0.0, (self._last_at - self._segment_start).total_seconds())
         self._segment_start = None
+
+
+def tokens_of(ev: AssistantMessage) -> tuple[int, int]:
+    """The prompt and completion tokens one answer adds to the run's totals (none recorded:
+    nothing)."""
+    if ev.usage is None:
+        return 0, 0
+    return ev.usage.prompt_tokens, ev.usage.completion_tokens
 
 
 def _finish_summary(state: RunState, call_id: str) -> str:

@@ -43,7 +43,8 @@ from pilot.model.router import Router
 from pilot.model.settings import ClientSettings
 from pilot.model.types import ChatRequest, ModelResponse, RetryPolicy, WaitEvent
 from pilot.queue import enqueue
-from pilot.report.build import build_report, render_markdown
+from pilot.report.build import build_report
+from pilot.report.markdown import render_markdown
 from pilot.runner import Runner, RunOutcome
 from pilot.store.event_store import EventStore
 from pilot.ui import event_line

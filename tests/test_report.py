@@ -14,14 +14,10 @@ from sqlalchemy import insert
 
 from brain.events import server_events
 from pilot import events as ev
-from pilot.report.build import (
-    build_report,
-    is_test_command,
-    parse_age,
-    parse_since,
-    render_markdown,
-)
+from pilot.report.build import build_report, is_test_command
+from pilot.report.cli import parse_age, parse_since
 from pilot.report.html import render_html
+from pilot.report.markdown import render_markdown
 from pilot.snapshot import GitRepo, start_work_branch, take_snapshot
 from pilot.store.event_store import EventRow, EventStore
 from pilot.store.queries import stored_events
@@ -540,10 +536,61 @@ def test_phase_labels_started_close_together_get_their_own_rows() -> None:
 
 
 def test_one_file_is_one_file() -> None:
-    from pilot.report.build import plural
+    from pilot.report.facts import plural
 
     assert (plural(1, "file"), plural(2, "file"), plural(0, "file")) == (
         "1 file",
         "2 files",
         "0 files",
     )
+
+
+def test_the_report_reads_its_counts_from_the_state_fold(
+    store: EventStore, workspace: GitRepo
+) -> None:
+    """One fold: the report's steps, tokens, phase counts and driven time are the state's
+    (``pilot.state.fold``, what a resume continues from), not counted a second time."""
+    import ast
+
+    from pilot.state import fold
+
+    w = RunWriter(store, run_id="abab1212")
+    w.add(
+        0,
+        ev.RunStarted(
+            workflow="refactor",
+            workspace=str(workspace.root),
+            branch="b",
+            endpoint="e",
+            system="",
+            phases=["p"],
+            owner="h:1:a",
+        ),
+    )
+    w.add(1, ev.PhaseStarted(index=0, name="p", prompt="go"))
+    w.add(5, message(1, call("c1", "run", command="pytest"), tokens=(120, 12)))
+    w.add(6, ev.RunPaused(reason="signal"))
+    w.add(100, ev.RunResumed(owner="h:2:b"))
+    w.add(104, message(2, tokens=(300, 30)))
+    w.add(107, ev.RunFinished(status="failed", reason="limit"))
+    state = fold(store.load_events("abab1212"))
+    (run,) = build_report(store, ["abab1212"]).runs
+    assert (
+        (run.steps, run.prompt_tokens, run.completion_tokens)
+        == (state.steps, state.prompt_tokens, state.completion_tokens)
+        == (2, 420, 42)
+    )
+    assert run.active_s == state.active_seconds == 13
+    assert (run.phases[0].steps, run.phases[0].tokens) == (2, 462)
+    assert [(p.start, p.end) for p in run.pauses] == [(at(6), at(100))]
+    assert run.phases[0].outcome == "unfinished (run failed)"
+    # The renderings read the facts only (no import loop back into the building).
+    package = Path(__file__).resolve().parent.parent / "pilot" / "report"
+    for name in ("html.py", "markdown.py"):
+        tree = ast.parse((package / name).read_text(encoding="utf-8"))
+        wings = {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pilot.report")
+        }
+        assert wings == {"pilot.report.facts"}, name

@@ -116,7 +116,8 @@ def test_a_question_is_recorded_and_the_run_goes_on(tmp_path: Path, repo: Path) 
     assert outcome.status == "succeeded"
     (question,) = [e for e in events if isinstance(e, ev.Question)]
     assert question.text.startswith("Should I delete the old module")
-    from pilot.report.build import build_report, render_markdown
+    from pilot.report.build import build_report
+    from pilot.report.markdown import render_markdown
 
     text = render_markdown(
         build_report(EventStore(f"sqlite:///{tmp_path / 'm.db'}"), [outcome.run_id])

@@ -164,3 +164,39 @@ def test_a_mutating_result_without_its_snapshot_is_due_and_the_snapshot_event_se
         ]
     )
     assert check.snapshot_due == "check-0-1"
+
+
+def test_a_run_recorded_without_its_start_is_timed_from_its_first_event() -> None:
+    """The report folds runs whose first stored event is not run_started (and rows of types
+    this version cannot read): the clock counts them as the report always did."""
+    state = fold(
+        [
+            ev.PhaseStarted(index=0, name="a", prompt="p", at=at(0)),
+            ev.Nudge(reason="x", text="go on", at=at(10)),
+        ]
+    )
+    assert (state.driven, state.last_at, state.elapsed_active(at(10))) == (True, at(10), 10.0)
+    state.note_time(at(31))  # a newer pilot's event type, read as a plain row
+    assert state.elapsed_active(state.last_at or at(0)) == 31.0
+    state.apply(ev.RunPaused(reason="signal", at=at(40)))
+    assert (state.driven, state.active_seconds) == (False, 40.0)
+
+
+def test_the_runs_row_totals_are_the_folds_own_counts() -> None:
+    """The runner writes the runs row before the state takes the event: ``totals_with`` says
+    what the fold will count, so the row and the state never disagree."""
+    state = fold([started(), ev.PhaseStarted(index=0, name="a", prompt="p")])
+    assert state.totals_with(ev.PhaseStarted(index=1, name="b", prompt="p")) == {"phase": "b"}
+    answers = [
+        ev.AssistantMessage(step=1, usage=ev.Usage(prompt_tokens=100, completion_tokens=7)),
+        ev.AssistantMessage(step=2),  # the server sent no usage: only the step counts
+        ev.AssistantMessage(step=3, usage=ev.Usage(prompt_tokens=50, completion_tokens=5)),
+    ]
+    for answer in answers:
+        row = state.totals_with(answer)
+        state.apply(answer)
+        folded = {"steps": state.steps, "prompt_tokens": state.prompt_tokens}
+        folded["completion_tokens"] = state.completion_tokens
+        assert row == {k: v for k, v in folded.items() if k in row}
+        assert "steps" in row and ("prompt_tokens" in row) == (answer.usage is not None)
+    assert (state.steps, state.total_tokens, state.phase and state.phase.tokens) == (3, 162, 162)

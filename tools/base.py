@@ -33,11 +33,17 @@ class ToolError(Exception):
 
 
 class Artifact(BaseModel):
-    """A file a tool kept next to its result, e.g. the full output of a long command."""
+    """A file a tool kept next to its result, e.g. the full output of a long command.
+
+    One class for the tool's result and the run's record: ``pilot.events.ToolFinished``
+    stores these as the tool returned them.
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     name: str
     path: str  # absolute path of the file kept
-    size: int
+    size: int = 0
     media_type: str = "text/plain"
 
 

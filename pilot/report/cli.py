@@ -6,16 +6,63 @@ command so ``pilot --help`` stays fast.
 
 from __future__ import annotations
 
+import re
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from pilot.report.facts import Report
 
 _DB_HELP = (
     "SQLAlchemy URL of the store (default: SQLite in the state directory, $MARATHON_HOME or "
     "~/.local/state/marathon)."
 )
+
+
+def parse_age(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or combinations (``1d12h``) -> timedelta."""
+    parts = re.fullmatch(r"\s*((?:\d+(?:\.\d+)?\s*[wdhms]\s*)+)", text.lower())
+    if not parts:
+        raise ValueError(f"cannot read the duration {text!r}; write it like 30d, 12h, 90m or 1d12h")
+    units = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+    seconds = sum(
+        float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)\s*([wdhms])", text.lower())
+    )
+    return timedelta(seconds=seconds)
+
+
+def parse_since(text: str, *, now: datetime | None = None) -> datetime:
+    """A duration back from now (``12h``) or an ISO date/time (local time when no zone)."""
+    try:
+        return (now or datetime.now(UTC)) - parse_age(text)
+    except ValueError:
+        pass
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"cannot read --since {text!r}; give a duration (12h, 2d) or a date/time "
+            "(2025-06-01 or 2025-06-01T20:00)"
+        ) from None
+    return value if value.tzinfo else value.astimezone()
+
+
+def render(report: Report, fmt: str) -> str:
+    """The report as ``md`` (Markdown) or ``html`` (one self-contained page)."""
+    if fmt == "md":
+        from pilot.report.markdown import render_markdown
+
+        return render_markdown(report)
+    if fmt == "html":
+        from pilot.report.html import render_html
+
+        return render_html(report)
+    raise ValueError(f"unknown report format {fmt!r}; use md or html")
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -44,7 +91,7 @@ def register(app: typer.Typer) -> None:
         Built only from the recorded events and git, never from the model's own account.
         """
         from pilot.errors import MarathonError
-        from pilot.report.build import build_report, parse_since, render
+        from pilot.report.build import build_report
         from pilot.store.opening import open_store
 
         if fmt not in ("md", "html"):
@@ -86,7 +133,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Remove old finished runs: events, artifacts, worktrees, snapshot refs (branches
         with --delete-branches); then vacuum the store."""
-        from pilot.report.build import parse_age
         from pilot.store.opening import open_store
         from pilot.store.retention import describe
         from pilot.store.retention import gc as collect

@@ -2,7 +2,7 @@
 
 The page must open on an air-gapped machine, so nothing is fetched: no fonts, no stylesheets,
 no plotting library. The timeline plot (steps over wall time, server downtime shaded, phase
-boundaries marked) is SVG written here. Only renders ``pilot.report.build.Report``; reads nothing.
+boundaries marked) is SVG written here. Only renders ``pilot.report.facts.Report``; reads nothing.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from html import escape
 
-from pilot.report.build import (
+from pilot.report.facts import (
     SUMMARY_COLUMNS,
     Interval,
     Report,
     RunReport,
     endpoint_summary,
+    hms,
     plural,
+    stamp,
     summary_rows,
 )
 from pilot.ui import format_duration
@@ -52,14 +54,14 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 50, 20, 22, 34
 def render_html(report: Report) -> str:
     title = "Marathon report"
     if report.since is not None:
-        title += f": {len(report.runs)} run(s) since {_stamp(report.since)}"
+        title += f": {len(report.runs)} run(s) since {stamp(report.since)}"
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
-        f'<p class="muted">Generated {escape(_stamp(report.generated_at))} from the run '
+        f'<p class="muted">Generated {escape(stamp(report.generated_at))} from the run '
         "store's recorded events and git; nothing here is the model's own account.</p>",
     ]
     if report.since is not None or len(report.runs) > 1:
@@ -100,7 +102,7 @@ def _run_section(run: RunReport) -> str:
     ]
     facts = []
     if run.first_at and run.last_at:
-        facts.append(f"{_stamp(run.first_at)} to {_stamp(run.last_at)}")
+        facts.append(f"{stamp(run.first_at)} to {stamp(run.last_at)}")
         facts.append(
             f"wall {format_duration(run.wall_s)}; driven {format_duration(run.active_s)} "
             f"(working {format_duration(run.working_s)}, waiting on the server "
@@ -181,7 +183,7 @@ def _tests(run: RunReport) -> str:
         verdict = f'<span class="{"pass" if t.passed else "fail"}">' + (
             f"{'pass' if t.passed else 'FAIL'}</span> ({code})"
         )
-        rows.append([_hms(t.at), escape(who), f"<code>{escape(t.command)}</code>", verdict])
+        rows.append([hms(t.at), escape(who), f"<code>{escape(t.command)}</code>", verdict])
     return "<h3>Tests run</h3>" + _table(["time", "by", "command", "result"], rows, "tests")
 
 
@@ -235,7 +237,7 @@ def _interventions(run: RunReport) -> str:
     ]
     html = f"<h3>Interventions</h3><p>{escape('; '.join(items))}</p>"
     details = [f"step {step}: {repair}" for step, repair in run.repairs[:10]]
-    details += [f"question at {_hms(q.at)}: {q.detail}" for q in run.questions]
+    details += [f"question at {hms(q.at)}: {q.detail}" for q in run.questions]
     if details:
         html += "<ul>" + "".join(f"<li>{escape(d)}</li>" for d in details) + "</ul>"
     return html
@@ -273,7 +275,7 @@ def _server(run: RunReport) -> str:
     for note in run.server_notes[:30]:
         who = "run" if note.source == "run" else f"brain {note.source}"
         detail = f": {note.detail}" if note.detail else ""
-        items.append(f"<li>{escape(_hms(note.at))} {escape(who)} {escape(note.type + detail)}</li>")
+        items.append(f"<li>{escape(hms(note.at))} {escape(who)} {escape(note.type + detail)}</li>")
     return html + "<ul>" + "".join(items) + "</ul>"
 
 
@@ -388,14 +390,6 @@ def timeline_svg(run: RunReport) -> str:
         "</div>"
     )
     return "<h3>Timeline</h3>" + "".join(parts) + legend
-
-
-def _stamp(value: datetime) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M")
-
-
-def _hms(value: datetime) -> str:
-    return value.astimezone().strftime("%H:%M:%S")
 
 
 def _hm(value: datetime, span: float) -> str:
