@@ -280,6 +280,18 @@ def test_fleet_file_yaml_errors_name_the_line(tmp_path):
     assert "invalid YAML: bad indentation" in str(e.value) and "must line up" in str(e.value)
 
 
+def test_a_replicas_spec_file_reads_back_as_written(tmp_path, monkeypatch):
+    # Strings a YAML 1.1 writer leaves bare ("08", "1e5") must not come back as numbers.
+    from brain.fleet.run import replica_spec_file
+
+    monkeypatch.setenv("MARATHON_HOME", str(tmp_path))
+    spec = apply_overrides(load_profile("sim"), ["tag=08", "served_model_name=1e5"])
+    (replica,) = plan_replicas(spec, base_port=9000, fleet="f")
+    path = replica_spec_file(replica)
+    assert load_profile(path) == replica.spec
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
 def test_fleet_file_names_stay_text(tmp_path):
     f = tmp_path / "fleet.yaml"
     f.write_text("name: no\nservers:\n  - profile: sim\n")

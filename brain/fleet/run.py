@@ -13,6 +13,7 @@ forwards SIGTERM/SIGINT/SIGHUP, and waits.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -21,8 +22,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import yaml
 
 from brain.errors import BrainError, PortInUse
 from brain.events import EventsWriter
@@ -132,11 +131,13 @@ def start_fleet(
 
 def replica_spec_file(replica: Replica) -> Path:
     """Write the replica's spec where its supervisor process can load it (0600: it may hold
-    the API key)."""
+    the API key). As JSON, which is YAML with every string quoted, so the profile reader
+    (YAML 1.2) reads back exactly what was written (PyYAML's YAML 1.1 writer leaves ``08``
+    and ``1e5`` unquoted, which YAML 1.2 reads as numbers)."""
     directory = state_dir() / "fleets" / replica.fleet
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = directory / f"{replica.name}.yaml"
-    text = yaml.safe_dump(replica.spec.model_dump(mode="json"), sort_keys=False)
+    text = json.dumps(replica.spec.model_dump(mode="json"), indent=2) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
