@@ -15,6 +15,7 @@ from brain.profiles import (
     list_profiles,
     load_profile,
     load_spec_text,
+    parse_override,
 )
 from brain.spec import ServerSpec, ensure_api_key, spec_hash
 from brain.spec_checks import launch_problems
@@ -227,6 +228,8 @@ def test_profiles_read_yaml_as_workflows_do_no_and_on_stay_strings():
     assert spec.name == "no"
     assert spec.env == {"VLLM_FLAG": "on", "OTHER": "yes"}
     assert apply_overrides(spec, ["env.EXTRA=off"]).env["EXTRA"] == "off"
+    assert parse_override("limit_mm_per_prompt.mode=no") == ("limit_mm_per_prompt.mode", "no")
+    assert parse_override("limit_mm_per_prompt.image=0") == ("limit_mm_per_prompt.image", 0)
 
 
 def test_unreadable_profile_yaml_names_its_line_and_the_fix(tmp_path):
