@@ -20,7 +20,7 @@ metrics 8002 pc_before; metrics 8004 nopc_before
 replay pc200 http://127.0.0.1:8002 http://127.0.0.1:8004 prefix,noprefix --replay $RP/survey-200-window32k.jsonl.gz -c 1
 replay pc60 http://127.0.0.1:8002 http://127.0.0.1:8004 prefix,noprefix --replay $RP/survey-60-window8k.jsonl.gz --replay $RP/refactor-demo-14.jsonl.gz -c 1
 metrics 8002 pc_after2; metrics 8004 nopc_after2
-RTIMEOUT=300 replay pc60x16 http://127.0.0.1:8002 http://127.0.0.1:8004 prefix,noprefix --replay $RP/survey-60-window8k.jsonl.gz --replay-runs 16 -c 4,16
+RNEED=100 RTIMEOUT=200 replay pc60x16 http://127.0.0.1:8002 http://127.0.0.1:8004 prefix,noprefix --replay $RP/survey-60-window8k.jsonl.gz --replay-runs 16 -c 4,16
 metrics 8002 pc_after3; metrics 8004 nopc_after3
 brain ps 2>&1 | tee $B/ps_r2.txt; gpumem
 ts "r2 end"

@@ -21,9 +21,9 @@ NG=$(rprofile ngram $MODEL 8003 on on $LF); NO=$(rprofile nospec $MODEL 8005 off
 up $NG up_ngram; up $NO up_nospec
 metrics 8003 ngram_before; metrics 8005 nospec_before
 replay ng200 http://127.0.0.1:8003 http://127.0.0.1:8005 ngram,off --replay $RP/survey-200-window32k.jsonl.gz -c 1
+RNEED=150 replay ng200t128 http://127.0.0.1:8003 http://127.0.0.1:8005 ngram,off --replay $RP/survey-200-window32k.jsonl.gz -c 1 --replay-max-tokens 128
 replay ng60 http://127.0.0.1:8003 http://127.0.0.1:8005 ngram,off --replay $RP/survey-60-window8k.jsonl.gz --replay $RP/refactor-demo-14.jsonl.gz -c 1
-replay ng200t128 http://127.0.0.1:8003 http://127.0.0.1:8005 ngram,off --replay $RP/survey-200-window32k.jsonl.gz -c 1 --replay-max-tokens 128
-RTIMEOUT=200 replay ng60x16 http://127.0.0.1:8003 http://127.0.0.1:8005 ngram,off --replay $RP/survey-60-window8k.jsonl.gz --replay-runs 16 -c 4,16 --replay-max-tokens 128
+RNEED=120 RTIMEOUT=150 replay ng60x8 http://127.0.0.1:8003 http://127.0.0.1:8005 ngram,off --replay $RP/survey-60-window8k.jsonl.gz --replay-runs 8 -c 8 --replay-max-tokens 128
 metrics 8003 ngram_after; metrics 8005 nospec_after
 ts "brain down"; timeout 120 brain down ngram > $B/down_r4.txt 2>&1; timeout 120 brain down nospec >> $B/down_r4.txt 2>&1; cat $B/down_r4.txt
 sleep 2; fig gpu_used_mib_final $(gpu_used_mib)

@@ -2,6 +2,9 @@
 # recordings against real vLLM servers. Needs common.sh first.
 REPO=${ROOT:-$R/m}; RP=$REPO/bench/replays
 RB=$ART/replay; mkdir -p $RB
+# PHASE_S: seconds this device call may take; a replay that would not end in time is skipped so
+# that the phase still packs its results
+DEADLINE=$(( $(date +%s) + ${PHASE_S:-560} ))
 # rprofile NAME MODEL PORT SPEC(on|off) PREFIX(on|off) [LOADFORMAT]: a 64K-window profile that
 # reports each request's cached tokens (--enable-prompt-tokens-details)
 rprofile() {
@@ -34,6 +37,7 @@ metrics() { curl -s -m 5 http://127.0.0.1:$1/metrics | grep -E '^vllm:(prefix_ca
 # replay NAME URL_A URL_B LABELS ARGS...: brain bench --replay --compare, JSON + Markdown + console
 replay() {
   local n=$1 a=$2 b=$3 l=$4; shift 4
+  if [ -n "$DEADLINE" ] && [ $(( $(date +%s) + ${RNEED:-60} )) -gt $DEADLINE ]; then ts "replay $n skipped: too little time left in this call"; return 0; fi
   ts "replay $n: $a vs $b ($l) $*"
   local T=$(now)
   timeout ${RTIMEOUT:-240} brain bench $a --compare $b --labels $l "$@" -q --json $RB/$n.json --markdown $RB/$n.md > $RB/$n.txt 2>&1
