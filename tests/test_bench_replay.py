@@ -18,7 +18,7 @@ from brain.bench.cli import register
 from brain.bench.models import BenchError
 from brain.bench.replay import run_replay, salted
 from brain.bench.replay_files import load_replay
-from brain.bench.replay_models import ReplayConfig, RequestRow
+from brain.bench.replay_models import ReplayConfig, ReplayPoint, RequestRow
 from brain.bench.replay_report import render_markdown, write_plot
 from brain.bench.replay_stats import reduce_depths
 from brain.sim.config import SimConfig, Speculative, Timing
@@ -155,6 +155,21 @@ def test_depth_rows_group_requests_by_position_and_weight_hits_by_tokens() -> No
     assert first.hit_rate == pytest.approx((0 + 100) / (100 + 200))
     assert first.computed_prefill == pytest.approx(100)
     assert first.decode_tps == pytest.approx(10 / 0.1)
+
+
+def test_a_point_without_prefix_caching_computed_all_of_its_prompt() -> None:
+    """vLLM with --no-enable-prefix-caching counts no prefix-cache queries: zero queries for a
+    point that sent prompts is every prompt token computed, not none (the H200 replay's
+    reference server showed "computed 0" before)."""
+    base = dict(concurrency=1, label="off", runs=1, requests=2, completed=2, failed=0,
+                wall_s=1.0, prompt_tokens=1000)  # fmt: skip
+    off = ReplayPoint(**base, cached_tokens=0, counter_queries=0.0, counter_hits=0.0)
+    assert off.computed_prefill == 1000 and off.hit_rate == 0.0
+    no_usage = ReplayPoint(**base, counter_queries=0.0, counter_hits=0.0)
+    assert no_usage.computed_prefill == 1000
+    on = ReplayPoint(**base, cached_tokens=900, counter_queries=1000.0, counter_hits=880.0)
+    assert on.computed_prefill == 120 and on.hit_rate == pytest.approx(0.88)
+    assert ReplayPoint(**base).computed_prefill is None
 
 
 def test_replay_against_two_sims_compares_mtp_point_by_point(recorded, tmp_path: Path) -> None:

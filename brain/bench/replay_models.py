@@ -112,10 +112,14 @@ class ReplayPoint(BaseModel):
 
     @property
     def computed_prefill(self) -> float | None:
-        if self.counter_queries is not None:
+        """The counters' misses; with prefix caching off vLLM counts no queries at all, so
+        zero queries for a point that sent prompts means everything was computed."""
+        if self.counter_queries:
             return self.counter_queries - (self.counter_hits or 0.0)
         if self.cached_tokens is not None:
             return float(self.prompt_tokens - self.cached_tokens)
+        if self.counter_queries is not None:
+            return float(self.prompt_tokens)
         return None
 
 

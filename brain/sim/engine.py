@@ -399,8 +399,9 @@ class SimEngine:
         if request.first_schedule:
             request.first_schedule = False
             reg = self.metrics
-            reg.inc("vllm:prefix_cache_queries", request.prompt_tokens)
-            reg.inc("vllm:prefix_cache_hits", alloc.hit_tokens)
+            if self.kv.prefix_caching:  # vLLM looks nothing up, so counts nothing, when off
+                reg.inc("vllm:prefix_cache_queries", request.prompt_tokens)
+                reg.inc("vllm:prefix_cache_hits", alloc.hit_tokens)
             reg.inc("vllm:prompt_tokens", request.prompt_tokens)
             reg.inc("vllm:prompt_tokens_cached", alloc.hit_tokens)
             reg.inc("vllm:prompt_tokens_cached_by_source", alloc.hit_tokens, {"source": "device"})
