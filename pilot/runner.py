@@ -21,7 +21,6 @@ from typing import Any
 
 from pilot import events as ev
 from pilot.context import ServerCounts
-from pilot.environ import state_dir
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
 from pilot.executor import GitWorkspace, RegistryExecutor
 from pilot.failpoints import (
@@ -46,7 +45,7 @@ from pilot.snapshot import (
     take_snapshot,
 )
 from pilot.state import RunState, fold
-from pilot.store import StoreError, StoreOperationalError
+from pilot.store import StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
     CheckpointWriter,
@@ -141,15 +140,10 @@ class Runner:
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
 
     def artifacts_dir(self, run_id: str) -> Path:
-        url = self.store.url
-        if url.startswith("sqlite:///") and ":memory:" not in url:
-            return Path(url.removeprefix("sqlite:///")).parent / "artifacts" / run_id
-        return state_dir() / "artifacts" / run_id
+        return layout.artifacts_dir(self.store, run_id)
 
     def checkpoint_dir(self, run_id: str) -> Path:
-        """Where a run's state checkpoint lives: the state directory, beside (never among) the
-        artifacts the tools write (``pilot.store.checkpoint``)."""
-        return self.artifacts_dir(run_id).parent.parent / "checkpoints" / run_id
+        return layout.checkpoint_dir(self.store, run_id)
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
@@ -228,8 +222,7 @@ class Runner:
         return await self._start_up(run_id, params, build_plan)
 
     def worktree_path(self, run_id: str) -> Path:
-        """Where a run's own worktree lives: beside the store's artifacts (state directory)."""
-        return (self.artifacts_dir(run_id).parent.parent / "worktrees" / run_id).resolve()
+        return layout.worktree_dir(self.store, run_id)
 
     async def _start_up(
         self, run_id: str, params: dict[str, Any], build_plan: PlanBuilder

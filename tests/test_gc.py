@@ -16,7 +16,8 @@ from pilot import events as ev
 from pilot.runner import Runner
 from pilot.snapshot import GitRepo, take_snapshot
 from pilot.store.event_store import EventStore, RunRow
-from pilot.store.retention import artifacts_dir, database_bytes, describe, gc
+from pilot.store.layout import artifacts_dir
+from pilot.store.retention import database_bytes, describe, gc
 
 NOW = datetime(2025, 7, 1, 8, 0, tzinfo=UTC)
 

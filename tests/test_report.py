@@ -90,6 +90,18 @@ def finished(call_id: str, name: str, output: str, **extra: object) -> ev.ToolFi
     return ev.ToolFinished(call_id=call_id, name=name, output=output, **extra)
 
 
+def one_phase_start(workspace: GitRepo, branch: str, owner: str) -> ev.RunStarted:
+    return ev.RunStarted(
+        workflow="refactor",
+        workspace=str(workspace.root),
+        branch=branch,
+        endpoint="e",
+        system="",
+        phases=["p"],
+        owner=owner,
+    )
+
+
 def server_event(store: EventStore, seconds: float, type_: str, **payload: object) -> None:
     with store.engine.begin() as conn:
         conn.execute(
@@ -328,15 +340,7 @@ def test_crashed_run_is_reported_as_interrupted_with_the_resume_command(
     w = RunWriter(store, run_id="cccc3333", owner="otherhost:99:x")
     w.add(
         0,
-        ev.RunStarted(
-            workflow="refactor",
-            workspace=str(workspace.root),
-            branch="marathon/cccc3333",
-            endpoint="e",
-            system="",
-            phases=["p"],
-            owner="otherhost:99:x",
-        ),
+        one_phase_start(workspace, "marathon/cccc3333", "otherhost:99:x"),
         status="running",
         lease_expires_at=at(60),
     )
@@ -555,18 +559,7 @@ def test_the_report_reads_its_counts_from_the_state_fold(
     from pilot.state import fold
 
     w = RunWriter(store, run_id="abab1212")
-    w.add(
-        0,
-        ev.RunStarted(
-            workflow="refactor",
-            workspace=str(workspace.root),
-            branch="b",
-            endpoint="e",
-            system="",
-            phases=["p"],
-            owner="h:1:a",
-        ),
-    )
+    w.add(0, one_phase_start(workspace, "b", "h:1:a"))
     w.add(1, ev.PhaseStarted(index=0, name="p", prompt="go"))
     w.add(5, message(1, call("c1", "run", command="pytest"), tokens=(120, 12)))
     w.add(6, ev.RunPaused(reason="signal"))

@@ -3,10 +3,10 @@
 Modules: ``event_store`` (runs and their append-only events in SQLite or any SQLAlchemy
 URL; leases, the queue's ``SKIP LOCKED`` claim), ``sqlite_append`` (the one-connection
 fast path for an event append), ``queries`` (the named reads of the report, ``pilot show``
-and retention), ``opening`` (a user's store URL opened, or an error naming what is wrong
-with it), ``checkpoint`` and ``statecodec`` (a live run's folded state kept beside the
-database so a resume replays only the events since) and ``retention`` (``pilot gc``: remove
-old finished runs and reclaim the space).
+and retention), ``layout`` (where each run's files live), ``opening`` (a user's store URL
+opened, or an error naming what is wrong with it), ``checkpoint`` and ``statecodec`` (a live
+run's folded state kept beside the database so a resume replays only the events since) and
+``retention`` (``pilot gc``: remove old finished runs and reclaim the space).
 
 ``StoreError`` (any database error) and ``StoreOperationalError`` (the database could not do
 it: full, locked, gone) are SQLAlchemy's, named here so that no module outside this wing

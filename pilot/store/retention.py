@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pilot.environ import state_dir
-from pilot.store import queries
+from pilot.store import layout, queries
 from pilot.store.event_store import EventStore
 
 REMOVABLE = ("succeeded", "failed", "cancelled", "limit")
@@ -76,24 +75,9 @@ class GcReport:
         return self.db_bytes_before - self.db_bytes_after
 
 
-def artifacts_dir(store: EventStore, run_id: str) -> Path:
-    """Where the runner keeps a run's artifacts (the same rule as ``Runner.artifacts_dir``)."""
-    url = store.url
-    if url.startswith("sqlite:///") and ":memory:" not in url:
-        return Path(url.removeprefix("sqlite:///")).parent / "artifacts" / run_id
-    return state_dir() / "artifacts" / run_id
-
-
-def sqlite_path(store: EventStore) -> Path | None:
-    url = store.url
-    if store.is_sqlite and url.startswith("sqlite:///") and ":memory:" not in url:
-        return Path(url.removeprefix("sqlite:///")).expanduser()
-    return None
-
-
 def database_bytes(store: EventStore) -> int | None:
     """The SQLite file's size with its WAL (what the disk really holds); None for servers."""
-    path = sqlite_path(store)
+    path = layout.sqlite_file(store)
     if path is None:
         return None
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
@@ -160,13 +144,13 @@ def _workspace_of(store: EventStore, run_id: str) -> tuple[str, str, str]:
 def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool, delete_branch: bool) -> None:
     """Artifacts, the worktree, the snapshot ref and index (and the branch when asked); each
     failure becomes a note."""
-    artifacts = artifacts_dir(store, run.id)
+    artifacts = layout.artifacts_dir(store, run.id)
     if artifacts.is_dir():
         run.artifacts = str(artifacts)
         run.artifact_bytes = _tree_bytes(artifacts)
         if not dry_run:
             shutil.rmtree(artifacts, ignore_errors=True)
-            shutil.rmtree(artifacts.parent.parent / "checkpoints" / run.id, ignore_errors=True)
+            shutil.rmtree(layout.checkpoint_dir(store, run.id), ignore_errors=True)
             if artifacts.exists():
                 run.notes.append(f"could not remove all of {artifacts}")
     if run.repository:
