@@ -2,7 +2,9 @@
 
 The loop never keeps state of its own beyond this: after a crash, folding the stored events gives
 back exactly the state the dead process had at its last committed event. ``apply`` is
-incremental (O(1) per event), so a live run folds each event as it appends it.
+incremental (O(1) per event), so a live run folds each event as it appends it. It is the one
+place a run's totals are counted: the runner's ``runs`` row (``totals_with``) and the morning
+report read them from here.
 """
 
 from __future__ import annotations

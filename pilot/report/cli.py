@@ -1,7 +1,8 @@
 """``pilot report`` and ``pilot gc``: thin commands over the report and ``store.retention``.
 
 ``register(app)`` adds both to the ``pilot`` typer app; the work is imported lazily inside each
-command so ``pilot --help`` stays fast.
+command so ``pilot --help`` stays fast. Their arguments' durations and dates (``--since``,
+``--older-than``) are read here.
 """
 
 from __future__ import annotations
