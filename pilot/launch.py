@@ -280,19 +280,15 @@ class DryRun:
 
 
 def _declares_repo_param(workflow: Path) -> bool:
-    from brain.yaml_source import parse_yaml
-    from pilot.workflow.source import MAX_FILE_BYTES
+    from pilot.errors import WorkflowError
+    from pilot.workflow.source import parse_source, read_source
 
     try:
-        if workflow.stat().st_size > MAX_FILE_BYTES:
-            return False  # refused with its reason when it is loaded
-        doc, _problems = parse_yaml(workflow.read_text(encoding="utf-8"), str(workflow))
-    except (OSError, UnicodeDecodeError):
+        doc, _problems = parse_source(read_source(workflow), str(workflow))
+    except WorkflowError:
         return False  # refused with its reason when it is loaded
-    data = doc.data if doc is not None else None
-    return (
-        isinstance(data, dict) and isinstance(data.get("params"), dict) and "repo" in data["params"]
-    )
+    params = doc.data.get("params") if doc is not None and isinstance(doc.data, dict) else None
+    return isinstance(params, dict) and "repo" in params
 
 
 def copy_sample_repo(sample: Path, destination: Path | None = None) -> Path:
