@@ -9,11 +9,12 @@ tools no-I/O lookups. Each repeat of a config runs two fresh processes:
 2. **resume**: a fresh interpreter opens the same database, loads the latest state, runs step
    N+1 and the final answer, and exits.
 
-Marathon goes through its real write path: ``pilot.runner``'s ``_Run.emit`` (append to the
-EventStore, committed, then fold) driving ``pilot.loop.RunLoop``, with a no-I/O model client
-behind the ``ModelClient`` protocol and a ToolExecutor/WorkspaceOps stub (non-mutating tools,
-no snapshots). It skips what the workload has no use for: git workspace setup, the lease-renewal
-task and the HTTP client. LangGraph is the canonical ReAct graph (agent node with a
+Marathon goes through the path ``pilot run`` and ``pilot resume`` take: ``pilot.launch``'s
+``start_run`` / ``resume_run`` on the real ``Runner`` (lease, git workspace, the default
+registry's 12 tools with their argument validation, the workflow's durability), with a no-I/O
+model client behind the ``ModelClient`` protocol and the workload's ``read_file`` /
+``write_file`` answering without I/O; what it leaves out is printed with the figures
+(``LEFT_OUT``). LangGraph is the canonical ReAct graph (agent node with a
 ``BaseChatModel`` subclass, prebuilt ``ToolNode`` + ``tools_condition``) on ``SqliteSaver``
 with ``durability="sync"``; ``lg-delta`` declares the messages channel as the beta
 ``DeltaChannel(_messages_delta_reducer)``.

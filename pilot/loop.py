@@ -89,8 +89,8 @@ LENGTH_CUT = (
 class EventSink(Protocol):
     def __call__(self, event: ev.Event, *, commit: bool = True) -> None:
         """Record ``event``; it is durable on return. ``commit=False`` lets it wait for the
-        next event's transaction, or for the moment the loop first yields (awaits a request,
-        a thread), whichever comes first; the state has it at once."""
+        next event's transaction, or until the loop has waited a moment on something (a slow
+        read-only tool, a request), whichever comes first; the state has it at once."""
         ...
 
 
@@ -597,8 +597,8 @@ class RunLoop:
                 repairs.extend(found.repairs or ["tool call written as text in content"])
                 content = found.remaining_content or None
         usage = response.usage
-        # With calls, it is committed together with the first call's tool_started (or its
-        # refusal), the next event whatever happens: one transaction less per step.
+        # With calls, it waits for the first transaction its calls need: a mutating call's
+        # tool_started, or the next step's model_request when every call is read-only.
         self.emit(
             ev.AssistantMessage(
                 step=step,
@@ -668,16 +668,23 @@ class RunLoop:
         else:
             arguments = json.loads(call.arguments)
         if refusal is not None:
+            # Nothing ran: lost to a kill, the same refusal is given again on resume.
             self.emit(
                 ev.ToolFinished(
                     call_id=call.id, name=call.name, output=refusal, is_error=True, executed=False
-                )
+                ),
+                commit=False,
             )
             return
         if self.stop.is_set():
             raise StopRequested
         mutates = self.tools.mutates(call.name)
-        self.emit(ev.ToolStarted(call_id=call.id, name=call.name, mutates=mutates))
+        # A mutating call is durable before it runs (a resume that finds it unfinished restores
+        # the workspace and runs it again). A read-only call, its result and the answer that
+        # asked for it are committed together, with the next step's model_request: lost to a
+        # kill, they cost asking the model again and re-running a read. A read-only step is
+        # one transaction.
+        self.emit(ev.ToolStarted(call_id=call.id, name=call.name, mutates=mutates), commit=mutates)
         started = time.monotonic()
         if self.tools.blocks(call.name):
             finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
@@ -686,8 +693,8 @@ class RunLoop:
         finished = self.fit_result(finished, call.id)
         finished = self.place_images(finished)
         # A read-only call's result is committed with the next event (the next step's
-        # model_request, most often) or before the loop waits on anything: one transaction
-        # less per step. A mutating call's is committed the moment it returns, before its
+        # model_request, most often), or once the loop has waited a moment on something.
+        # A mutating call's is committed the moment it returns, before its
         # snapshot (its own event, next): the window in which its effect is done but not
         # recorded (undone and re-run on resume) is that one commit.
         self.emit(

@@ -3,8 +3,10 @@
 The runner owns the one place where events are written (``_Run.emit``): append to the store
 (committed), fold into the state, then tell the observers (live view, JSON lines). Nothing is
 shown or acted upon that is not already durable: an event the loop holds back (an assistant
-message whose call runs next, a read-only tool's result) is committed with the next one, or
-as soon as the run's task yields to the event loop, whichever comes first. Every
+message and its read-only calls, their results, a snapshot) is committed with the next one
+that must be durable, most often the next step's ``model_request``, or once the run's task
+has waited ``commit_wait`` seconds on something, whichever comes first: a read-only step is
+one transaction, so a step costs one commit (one fsync with ``--durability full``). Every
 ``checkpoint_every`` events the state is checkpointed (``pilot.store.checkpoint``), so a resume
 folds only what came after.
 """
@@ -74,6 +76,10 @@ EXIT_CODES = {
     "storage_full": 74,
 }
 """Process exit codes per outcome (2 is a usage or workflow error, from the CLI)."""
+COMMIT_WAIT_S = 0.05
+"""How long held events wait for the next commit while the run waits: a read-only tool
+quicker than this shares its step's one transaction; a slower one is shown (and durable)
+while it runs."""
 STORAGE_FULL = "the database disk is full"
 STORAGE_BUSY = "the database is locked"
 
@@ -136,6 +142,9 @@ class Runner:
         default_factory=lambda: checkpoint_every_from_env(CHECKPOINT_EVERY)
     )
     """Events between two state checkpoints (``pilot.store.checkpoint``)."""
+    commit_wait: float = COMMIT_WAIT_S
+    """Seconds held events may wait while the run's task waits on something (a read-only
+    tool in its thread, a request) before they are committed on their own."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
 
@@ -384,12 +393,13 @@ class _Run:
         self.totals: dict[str, Any] = {}
         """The run's totals after the unsaved events (the ``runs`` row's new values)."""
         self.flush_scheduled = False
+        self._flush_timer: asyncio.TimerHandle | None = None
 
     def emit(self, event: ev.Event, *, commit: bool = True) -> None:
         """Record ``event``: fold it into the state, store it, then show it.
 
         ``commit=False`` holds it back to be committed in one transaction with the next event,
-        or when the run's task first yields to the event loop, whichever comes first. The
+        or once the run's task has waited ``commit_wait`` seconds, whichever comes first. The
         state has it at once, the store and the observers with the transaction, so nothing is
         shown that is not durable.
         """
@@ -407,7 +417,7 @@ class _Run:
         self.unsaved.append((seq, stored, payload))
         if not commit:
             self.state.apply(event)
-            self._commit_at_next_yield()
+            self._commit_after_a_wait()
             return
         committed = self.flush()
         self.state.apply(event)
@@ -434,10 +444,11 @@ class _Run:
         with contextlib.suppress(OSError):
             self.checkpoints.write(self.state, last_payload)
 
-    def _commit_at_next_yield(self) -> None:
-        """Make sure held events are committed before the loop waits on anything: a callback
-        runs when the task first yields to the event loop (a model request sent, a thread
-        started), in case no event came first to carry them."""
+    def _commit_after_a_wait(self) -> None:
+        """Make sure held events do not wait long for an event to carry them: a timer commits
+        them once the run's task has waited ``commit_wait`` on something (a read-only tool
+        in its thread, a model request). It runs only while the task waits, so a step that
+        never waits commits with its own next event."""
         if self.flush_scheduled:
             return
         try:
@@ -446,10 +457,11 @@ class _Run:
             self.commit_held()
             return
         self.flush_scheduled = True
-        loop.call_soon(self._commit_held_at_yield)
+        self._flush_timer = loop.call_later(self.runner.commit_wait, self._commit_held_at_yield)
 
     def _commit_held_at_yield(self) -> None:
         self.flush_scheduled = False
+        self._flush_timer = None
         if not self.unsaved:
             return
         held, totals = self.unsaved, self.totals
@@ -473,6 +485,10 @@ class _Run:
         """Commit the events held back, in one transaction; returns them."""
         if not self.unsaved:
             return []
+        if self._flush_timer is not None:  # its events go now: the next hold waits anew
+            self._flush_timer.cancel()
+            self._flush_timer = None
+            self.flush_scheduled = False
         batch, self.unsaved = self.unsaved, []
         totals, self.totals = self.totals, {}
         self.store.append_many(self.run_id, batch, totals=totals)

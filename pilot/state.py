@@ -90,6 +90,10 @@ class RunState:
     endpoint: str | None = None
     """The server that gave the last answer (several servers: where the run's prefix is cached)."""
     messages: list[dict[str, Any]] = field(default_factory=list)
+    message_seqs: list[int] = field(default_factory=list)
+    """Per message, the seq of the event it was made from alone (an assistant message, a tool
+    result), else 0: the state checkpoint refers to those stored events instead of keeping a
+    second copy of the context."""
     phase: PhaseProgress | None = None
     phases_done: list[PhaseFinished] = field(default_factory=list)
     steps: int = 0
@@ -171,7 +175,7 @@ class RunState:
                 self.snapshot = ev.base_snapshot
                 self.head = ev.base_head
                 if ev.system:
-                    self.messages.append({"role": "system", "content": ev.system})
+                    self._add({"role": "system", "content": ev.system})
             case ModelResolved():
                 self.model, self.max_model_len = ev.model, ev.max_model_len
             case PhaseStarted():
@@ -185,9 +189,7 @@ class RunState:
                     start_snapshot=self.snapshot,
                 )
                 self.images.update((ref.sha256, ref) for ref in ev.images)
-                self.messages.append(
-                    {"role": "user", "content": prompt_content(ev.prompt, ev.images)}
-                )
+                self._add({"role": "user", "content": prompt_content(ev.prompt, ev.images)})
             case ModelRequest():
                 pass
             case AssistantMessage():
@@ -204,7 +206,7 @@ class RunState:
                     self.usage_estimated = self.usage_estimated or ev.usage.estimated
                 empty = not (ev.content or "").strip() and not ev.tool_calls
                 if not empty:  # an empty turn is asked again, not kept
-                    self.messages.append(assistant_message_dict(ev))
+                    self._add(assistant_message_dict(ev), self.last_seq)
                 self.pending_calls = list(ev.tool_calls)
                 self.last_finish_reason = ev.finish_reason
                 if self.phase is not None:
@@ -234,14 +236,12 @@ class RunState:
                             ev.name, arguments, ev.output, ev.snapshot is not None, ev.snapshot
                         )
                     )
-                self.messages.append(
-                    {"role": "tool", "tool_call_id": ev.call_id, "content": ev.output}
-                )
+                self._add(tool_message(ev.call_id, ev.output), self.last_seq)
                 if ev.images:
                     self.images.update((ref.sha256, ref) for ref in ev.images)
                     self._held_images.append((ev.name, list(ev.images)))
                 if self._held_images and not self.pending_calls:  # after the turn's last result
-                    self.messages.append(image_message(self._held_images))
+                    self._add(image_message(self._held_images))
                     self._held_images = []
                 if ev.snapshot:
                     self.snapshot = ev.snapshot
@@ -278,21 +278,28 @@ class RunState:
                         self.phase.finish_called = False
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
-                            self.messages.append({"role": "user", "content": ev.feedback})
+                            self._add({"role": "user", "content": ev.feedback})
             case Nudge():
-                self.messages.append({"role": "user", "content": ev.text})
+                self._add({"role": "user", "content": ev.text})
             case Question():
                 self.questions += 1
-                self.messages.append({"role": "user", "content": ev.reply})
+                self._add({"role": "user", "content": ev.reply})
             case LoopDetected():
                 if self.phase is not None:
                     self.phase.pending_verdict = None
                 if ev.action == "nudge" and ev.message:
-                    self.messages.append({"role": "user", "content": ev.message})
+                    self._add({"role": "user", "content": ev.message})
             case Compaction():
+                seqs = self.message_seqs
+                kept = len(seqs) == len(self.messages)
                 self.messages = apply_compaction(
                     self.messages, ev.pinned, ev.replaced_to, ev.summary
                 )
+                if kept:  # the summary is made of many events: it is kept as it is
+                    head = [seqs[i] for i in ev.pinned if i < ev.replaced_to]
+                    self.message_seqs = [*head, 0, *seqs[ev.replaced_to :]]
+                else:  # a state built by hand: nothing to refer to
+                    self.message_seqs = [0] * len(self.messages)
                 if self.phase is not None:
                     self.phase.compactions_in_a_row += 1
                     old = self.phase.message_index
@@ -340,6 +347,12 @@ class RunState:
             totals["prompt_tokens"] = self.prompt_tokens + prompt
             totals["completion_tokens"] = self.completion_tokens + completion
         return totals
+
+    def _add(self, message: dict[str, Any], seq: int = 0) -> None:
+        """Append a message; ``seq`` is the event it was made from alone (0: several, or
+        none)."""
+        self.messages.append(message)
+        self.message_seqs.append(seq)
 
     def _verdict(self, verdict: Verdict) -> None:
         if verdict.action != "ok" and self.phase is not None:
@@ -396,17 +409,24 @@ def _finish_summary(state: RunState, call_id: str) -> str:
 
 def assistant_message_dict(ev: AssistantMessage) -> dict[str, Any]:
     """The assistant message as the chat API wants it back (reasoning is kept out)."""
-    message: dict[str, Any] = {"role": "assistant", "content": ev.content or ""}
-    if ev.tool_calls:
+    return assistant_message(ev.content, [(c.id, c.name, c.arguments) for c in ev.tool_calls])
+
+
+def assistant_message(content: str | None, calls: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """An assistant message with its calls (``(id, name, arguments)``), as the fold makes it
+    (a state checkpoint makes it again from the stored event)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if calls:
         message["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in ev.tool_calls
+            {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for id_, name, arguments in calls
         ]
     return message
+
+
+def tool_message(call_id: str, output: str) -> dict[str, Any]:
+    """A tool result as the fold makes it (a state checkpoint makes it again likewise)."""
+    return {"role": "tool", "tool_call_id": call_id, "content": output}
 
 
 def fold(events: list[Event], *, progress_limits: ProgressLimits | None = None) -> RunState:

@@ -92,14 +92,22 @@ def test_a_resume_starts_from_the_last_checkpoint_and_equals_a_full_fold(tmp_pat
     assert essence(again.state) == essence(fold(store.load_events("r1")))
 
 
-def test_a_compaction_starts_a_new_message_log_and_the_checkpoint_still_folds_equal(
+def test_the_checkpoint_refers_to_the_events_instead_of_copying_the_context(
     tmp_path: Path,
 ) -> None:
+    _store, runner, run = start(tmp_path / "m.db", "r1")
+    steps(run, 1, 10, tag=" " + "x" * 2000)  # every answer and result 2 KB
+    directory = runner.checkpoint_dir("r1")
+    text = checkpoint_path(directory).read_text()
+    assert "x" * 100 not in text, "no assistant message nor tool result copied"
+    assert "You are careful." in text and "Do the work." in text  # made of no single event
+    assert sorted(p.name for p in directory.iterdir()) == ["state.json"]
+    assert len(text) < 10_000  # the context is 40 KB
+
+
+def test_a_compaction_is_checkpointed_and_still_folds_equal(tmp_path: Path) -> None:
     store, runner, run = start(tmp_path / "m.db", "r1")
     steps(run, 1, 6)
-    log = checkpoint.messages_path(runner.checkpoint_dir("r1"))
-    before = log.read_bytes()
-    old_header = checkpoint_path(runner.checkpoint_dir("r1")).read_bytes()
     run.emit(
         ev.Compaction(
             pinned=[0, 1],
@@ -112,17 +120,33 @@ def test_a_compaction_starts_a_new_message_log_and_the_checkpoint_still_folds_eq
         )
     )
     steps(run, 7, 4)
-    assert not log.read_bytes().startswith(before[:34]), "a log of a new generation"
     loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
-    assert seq is not None
+    assert seq is not None and seq > 26
     assert essence(loaded) == essence(fold(store.load_events("r1")))
+    assert loaded.message_seqs == fold(store.load_events("r1")).message_seqs
     assert any("f1.py to f4.py" in str(m["content"]) for m in loaded.messages)
-    # A header from before the compaction never reads the new log (a process killed between
-    # writing the two): it would pair old counts with new messages.
-    checkpoint_path(runner.checkpoint_dir("r1")).write_bytes(old_header)
-    stale, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
-    assert seq is None
-    assert essence(stale) == essence(fold(store.load_events("r1")))
+
+
+def test_an_older_checkpoint_is_ignored_and_its_copy_of_the_context_removed(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint of the previous format (state.json + messages.jsonl, the context copied)
+    is never used; the run's next checkpoint deletes its message log."""
+    store, runner, run = start(tmp_path / "m.db", "r1", every=1000)
+    steps(run, 1, 3)
+    directory = runner.checkpoint_dir("r1")
+    directory.mkdir(parents=True)
+    head = {"generation": "g"}
+    log = json.dumps(head) + "\n" + json.dumps(run.state.messages) + "\n"
+    checkpoint.messages_path(directory).write_text(log)
+    checkpoint_path(directory).write_text(
+        json.dumps({"format": 2, "code": checkpoint.code_digest(), "run": "r1", "seq": 14})
+    )
+    loaded, seq = load_run_state(store, "r1", directory)
+    assert seq is None and essence(loaded) == essence(fold(store.load_events("r1")))
+    run.emit(ev.RunPaused(reason="stop requested"))  # a checkpoint of this format
+    assert not checkpoint.messages_path(directory).exists()
+    assert load_run_state(store, "r1", directory)[1] == run.state.last_seq
 
 
 def test_a_paused_run_is_checkpointed_at_its_last_event_and_a_finished_one_deletes_it(
@@ -154,18 +178,21 @@ def _cut_short(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
     return store, runner.checkpoint_dir("r1")
 
 
-def _log_cut_short(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
-    path = checkpoint.messages_path(runner.checkpoint_dir("r1"))
-    path.write_bytes(path.read_bytes()[:-50])
+def _refers_to_another_kind(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    # A message said to be made of event 3, which is a model_request.
+    path = checkpoint_path(runner.checkpoint_dir("r1"))
+    record = json.loads(path.read_text())
+    refs = record["messages"]
+    refs[next(i for i, r in enumerate(refs) if isinstance(r, int))] = 3
+    path.write_text(json.dumps(record))
     return store, runner.checkpoint_dir("r1")
 
 
-def _other_log(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
-    # r2's message log (another generation) in place of r1's.
-    shutil.copy(
-        checkpoint.messages_path(runner.checkpoint_dir("r2")),
-        checkpoint.messages_path(runner.checkpoint_dir("r1")),
-    )
+def _refers_past_its_end(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    path = checkpoint_path(runner.checkpoint_dir("r1"))
+    record = json.loads(path.read_text())
+    record["messages"].append(record["seq"] + 1)
+    path.write_text(json.dumps(record))
     return store, runner.checkpoint_dir("r1")
 
 
@@ -197,7 +224,15 @@ def _other_history(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
 
 @pytest.mark.parametrize(
     "spoil",
-    [_corrupt, _cut_short, _log_cut_short, _other_log, _other_code, _other_run, _other_history],
+    [
+        _corrupt,
+        _cut_short,
+        _refers_to_another_kind,
+        _refers_past_its_end,
+        _other_code,
+        _other_run,
+        _other_history,
+    ],
     ids=lambda f: f.__name__,
 )
 def test_a_checkpoint_that_cannot_be_trusted_is_ignored(
@@ -222,26 +257,21 @@ def test_the_timeline_says_where_a_resume_started() -> None:
     assert "checkpoint" not in event_line(ev.RunResumed(owner="host:1:ab")).plain
 
 
-def test_a_failed_write_starts_a_new_log_at_the_next_checkpoint(
+def test_a_failed_write_is_quiet_and_the_next_checkpoint_is_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A disk that fills mid-append leaves a partial record: the next checkpoint must not
-    append after it (the checkpoint write fails quietly, the run goes on)."""
+    """A full disk fails a checkpoint's write: the run goes on, and the next one is usable."""
     store, runner, run = start(tmp_path / "m.db", "r1")
     steps(run, 1, 3)
-    real_open = Path.open
+    real = checkpoint.write_private
 
-    def full_disk(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if mode == "ab":
-            handle = real_open(self, mode, *args, **kwargs)
-            handle.write(b"\x00\x01partial")
-            handle.close()
-            raise OSError(28, "No space left on device")
-        return real_open(self, mode, *args, **kwargs)
+    def full_disk(path: Path, data: bytes) -> None:
+        path.write_bytes(data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Path, "open", full_disk)
-    steps(run, 4, 2)  # its checkpoint fails after a partial append
-    monkeypatch.setattr(Path, "open", real_open)
+    monkeypatch.setattr(checkpoint, "write_private", full_disk)
+    steps(run, 4, 2)  # its checkpoints fail half-written
+    monkeypatch.setattr(checkpoint, "write_private", real)
     steps(run, 6, 2)
     loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq is not None and seq > 22

@@ -5,12 +5,12 @@ bench/README.md). Every ``CHECKPOINT_EVERY`` events (and at
 a pause) the runner saves its ``RunState``, and a resume starts from it and folds only the
 events after it.
 
-Two files, so that a checkpoint costs what happened since the last one, not the whole context
-again: ``messages.jsonl`` is an append-only log of the conversation's messages (they are never
-changed in place; a compaction replaces the list, and the log is then rewritten), one JSON
-line per checkpoint (the messages are the chat API's JSON, written as they are), and
-``state.json`` is the rest of the state, with how many bytes of the log it covers and their
-sha256.
+The checkpoint is not a second copy of the context: ``state.json`` holds the state without its
+messages, and the messages as references to the stored events they were made from (an
+assistant message, a tool result: the context's bulk) or, for the few made of several events
+or of none (the system prompt, a phase's prompt, a nudge, a compaction's summary, the images
+shown after a turn), the message itself. A resume reads the referenced events' payloads, in
+the same scan that fetches the events to fold after the checkpoint.
 
 What a checkpoint may never do is run code: it is read by ``pilot resume``, and a file planted
 by the agent's own commands must not execute there. So:
@@ -23,9 +23,9 @@ by the agent's own commands must not execute there. So:
   the stored, redacted events gives the same messages);
 - it is a cache, never a source of truth: used only if written by this very code (a digest of
   the modules the state is made of), for this run and workspace, with the event it ends at
-  still the one in the store (its payload digest) and its log intact (length and sha256);
-  otherwise, and on any error reading it, the resume folds every event;
-- it is deleted when the run ends. A live run carries about one copy of its context.
+  still the one in the store (its payload digest), and every event it refers to of the kind it
+  says; otherwise, and on any error reading it, the resume folds every event;
+- it is deleted when the run ends.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import functools
 import hashlib
 import json
 import os
-import secrets
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +46,7 @@ from pilot import progress, state
 from pilot.private_files import inside, private_dirs, write_private
 from pilot.progress import ProgressLimits
 from pilot.redact import redactor_for
-from pilot.state import RunState, fold
+from pilot.state import RunState, assistant_message, fold, tool_message
 from pilot.store import statecodec
 from pilot.store.event_store import EventStore
 
@@ -55,9 +54,11 @@ CHECKPOINT_EVERY = 256
 """Events between two checkpoints: a resume folds at most this many."""
 FILE_NAME = "state.json"
 MESSAGES_FILE_NAME = "messages.jsonl"
-FORMAT = 2
+FORMAT = 3
 LEGACY_FILE_NAMES = ("state.checkpoint", "state.messages")
 """The pickle checkpoints older versions kept in a run's artifacts: never read, deleted."""
+MESSAGE_EVENTS = frozenset({"assistant_message", "tool_finished"})
+"""The events a checkpoint refers to for their message instead of keeping it."""
 
 
 @functools.cache
@@ -92,7 +93,7 @@ def _refuse(value: Any) -> Any:
 
 
 class CheckpointWriter:
-    """Saves one run's state; remembers what its message log already holds."""
+    """Saves one run's state."""
 
     def __init__(
         self,
@@ -108,56 +109,21 @@ class CheckpointWriter:
         self.usable = not inside(directory, workspace)
         """False when the directory is inside the run's workspace: no checkpoint is written
         where the agent's commands can write."""
-        self._generation = ""
-        self._logged_list: list[dict[str, Any]] | None = None
-        self._logged = 0
-        self._log_bytes = 0
-        self._log_digest = hashlib.sha256()
+        self._old_log_gone = False
 
     def write(self, run_state: RunState, last_payload: str) -> None:
         """Save ``run_state`` (every event up to ``run_state.last_seq`` committed, the last
         one's JSON being ``last_payload``)."""
         if not self.usable:
             return
-        try:
-            self._write(run_state, last_payload)
-        except BaseException:
-            self._logged_list = None  # the log may end in a partial record: start a new one
-            raise
-
-    def _redacted(self, data: Any) -> bytes:
-        """``data`` as JSON, every string in it redacted as a stored event's would be."""
-        blob = _json_bytes(data)
-        if self.redactor.may_match(blob.decode()):
-            blob = _json_bytes(self.redactor.value(data))
-        return blob
-
-    def _write(self, run_state: RunState, last_payload: str) -> None:
-        messages = run_state.messages
         private_dirs(self.directory.parent)
         private_dirs(self.directory)
-        log = messages_path(self.directory)
-        if messages is self._logged_list and self._logged <= len(messages):
-            added = messages[self._logged :]
-            if added:
-                line = self._redacted(added) + b"\n"
-                with log.open("ab") as file:
-                    file.write(line)
-                self._log_bytes += len(line)
-                self._log_digest.update(line)
-        else:  # first write, or compacted: a new log, swapped in whole
-            self._generation = secrets.token_hex(8)
-            head = _json_bytes({"generation": self._generation}) + b"\n"
-            body = self._redacted(messages) + b"\n" if messages else b""
-            temporary = log.with_name(f".{MESSAGES_FILE_NAME}.{os.getpid()}")
-            write_private(temporary, head + body)
-            os.replace(temporary, log)
-            self._logged_list = messages
-            self._log_bytes = len(head) + len(body)
-            self._log_digest = hashlib.sha256(head + body)
-        self._logged = len(messages)
+        if not self._old_log_gone:  # an older version's copy of the context
+            with contextlib.suppress(FileNotFoundError):
+                messages_path(self.directory).unlink()
+            self._old_log_gone = True
         rest = copy.copy(run_state)
-        rest.messages = []
+        rest.messages, rest.message_seqs = [], []
         record = {
             "format": FORMAT,
             "code": code_digest(),
@@ -165,16 +131,24 @@ class CheckpointWriter:
             "workspace": run_state.started.workspace if run_state.started else None,
             "seq": run_state.last_seq,
             "event": payload_digest(last_payload),
-            "generation": self._generation,
-            "messages": len(messages),
-            "log_bytes": self._log_bytes,
-            "log_sha256": self._log_digest.hexdigest(),
+            "messages": message_refs(run_state),
             "state": statecodec.encode(rest),
         }
+        blob = _json_bytes(record)
+        if self.redactor.may_match(blob.decode()):
+            blob = _json_bytes(self.redactor.value(record))
         target = checkpoint_path(self.directory)
         temporary = target.with_name(f".{FILE_NAME}.{os.getpid()}")
-        write_private(temporary, self._redacted(record))
+        write_private(temporary, blob)
         os.replace(temporary, target)
+
+
+def message_refs(run_state: RunState) -> list[int | dict[str, Any]]:
+    """Per message, the seq of the stored event it was made from, or the message itself."""
+    messages, seqs = run_state.messages, run_state.message_seqs
+    if len(seqs) != len(messages):
+        return list(messages)
+    return [seq or message for message, seq in zip(messages, seqs, strict=True)]
 
 
 def delete_checkpoint(directory: Path) -> None:
@@ -203,30 +177,9 @@ def _read_private(path: Path) -> bytes:
         return file.read()
 
 
-def _read_messages(directory: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
-    data = _read_private(messages_path(directory))
-    size = record["log_bytes"]
-    if type(size) is not int or len(data) < size:
-        raise ValueError("the message log is shorter than the checkpoint says")
-    data = data[:size]
-    if hashlib.sha256(data).hexdigest() != record["log_sha256"]:
-        raise ValueError("the message log is not the one the checkpoint was written with")
-    lines = data.split(b"\n")
-    if json.loads(lines[0]) != {"generation": record["generation"]}:
-        raise ValueError("the message log is of another generation")
-    messages: list[dict[str, Any]] = []
-    for line in lines[1:]:
-        if line:
-            added = json.loads(line)
-            if not isinstance(added, list) or not all(isinstance(m, dict) for m in added):
-                raise ValueError("a message log record is not a list")
-            messages.extend(added)
-    if len(messages) != record["messages"]:
-        raise ValueError("the message log does not end where the header says")
-    return messages
-
-
-def _read(directory: Path, run_id: str, workspace: str | None) -> tuple[int, str, RunState] | None:
+def _read(
+    directory: Path, run_id: str, workspace: str | None
+) -> tuple[int, str, RunState, list[Any]] | None:
     try:
         record = json.loads(_read_private(checkpoint_path(directory)))
         if (
@@ -236,15 +189,72 @@ def _read(directory: Path, run_id: str, workspace: str | None) -> tuple[int, str
             or record.get("run") != run_id
             or record.get("workspace") != workspace
             or type(record.get("seq")) is not int
+            or not isinstance(record.get("messages"), list)
         ):
             return None
         saved = statecodec.decode(record["state"])
         if not isinstance(saved, RunState):
             return None
-        saved.messages = _read_messages(directory, record)
     except Exception:  # missing, cut short, written by other code: not ours to trust
         return None
-    return record["seq"], record["event"], saved
+    return record["seq"], record["event"], saved, record["messages"]
+
+
+def _resume_from(
+    store: EventStore, run_id: str, seq: int, digest: str, saved: RunState, refs: list[Any]
+) -> RunState | None:
+    """``saved`` with its messages read back from the events ``refs`` names and the events
+    after ``seq`` folded, in one scan of the run's events; None when the store does not hold
+    what the checkpoint says (then the caller folds every event)."""
+    wanted: dict[int, int] = {}
+    messages: list[Any] = []
+    seqs: list[int] = []
+    for position, ref in enumerate(refs):
+        if type(ref) is int and 0 < ref <= seq:
+            wanted[ref] = position
+            messages.append(None)
+            seqs.append(ref)
+        elif isinstance(ref, dict):
+            messages.append(ref)
+            seqs.append(0)
+        else:
+            return None
+    reached = False
+    rows = store.iter_event_payloads(run_id, after_seq=min(wanted, default=seq) - 1)
+    try:
+        for at, payload in rows:
+            if at < seq:
+                if at in wanted:
+                    messages[wanted.pop(at)] = message_of_payload(payload)
+            elif at == seq:
+                if payload_digest(payload) != digest:
+                    return None
+                if at in wanted:
+                    messages[wanted.pop(at)] = message_of_payload(payload)
+                if wanted:
+                    return None  # an event it refers to is not in the store
+                saved.messages, saved.message_seqs = messages, seqs
+                reached = True
+            elif not reached:
+                return None
+            else:
+                saved.apply(ev.event_from_json(payload))
+    finally:
+        rows.close()  # type: ignore[attr-defined]
+    return saved if reached else None
+
+
+def message_of_payload(payload: str) -> dict[str, Any]:
+    """The message the fold makes of a stored assistant message or tool result (the stored
+    JSON, read without building the event)."""
+    data = json.loads(payload)
+    kind = data.get("type")
+    if kind not in MESSAGE_EVENTS:
+        raise ValueError(f"a checkpoint refers to a {kind!r} event for a message")
+    if kind == "tool_finished":
+        return tool_message(data["call_id"], data["output"])
+    calls = [(c["id"], c["name"], c["arguments"]) for c in data.get("tool_calls") or ()]
+    return assistant_message(data.get("content"), calls)
 
 
 def load_run_state(
@@ -263,13 +273,12 @@ def load_run_state(
         if not inside(directory, workspace):
             found = _read(directory, run_id, workspace)
     if found is not None:
-        seq, last_digest, saved = found
-        if saved.progress_limits == limits:
-            rows = store.iter_event_payloads(run_id, after_seq=seq - 1)
-            first = next(rows, None)
-            if first is not None and first[0] == seq and payload_digest(first[1]) == last_digest:
-                for _seq, payload in rows:
-                    saved.apply(ev.event_from_json(payload))
-                return saved, seq
-            rows.close()
+        seq, last_digest, saved, refs = found
+        if saved.progress_limits == limits and saved.last_seq == seq:
+            try:
+                resumed = _resume_from(store, run_id, seq, last_digest, saved, refs)
+            except Exception:  # an event that is not what the checkpoint says
+                resumed = None
+            if resumed is not None:
+                return resumed, seq
     return fold(store.load_events(run_id), progress_limits=limits), None
