@@ -154,6 +154,8 @@ class RunLoop:
         self.server_counts = server_counts
         """The server's tokenizer facts, shared with the process's other runs against it."""
         self._stop_waiter: asyncio.Future[Any] | None = None
+        self._fitted: tuple[Any, Any, dict[str, dict[str, Any] | None]] | None = None
+        """The last phase's tool names and schema list, and the schemas by name built of them."""
         self.media = Materializer()
 
     # -- the driver -----------------------------------------------------------------------
@@ -538,12 +540,18 @@ class RunLoop:
         return self._stop_waiter
 
     def phase_schemas(self, phase: PhasePlan) -> dict[str, dict[str, Any] | None]:
-        """The phase's tools and their parameter schemas, to fit calls to."""
+        """The phase's tools and their parameter schemas, to fit calls to (read only; built
+        again only when the phase or the schema list, shared per tool set, changes)."""
+        schemas = self.tools.schemas(phase.tools)
+        fitted = self._fitted
+        if fitted is not None and fitted[0] is phase.tools and fitted[1] is schemas:
+            return fitted[2]
         out: dict[str, dict[str, Any] | None] = {name: None for name in phase.tools}
-        for tool in self.tools.schemas(phase.tools):
+        for tool in schemas:
             function = tool.get("function", {}) if isinstance(tool, dict) else {}
             if function.get("name") in out:
                 out[function["name"]] = function.get("parameters")
+        self._fitted = (phase.tools, schemas, out)
         return out
 
     def record_response(self, step: int, phase: PhasePlan, response: ModelResponse) -> None:
