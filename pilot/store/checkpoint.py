@@ -47,7 +47,7 @@ from pilot.private_files import inside, private_dirs, write_private
 from pilot.progress import ProgressLimits
 from pilot.redact import redactor_for
 from pilot.state import RunState, assistant_message, fold, tool_message
-from pilot.store import statecodec
+from pilot.store import queries, statecodec
 from pilot.store.event_store import EventStore
 
 CHECKPOINT_EVERY = 256
@@ -220,7 +220,7 @@ def _resume_from(
         else:
             return None
     reached = False
-    rows = store.iter_event_payloads(run_id, after_seq=min(wanted, default=seq) - 1)
+    rows = queries.checkpoint_rows(store, run_id, min(wanted, default=seq), seq, MESSAGE_EVENTS)
     try:
         for at, payload in rows:
             if at < seq:

@@ -9,12 +9,13 @@ They only read, except ``delete_server_events_before`` and ``vacuum``, which ret
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
 
 from pydantic import ValidationError
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import delete, func, or_, select, text
 
 from brain.events import server_events
 from pilot import events as ev
@@ -210,3 +211,25 @@ def vacuum(store: EventStore) -> None:
         with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             for table in ("events", "runs", "server_events"):
                 conn.execute(text(f"VACUUM (ANALYZE) {table}"))
+
+
+# -- a state checkpoint's events -------------------------------------------------------------------
+
+
+def checkpoint_rows(
+    store: EventStore, run_id: str, first: int, seq: int, kinds: frozenset[str]
+) -> Iterator[tuple[int, str]]:
+    """What a resume from the checkpoint at ``seq`` reads, in order: the events of ``kinds``
+    from ``first`` up to ``seq`` (the ones its messages were made of) and every event from
+    ``seq`` on (its own, to check, and the ones to fold)."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(EventRow.seq, EventRow.payload)
+            .where(
+                EventRow.run_id == run_id,
+                EventRow.seq >= first,
+                or_(EventRow.seq >= seq, EventRow.type.in_(sorted(kinds))),
+            )
+            .order_by(EventRow.seq)
+        )
+        yield from ((at, payload) for at, payload in rows)
