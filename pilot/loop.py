@@ -70,6 +70,9 @@ MAX_COMPACTIONS_IN_A_ROW = 3
 TOOL_RESULT_SHARE = 0.15
 """The largest share of the window one tool result may take in the conversation."""
 
+CONTEXT_OUTPUT_CHARS = 2000
+"""How much of a ``context:`` command's output opens a phase (its end): room for a test run's
+failures without filling a small model's window."""
 NUDGE_EMPTY = (
     "Your last answer was empty. Continue the task: call one of the tools, or call `finish` "
     "with a summary if this phase is done."
@@ -212,6 +215,7 @@ class RunLoop:
             phase = self.plan.phases[index]
             prompt = f"{self.plan.phase_header(index)}\n\n{phase.prompt}"
             images, notes = await self.phase_images(index, phase)
+            notes += await self.phase_context(index, phase)
             prompt = "\n\n".join([prompt, *notes])
             self.emit(ev.PhaseStarted(index=index, name=phase.name, prompt=prompt, images=images))
             return
@@ -654,8 +658,15 @@ class RunLoop:
         last = self.state.last_finish_reason
         refusal = None
         arguments: dict[str, Any] = {}
+        failed = self.failed_in_this_answer()
         if last == "length":
             refusal = LENGTH_CUT
+        elif failed is not None:
+            refusal = (
+                f"Error: not run: {failed}, called before it in the same answer, failed, and "
+                f"this call counted on it. Fix {failed} first (read its error above), one call "
+                "per answer."
+            )
         elif not self.tools.known(call.name):
             refusal = (
                 f"Error: there is no tool named {call.name!r}. Available tools in this phase: "
@@ -713,6 +724,23 @@ class RunLoop:
         )
         if mutates:
             await self.take_due_snapshot()
+
+    def failed_in_this_answer(self) -> str | None:
+        """The tool name of a call of the current answer that already failed, if any: the
+        calls after it were written counting on its result (a small model writes edit, run
+        and finish at once), so a finish after a failed edit must not close the phase."""
+        names: dict[str, str] = {}
+        failed = None
+        for message in reversed(self.state.messages):
+            if message.get("role") == "tool":
+                if str(message.get("content", "")).startswith("Error"):
+                    failed = message.get("tool_call_id")
+                continue
+            if message.get("role") == "assistant":
+                for call in message.get("tool_calls") or []:
+                    names[call.get("id", "")] = call.get("function", {}).get("name", "?")
+            break
+        return None if failed is None else names.get(failed, "a call")
 
     async def take_due_snapshot(self) -> None:
         """Record the workspace as the last mutating tool or check left it (``snapshot_due``):
@@ -776,6 +804,22 @@ class RunLoop:
             )
         images = [choose_transport(ref, self.plan.media) for ref in finished.images]
         return finished.model_copy(update={"images": images})
+
+    async def phase_context(self, index: int, phase: PhasePlan) -> list[str]:
+        """The phase's ``context:`` commands, run now; each one's status and output (its end:
+        a test run's summary and last failure are there) as a section of the prompt. Written
+        into the phase's start event, so a resumed run sees the very same prompt."""
+        sections = []
+        for k, command in enumerate(phase.context):
+            outcome = await asyncio.to_thread(
+                self.tools.run_check, command, phase.check_timeout, f"phase-{index}-context-{k}"
+            )
+            status = "timed out" if outcome.timed_out else f"exit code {outcome.exit_code}"
+            output = outcome.output.strip() or "(no output)"
+            if len(output) > CONTEXT_OUTPUT_CHARS:
+                output = "[... start cut ...]\n" + output[-CONTEXT_OUTPUT_CHARS:]
+            sections.append(f"`{command}` ({status}):\n{output}")
+        return sections
 
     async def phase_images(self, index: int, phase: PhasePlan) -> tuple[list, list[str]]:
         """The phase's ``images:``, loaded like view_image calls; a problem becomes a note in

@@ -529,6 +529,28 @@ class _Tools:
             self.unknown.append(name)
         return resolved, note
 
+    def by_arguments(self, name: str, raw: Any) -> tuple[str | None, str | None]:
+        """The one tool whose parameters the arguments of an unknown ``name`` fit: its required
+        ones all given, nothing it does not take (schema words aside). A small model names
+        the file or the phase where the tool's name goes, with the tool's very arguments."""
+        if self.schemas is None or not isinstance(raw, str | dict):
+            return None, None
+        parsed = repair_arguments(raw).arguments
+        if not parsed:
+            return None, None
+        keys = set(parsed) - SCHEMA_KEYWORDS
+        fits = []
+        for tool, schema in self.schemas.items():
+            props = set((schema or {}).get("properties", {}) or {})
+            required = set((schema or {}).get("required", []) or [])
+            if required <= keys <= props:
+                fits.append(tool)
+        if len(fits) != 1:
+            return None, None
+        if name in self.unknown:
+            self.unknown.remove(name)
+        return fits[0], f"tool name {name!r} is no tool; its arguments fit {fits[0]!r} alone"
+
 
 _CALL_META_KEYS = frozenset({"name", "type", "id", "tool", "function", "tool_name"})
 
@@ -557,6 +579,8 @@ def _call_from_object(
             tools.resolve(name)  # a bare {"name": "survey"}: worth telling the model
         return None
     resolved, note = tools.resolve(name)
+    if resolved is None:
+        resolved, note = tools.by_arguments(name, obj[wrapped] if wrapped is not None else flat)
     if resolved is None:
         return None
     notes = [note] if note else []

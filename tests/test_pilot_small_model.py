@@ -138,3 +138,37 @@ def test_a_successful_run_that_changed_nothing_says_so(tmp_path: Path, repo: Pat
     outcome, _ = run_script(tmp_path, repo, "idle", [finish("nothing to do")], {})
     assert outcome.status == "succeeded"
     assert outcome.reason == "all phases done; the run changed no file"
+
+
+def test_context_commands_open_the_phase_with_their_output(tmp_path: Path, repo: Path) -> None:
+    long = "python3 -c \"print('x' * 5000); print('LAST LINE'); raise SystemExit(3)\""
+    outcome, events = run_script(
+        tmp_path,
+        repo,
+        "context",
+        [finish("read it")],
+        {"context": ["echo tests failed: test_one", long]},
+    )
+    assert outcome.status == "succeeded", outcome.reason
+    [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
+    assert "`echo tests failed: test_one` (exit code 0):\ntests failed: test_one" in started.prompt
+    assert "(exit code 3):\n[... start cut ...]" in started.prompt
+    assert started.prompt.rstrip().endswith("LAST LINE"), "a long output keeps its end"
+    assert len(started.prompt) < 4000
+
+
+def test_calls_after_a_failed_one_in_the_same_answer_are_not_run(
+    tmp_path: Path, repo: Path
+) -> None:
+    bad_edit = {"name": "edit_file", "arguments": {"path": "app.py", "old": "absent", "new": "x"}}
+    all_at_once = {"tool_calls": [bad_edit, {"name": "finish", "arguments": {"summary": "ok"}}]}
+    outcome, events = run_script(
+        tmp_path, repo, "eager", [all_at_once, finish("now really")], {"check": "true"}
+    )
+    assert outcome.status == "succeeded", outcome.reason
+    ran = [(e.name, e.is_error, e.executed) for e in events if isinstance(e, ev.ToolFinished)]
+    assert ran == [("edit_file", True, True), ("finish", True, False), ("finish", False, True)]
+    refused = [e for e in events if isinstance(e, ev.ToolFinished)][1]
+    assert "not run: edit_file, called before it in the same answer, failed" in refused.output
+    turns = [e for e in events if isinstance(e, ev.AssistantMessage)]
+    assert len(turns) == 2, "the first answer's finish did not close the phase"

@@ -116,3 +116,34 @@ def test_separators_between_calls_are_not_kept_as_text() -> None:
     result = extract_text_tool_calls(content, SCHEMAS)
     assert [name for name, _ in result.calls] == ["list_dir", "read_file", "finish"]
     assert result.remaining_content == ""
+
+
+EDIT_PHASE = ["read_file", "edit_file", "write_file", "run", "finish"]
+EDIT_SCHEMAS = {
+    t["function"]["name"]: t["function"]["parameters"] for t in REGISTRY.openai_tools(EDIT_PHASE)
+}
+
+
+def test_a_file_named_as_the_tool_with_one_tools_arguments_is_that_tool() -> None:
+    content = (
+        '```json\n{\n  "name": "inflection.__init__.py",\n  "arguments": {\n'
+        '    "path": "inflection/__init__.py",\n    "old": "-13",\n    "new": "13",\n'
+        '    "replace_all": false\n  }\n}\n```'
+    )
+    result = extract_text_tool_calls(content, EDIT_SCHEMAS)
+    assert result.calls == [
+        (
+            "edit_file",
+            {"path": "inflection/__init__.py", "old": "-13", "new": "13", "replace_all": False},
+        )
+    ]
+    assert result.unknown_tools == []
+    assert any("its arguments fit 'edit_file' alone" in r for r in result.repairs)
+
+
+def test_arguments_that_fit_two_tools_or_none_are_not_guessed() -> None:
+    both = '{"name": "look", "arguments": {"path": "."}}'  # read_file and list_dir take it
+    assert extract_text_tool_calls(both, SCHEMAS).calls == []
+    assert extract_text_tool_calls(both, SCHEMAS).unknown_tools == ["look"]
+    stray = '{"name": "fix", "arguments": {"path": "a.py", "colour": "red"}}'
+    assert extract_text_tool_calls(stray, EDIT_SCHEMAS).calls == []

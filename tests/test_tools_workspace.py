@@ -56,6 +56,19 @@ def test_absolute_path_outside_is_refused_with_the_rule(ws: Workspace) -> None:
     refused(ws, str(ws.root) + "2/x")  # a sibling sharing the root's name as a prefix
 
 
+def test_an_outside_path_whose_tail_is_in_the_workspace_is_named(ws: Workspace) -> None:
+    msg = refused(ws, "/elsewhere/src/a.py")
+    assert msg.endswith("instead: 'src/a.py'"), msg
+    assert refused(ws, "/etc/passwd").endswith("instead"), "nothing named when nothing fits"
+
+
+def test_a_sandbox_root_before_a_workspace_path_is_read_as_relative(ws: Workspace) -> None:
+    assert ws.resolve("/workspace/src/a.py") == ws.root / "src" / "a.py"
+    assert ws.resolve("/testbed/src/a.py") == ws.root / "src" / "a.py"
+    assert "absolute paths must be inside" in refused(ws, "/workspace/src/missing.py")
+    assert "absolute paths must be inside" in refused(ws, "/workspace/../etc/passwd")
+
+
 def test_symlink_to_outside_is_refused_for_read_and_write(ws: Workspace, tmp_path: Path) -> None:
     (ws.root / "link").symlink_to(tmp_path / "outside")
     (ws.root / "abs_file").symlink_to(tmp_path / "outside" / "secret.txt")

@@ -52,6 +52,10 @@ def _visible(name: str) -> str:
     )
 
 
+SANDBOX_ROOTS = frozenset({"workspace", "testbed", "repo", "app", "project"})
+"""Where agent sandboxes put the repository; models write these roots from habit."""
+
+
 class WorkspaceEscape(Exception):
     """A path was refused because it would leave the workspace or touch a protected place."""
 
@@ -160,14 +164,39 @@ class Workspace:
             lexical = Path(os.path.normpath(path))
             rel_parts = self.relative_parts(lexical)
         if rel_parts is None:
+            sandboxed = self._sandbox_path(path)
+            if sandboxed is not None:
+                return sandboxed
             raise WorkspaceEscape(
                 f"refused {shown!r}: absolute paths must be inside the workspace {self.root}; "
-                "use a path relative to the workspace root instead"
+                f"use a path relative to the workspace root instead{self._meant(path)}"
             )
         # Re-walk from the root by hand so every symlink below it is checked.
         lexical = Path(os.path.normpath(path))
         lex_parts = self.relative_parts(lexical)
         return "/".join(lex_parts if lex_parts is not None else rel_parts)
+
+    def _sandbox_path(self, path: str) -> str | None:
+        """``/workspace/pkg/mod.py`` read as ``pkg/mod.py`` when that is in the workspace and
+        no such outside path exists: small models trained in sandboxes write their root
+        before every path, and a refusal never changes their mind."""
+        parts = Path(path).parts
+        if len(parts) < 3 or parts[1] not in SANDBOX_ROOTS or os.path.lexists(path):
+            return None
+        tail = "/".join(p for p in parts[2:] if p not in ("", "."))
+        if ".." in tail.split("/") or not os.path.lexists(self.root / tail):
+            return None
+        return tail
+
+    def _meant(self, path: str) -> str:
+        """ ", e.g. 'pkg/mod.py'" when a tail of an outside absolute path names something in
+        the workspace: models trained in sandboxes write /workspace/... or /testbed/..."""
+        parts = [p for p in Path(path).parts[1:] if p not in ("", ".", "..")]
+        for start in range(1, len(parts)):
+            tail = "/".join(parts[start:])
+            if os.path.lexists(self.root / tail):
+                return f": {tail!r}"
+        return ""
 
     def _walk(self, parts: list[str], shown: str) -> Path:
         """Follow ``parts`` from the root, resolving symlinks and '..' physically."""

@@ -13,6 +13,7 @@ the model prints the submit word, at the step limit or at a context error.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -26,18 +27,21 @@ import yaml
 
 from bench.tasks.suite import Task, task_env
 
-SYSTEM_MARATHON = """You are a software engineer fixing a repository alone; nobody answers \
-questions. Work only with the tools. To call a tool, answer with its JSON, e.g.
-{"name": "read_file", "arguments": {"path": "setup.py"}}
-Read the file named in the task, make the smallest change with edit_file (old_text must be \
-copied exactly from the file) or write_file, run the test command with run, and when it \
-passes call {"name": "finish", "arguments": {"summary": "what you changed"}}."""
+SYSTEM_MARATHON = """You fix a repository alone; nobody answers questions. Every answer is \
+exactly one tool call, written as JSON: {"name": "<tool>", "arguments": {...}}
+The tools and their arguments:
+read_file {"path": "<file>", "offset": <first line>, "limit": <lines>}
+edit_file {"path": "<file>", "old": "<exact text copied from the file>", "new": "<new text>"}
+run {"command": "<shell command>"}
+finish {"summary": "<what you changed>"}
+Paths are relative to the repository root. Read the code the task names, change it with \
+edit_file, run the test command, and call finish when it passes."""
 
 SYSTEM_PLAIN = """You are a helpful assistant that can interact with a computer shell to \
 solve programming tasks in the repository in your current directory.
 Your response must contain exactly ONE bash code block with ONE command, like:
 ```bash
-cat setup.py
+ls -la
 ```
 Each command runs in a new shell in the repository. When the task is done, run:
 ```bash
@@ -92,11 +96,14 @@ def marathon_workflow(
         "phases": [
             {
                 "name": "task",
-                "prompt": f"{task.prompt}\nTest command: {task.test}",
+                "prompt": f"{task.prompt}\nTest command: {task.test}\nIts output now:",
+                # What a user's fix-the-tests workflow does first: run the tests, so the
+                # failure is in front of the model before its first step.
+                "context": [task.test],
                 "check": task.test,
                 "check_timeout": 300,
                 "require_change": True,
-                "max_attempts": 2,
+                "max_attempts": 3,
             }
         ],
     }
@@ -162,6 +169,7 @@ def run_plain(
     max_steps: int,
     max_tokens: int = 512,
     model: str | None = None,
+    transcript: Path | None = None,
 ) -> AgentResult:
     client = openai.OpenAI(base_url=endpoint, api_key="none", timeout=900, max_retries=2)
     name = model or client.models.list().data[0].id
@@ -206,6 +214,8 @@ def run_plain(
             half = OUTPUT_LIMIT // 2
             output = output[:half] + "\n[... output cut ...]\n" + output[-half:]
         messages.append({"role": "user", "content": output})
+    if transcript is not None:
+        transcript.write_text(json.dumps(messages, indent=1))
     return AgentResult(
         status=status,
         reason=reason,

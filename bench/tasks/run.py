@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import sqlite3
+import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections import defaultdict
 from pathlib import Path
@@ -44,7 +48,12 @@ def one_try(task: Any, agent: str, args: argparse.Namespace, cache: Path) -> dic
                 )
             else:
                 result = run_plain(
-                    task, repo, args.endpoint, max_steps=args.max_steps, max_tokens=args.max_tokens
+                    task,
+                    repo,
+                    args.endpoint,
+                    max_steps=args.max_steps,
+                    max_tokens=args.max_tokens,
+                    transcript=work / "transcript.json",
                 )
         except Exception as exc:  # an agent crash is a result to report, not the end
             return {
@@ -62,6 +71,19 @@ def one_try(task: Any, agent: str, args: argparse.Namespace, cache: Path) -> dic
                 "wall_s": 0.0,
             }
         check = hidden_check(task, repo)
+        if args.keep:
+            keep = args.keep / f"{task.id}-{agent}-{int(time.time())}"
+            keep.mkdir(parents=True, exist_ok=True)
+            if (work / "runs.db").exists():  # the backup API: the WAL's events come too
+                with (
+                    sqlite3.connect(work / "runs.db") as src,
+                    sqlite3.connect(keep / "runs.db") as dst,
+                ):
+                    src.backup(dst)
+            if (work / "transcript.json").exists():
+                shutil.copy(work / "transcript.json", keep / "transcript.json")
+            diff = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True)
+            (keep / "diff.patch").write_text(diff.stdout)
         reason = (
             check.reason if check.passed else f"{result.status}: {result.reason}; {check.reason}"
         )
@@ -152,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-window", type=int, default=None)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=Path("bench-tasks.jsonl"))
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep each try's trace here (Marathon's runs.db, the plain loop's transcript, "
+        "the diff)",
+    )
     parser.add_argument("--report", type=Path, help="print the tables of a results file")
     parser.add_argument(
         "--validate",
@@ -176,9 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.endpoint:
         parser.error("--endpoint is required (or --report / --prepare-only)")
     rows: list[dict[str, Any]] = []
+    # Agent by agent within a try: a llama.cpp server keeps one prompt's cache, so tries of
+    # one agent in a row share their system prompt's evaluation.
     for attempt in range(args.tries):
-        for task in tasks:
-            for agent in args.agents.split(","):
+        for agent in args.agents.split(","):
+            for task in tasks:
                 try:
                     row = one_try(task, agent, args, args.cache)
                 except SuiteError as exc:

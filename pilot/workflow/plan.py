@@ -61,6 +61,9 @@ class PhasePlan:
     max_attempts: int = 3
     images: tuple[str, ...] = ()
     """Workspace paths of images attached to the prompt (rendered ``images:``)."""
+    context: tuple[str, ...] = ()
+    """Rendered ``context:`` commands, run as the phase starts; their output goes in its
+    prompt."""
     require_change: bool = False
     """The phase is done only if the workspace differs from the phase's start (and the check
     passes): a phase whose job is to change code cannot succeed by doing nothing."""
@@ -193,6 +196,7 @@ def build_plan(
             check_timeout=phase.check_timeout,
             max_attempts=phase.max_attempts,
             images=text.images,
+            context=text.context,
             require_change=phase.require_change,
         )
         for index, (phase, text) in enumerate(zip(wf.phases, rendered.phases, strict=True))

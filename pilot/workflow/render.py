@@ -29,6 +29,7 @@ __all__ = [
     "check_templates",
     "render_branch",
     "render_check",
+    "render_phase_context",
     "render_phase_images",
     "render_phase_prompt",
     "render_run",
@@ -61,6 +62,8 @@ def template_slots(workflow: Workflow) -> list[tuple[TemplateSlot, str]]:
             slots.append((TemplateSlot(("phases", i, "check"), "phase", i), phase.check))
         for k, image in enumerate(phase.images):
             slots.append((TemplateSlot(("phases", i, "images", k), "phase", i), image))
+        for k, command in enumerate(phase.context):
+            slots.append((TemplateSlot(("phases", i, "context", k), "phase", i), command))
     return slots
 
 
@@ -204,6 +207,18 @@ def render_phase_images(loaded: LoadedWorkflow, phase_index: int, run: RunContex
     return paths
 
 
+def render_phase_context(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> list[str]:
+    """Phase ``phase_index``'s ``context:`` commands, rendered; blanks dropped."""
+    _phase_run(loaded, phase_index)
+    context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
+    commands = []
+    for k in range(len(loaded.workflow.phases[phase_index].context)):
+        text = _template(loaded, f"phases[{phase_index}].context[{k}]").render(context).strip()
+        if text:
+            commands.append(text)
+    return commands
+
+
 def render_workspace_path(loaded: LoadedWorkflow, run: RunContext) -> Path:
     """The absolute workspace directory (``~`` expanded, relative to ``loaded.base_dir``)."""
     template = _template(loaded, "workspace.path")
@@ -232,6 +247,7 @@ class RenderedPhase:
     prompt: str
     check: str | None
     images: tuple[str, ...]
+    context: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -263,6 +279,7 @@ def render_run(
             prompt=render_phase_prompt(loaded, index, run),
             check=render_check(loaded, index, run),
             images=tuple(render_phase_images(loaded, index, run)),
+            context=tuple(render_phase_context(loaded, index, run)),
         )
         for index in range(len(loaded.workflow.phases))
     )

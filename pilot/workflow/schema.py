@@ -598,6 +598,12 @@ class Phase(_Strict):
         description="Workspace image files (Jinja) attached to the prompt, e.g. "
         "docs/mockup.png; loaded like view_image (PNG, JPEG, WebP, GIF).",
     )
+    context: list[str] = Field(
+        default_factory=list,
+        description="Shell commands (Jinja) run in the workspace as the phase starts; each "
+        "one's exit status and output (its end, when long) open the phase's prompt, e.g. the "
+        "failing tests' output: what the model would otherwise have to find and run first.",
+    )
     require_change: bool = Field(
         False,
         description="Done only when the workspace differs from the phase's start (and the "
