@@ -54,6 +54,7 @@ from pilot.model.servers import estimate_completion_tokens, estimate_prompt_toke
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage, WaitEvent
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
 from pilot.repair import (
+    example_path,
     extract_text_tool_calls,
     fit_arguments,
     no_call_feedback,
@@ -640,7 +641,13 @@ class RunLoop:
             self.emit(ev.Question(step=step, text=question, reply=QUESTION_REPLY))
         else:
             seen = found or extract_text_tool_calls(content or "", schemas)
-            text = no_call_feedback(seen, schemas, previous=self.last_nudge())
+            text = no_call_feedback(
+                seen,
+                schemas,
+                previous=self.last_nudge(),
+                content=content or "",
+                path=example_path(phase.prompt),
+            )
             self.emit(ev.Nudge(reason="no_tool_call", text=text))
 
     def last_nudge(self) -> str | None:

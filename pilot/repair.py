@@ -954,11 +954,16 @@ def _placeholder(prop: dict[str, Any]) -> str:
     )
 
 
-def call_shape(name: str, schema: dict[str, Any] | None) -> str:
-    """The exact JSON a model should write to call ``name``, optional arguments marked."""
+def call_shape(name: str, schema: dict[str, Any] | None, *, path: str | None = None) -> str:
+    """The exact JSON a model should write to call ``name``, optional arguments marked; a
+    ``path`` argument shows ``path`` when given (a small model copies ``"..."`` as is)."""
     props = (schema or {}).get("properties", {}) or {}
     required = set((schema or {}).get("required", []) or [])
-    parts = [f'"{k}": {_placeholder(v)}' for k, v in props.items() if k in required]
+    parts = [
+        f'"{k}": {json.dumps(path) if k == "path" and path else _placeholder(v)}'
+        for k, v in props.items()
+        if k in required
+    ]
     optional = [k for k in props if k not in required]
     args = "{" + ", ".join(parts) + "}"
     shape = f'{{"name": "{name}", "arguments": {args}}}'
@@ -1052,10 +1057,30 @@ def _placeholder_like(value: Any) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+_PATH_RE = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+\.\w+|[\w-]+\.(?:py|rs|go|js|ts|md))\b")
+_TICKED_RE = re.compile(r"`[^`]*`")
+
+
+def example_path(prompt: str) -> str | None:
+    """The file a phase's prompt names (outside `commands` first), for example calls."""
+    outside = _TICKED_RE.sub(" ", prompt)
+    for text in (outside, prompt):
+        match = _PATH_RE.search(text)
+        if match:
+            return match.group(1)
+    return None
+
+
+_CODE_FENCE_RE = re.compile(r"```[\w+-]*\n")
+
+
 def no_call_feedback(
     found: TextCallsResult,
     schemas: Mapping[str, dict[str, Any] | None],
     previous: str | None = None,
+    *,
+    content: str = "",
+    path: str | None = None,
 ) -> str:
     """A specific answer to a turn with text but no runnable call, never the same twice in a row.
 
@@ -1071,12 +1096,21 @@ def no_call_feedback(
     for name in found.unknown_tools[:3]:
         parts.append(f"There is no tool named {name!r}. The tools in this phase are: {listed}.")
     parts.extend(found.errors[:3])
+    wrote_code = bool(_CODE_FENCE_RE.search(content))
+    if not parts and wrote_code and "edit_file" in schemas:
+        parts.append(
+            "You wrote code in your answer, but code in an answer changes no file. To change "
+            "a file, call edit_file with the exact lines to replace (old) and their "
+            "replacement (new)."
+        )
     if not parts:
         parts.append(
             "No tool call was found in your answer, so nothing ran. This run is unattended: "
             "nobody will reply to text."
         )
     example = next((t for t in tools if t != "finish"), tools[0] if tools else "finish")
+    if wrote_code and "edit_file" in schemas:
+        example = "edit_file"
     done = (
         f", or {call_shape('finish', schemas.get('finish'))} when the phase is done."
         if "finish" in schemas
@@ -1084,7 +1118,7 @@ def no_call_feedback(
     )
     parts.append(
         f"Answer with one tool call as JSON, for example "
-        f"{call_shape(example, schemas.get(example))}{done}"
+        f"{call_shape(example, schemas.get(example), path=path)}{done}"
     )
     text = "\n".join(parts)
     if previous is not None and text.strip() == previous.strip():
@@ -1092,7 +1126,7 @@ def no_call_feedback(
         alt = others[len(previous) % len(others)] if others else example
         text = (
             "Your answer again held no tool call that could be run. Write only the JSON of "
-            f"the call, nothing else, e.g. {call_shape(alt, schemas.get(alt))}. "
+            f"the call, nothing else, e.g. {call_shape(alt, schemas.get(alt), path=path)}. "
             f"Tools: {listed}."
         )
     return text

@@ -147,3 +147,17 @@ def test_arguments_that_fit_two_tools_or_none_are_not_guessed() -> None:
     assert extract_text_tool_calls(both, SCHEMAS).unknown_tools == ["look"]
     stray = '{"name": "fix", "arguments": {"path": "a.py", "colour": "red"}}'
     assert extract_text_tool_calls(stray, EDIT_SCHEMAS).calls == []
+
+
+def test_code_written_as_text_is_told_to_use_edit_file_on_the_prompts_file() -> None:
+    from pilot.repair import example_path, no_call_feedback
+
+    prompt = "The tests fail: `pytest -q tests/test_a.py`. Fix the bug in pkg/mod.py."
+    path = example_path(prompt)
+    assert path == "pkg/mod.py", "the file outside the `command` is the example"
+    content = "Here is the fix:\n```python\ndef f():\n    return 1\n```"
+    found = extract_text_tool_calls(content, EDIT_SCHEMAS)
+    text = no_call_feedback(found, EDIT_SCHEMAS, content=content, path=path)
+    assert "code in an answer changes no file" in text
+    assert '{"name": "edit_file", "arguments": {"path": "pkg/mod.py", "old": "..."' in text
+    assert '"path": "..."' not in text, "no placeholder path for the model to copy"
