@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from pilot.images import (
     refused_output,
     undecodable,
 )
+from pilot.locate import MAX_LINES, definition_block, definition_search, failing_names, first_hit
 from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage, WaitEvent
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
@@ -817,15 +819,41 @@ class RunLoop:
         a test run's summary and last failure are there) as a section of the prompt. Written
         into the phase's start event, so a resumed run sees the very same prompt."""
         sections = []
+        outputs = []
         for k, command in enumerate(phase.context):
             outcome = await asyncio.to_thread(
                 self.tools.run_check, command, phase.check_timeout, f"phase-{index}-context-{k}"
             )
             status = "timed out" if outcome.timed_out else f"exit code {outcome.exit_code}"
             output = outcome.output.strip() or "(no output)"
+            outputs.append(output)
             if len(output) > CONTEXT_OUTPUT_CHARS:
                 output = "[... start cut ...]\n" + output[-CONTEXT_OUTPUT_CHARS:]
             sections.append(f"`{command}` ({status}):\n{output}")
+        if phase.locate:
+            sections += await self.located_code(index, "\n".join(outputs))
+        return sections
+
+    async def located_code(self, index: int, output: str) -> list[str]:
+        """The source of each function the failures in ``output`` call (``pilot.locate``)."""
+        sections = []
+        for k, name in enumerate(failing_names(output)):
+            found = await asyncio.to_thread(
+                self.tools.run_check, definition_search(name), 60, f"phase-{index}-locate-{k}"
+            )
+            hit = first_hit(found.output)
+            if hit is None:
+                continue
+            path, line = hit
+            shown = await asyncio.to_thread(
+                self.tools.run_check,
+                f"sed -n '{line},{line + MAX_LINES}p' {shlex.quote(path)}",
+                60,
+                f"phase-{index}-show-{k}",
+            )
+            block = definition_block(shown.output)
+            if block:
+                sections.append(f"The code of {name} ({path}, line {line}):\n{block}")
         return sections
 
     async def phase_images(self, index: int, phase: PhasePlan) -> tuple[list, list[str]]:

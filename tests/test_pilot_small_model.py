@@ -4,6 +4,8 @@ specific answer, never the same one twice in a row."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,15 @@ from pilot.store.event_store import EventStore
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo")
+
+
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@localhost",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@localhost",
+}
 
 
 def events_of(db: Path, run_id: str) -> list[ev.Event]:
@@ -172,3 +183,17 @@ def test_calls_after_a_failed_one_in_the_same_answer_are_not_run(
     assert "not run: edit_file, called before it in the same answer, failed" in refused.output
     turns = [e for e in events if isinstance(e, ev.AssistantMessage)]
     assert len(turns) == 2, "the first answer's finish did not close the phase"
+
+
+def test_locate_shows_the_function_a_failing_test_calls(tmp_path: Path, repo: Path) -> None:
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n\n\nVALUE = 1\n")
+    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
+    failing = "printf '>       assert add(1, 2) == 3\\nE   assert -1 == 3\\n'; exit 1"
+    outcome, events = run_script(
+        tmp_path, repo, "locate", [finish("seen")], {"context": [failing], "locate": True}
+    )
+    assert outcome.status == "succeeded", outcome.reason
+    [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
+    assert "The code of add (calc.py, line 1):\ndef add(a, b):\n    return a - b" in started.prompt
+    assert "VALUE" not in started.prompt

@@ -100,6 +100,8 @@ def marathon_workflow(
                 # What a user's fix-the-tests workflow does first: run the tests, so the
                 # failure is in front of the model before its first step.
                 "context": [task.test],
+                # ... and show the functions its failures call.
+                "locate": True,
                 "check": task.test,
                 "check_timeout": 300,
                 "require_change": True,

@@ -64,6 +64,8 @@ class PhasePlan:
     context: tuple[str, ...] = ()
     """Rendered ``context:`` commands, run as the phase starts; their output goes in its
     prompt."""
+    locate: bool = False
+    """Show the functions the context commands' failures call (see ``pilot.locate``)."""
     require_change: bool = False
     """The phase is done only if the workspace differs from the phase's start (and the check
     passes): a phase whose job is to change code cannot succeed by doing nothing."""
@@ -197,6 +199,7 @@ def build_plan(
             max_attempts=phase.max_attempts,
             images=text.images,
             context=text.context,
+            locate=phase.locate,
             require_change=phase.require_change,
         )
         for index, (phase, text) in enumerate(zip(wf.phases, rendered.phases, strict=True))

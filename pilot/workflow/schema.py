@@ -604,6 +604,12 @@ class Phase(_Strict):
         "one's exit status and output (its end, when long) open the phase's prompt, e.g. the "
         "failing tests' output: what the model would otherwise have to find and run first.",
     )
+    locate: bool = Field(
+        False,
+        description="After the context commands: show the source of the functions their "
+        "failures call (pytest's `>` lines, doctest's failed examples), found by their `def` "
+        "outside the tests, so the model starts from the code at fault.",
+    )
     require_change: bool = Field(
         False,
         description="Done only when the workspace differs from the phase's start (and the "

@@ -1,0 +1,101 @@
+"""Where a failure points: the functions named on a test run's failing lines.
+
+A phase with ``locate: true`` shows the model, before its first step, the source of the
+functions its ``context:`` commands' failures call (pytest's ``>`` lines, doctest's "Failed
+example:" lines), found by their ``def`` outside the tests. A small model that is told
+"the tests fail" rarely reads the right code on its own; with the function in front of it,
+the fix is one edit away. Pure text functions: the loop runs the searches with its tools.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_NAMES = 3
+MAX_LINES = 40
+
+_CALL_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+_NOT_TARGETS = frozenset(
+    {
+        "assert",
+        "print",
+        "len",
+        "str",
+        "int",
+        "float",
+        "list",
+        "dict",
+        "set",
+        "tuple",
+        "sorted",
+        "repr",
+        "isinstance",
+        "range",
+        "type",
+        "bool",
+        "map",
+        "filter",
+        "zip",
+        "iter",
+        "next",
+        "super",
+        "lambda",
+        "raises",
+        "parametrize",
+    }
+)
+
+
+def failing_names(output: str) -> list[str]:
+    """Function names called on the failing lines of pytest or doctest output, in order."""
+    lines = output.splitlines()
+    failing: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith(">"):
+            failing.append(line[1:])
+        elif line.strip() == "Failed example:" and i + 1 < len(lines):
+            failing.append(lines[i + 1])
+    names: list[str] = []
+    for line in failing:
+        for name in _CALL_RE.findall(line):
+            if name in _NOT_TARGETS or name.startswith("test") or name in names:
+                continue
+            names.append(name)
+    return names[:MAX_NAMES]
+
+
+def definition_search(name: str) -> str:
+    """The shell command listing ``def name(`` in the workspace's Python files, tests last."""
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise ValueError(f"not a Python name: {name!r}")
+    return (
+        f"grep -rnE --include='*.py' '^[[:space:]]*(async[[:space:]]+)?def {name}[[:space:]]*\\(' ."
+        " | grep -v -e '/tests\\?/' -e '/test_' | head -3"
+    )
+
+
+def first_hit(grep_output: str) -> tuple[str, int] | None:
+    """(path, line) of the first ``path:line:text`` line of grep's output."""
+    for line in grep_output.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[1].isdigit():
+            return parts[0].removeprefix("./"), int(parts[1])
+    return None
+
+
+def definition_block(text: str) -> str:
+    """The function starting on ``text``'s first line, up to the next statement at its
+    indentation (or ``MAX_LINES``)."""
+    lines = text.splitlines()
+    if not lines:
+        return ""
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    block = [lines[0]]
+    for line in lines[1:MAX_LINES]:
+        stripped = line.strip()
+        if stripped and len(line) - len(line.lstrip()) <= indent:
+            break
+        block.append(line)
+    while block and not block[-1].strip():
+        block.pop()
+    return "\n".join(block)

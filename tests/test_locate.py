@@ -1,0 +1,69 @@
+"""pilot.locate over real pytest and doctest output: the functions a failure calls, found by
+their def outside the tests, shown as they are in the file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pilot.locate import definition_block, definition_search, failing_names, first_hit
+
+MODULE = '''def double(x):
+    """Twice x.
+
+    >>> double(2)
+    5
+    """
+    return x * 3
+
+
+def other():
+    return 1
+'''
+TEST = """from pkg.mod import double
+
+
+def test_double():
+    assert double(2) == 4
+"""
+
+
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "mod.py").write_text(MODULE)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mod.py").write_text(TEST + "\n\ndef double(x):\n    pass\n")
+    return tmp_path
+
+
+def sh(command: str, cwd: Path) -> str:
+    return subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True).stdout
+
+
+def test_a_pytest_failure_leads_to_the_function_it_calls(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    out = sh(f"{sys.executable} -m pytest -q -p no:cacheprovider tests/test_mod.py", root)
+    assert failing_names(out) == ["double"]
+    hit = first_hit(sh(definition_search("double"), root))
+    assert hit == ("pkg/mod.py", 1), "the def in the tests is not taken"
+    block = definition_block(sh(f"sed -n '{hit[1]},{hit[1] + 40}p' {hit[0]}", root))
+    assert block.startswith("def double(x):") and block.endswith("return x * 3")
+    assert "other" not in block
+
+
+def test_a_doctest_failure_names_the_function_of_its_example(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    out = sh(f"{sys.executable} -m doctest pkg/mod.py", root)
+    assert "Failed example:" in out
+    assert failing_names(out) == ["double"]
+
+
+def test_only_python_names_are_searched() -> None:
+    try:
+        definition_search("x; rm -rf /")
+    except ValueError as exc:
+        assert "not a Python name" in str(exc)
+    else:
+        raise AssertionError("a name that is not an identifier reached the shell")
