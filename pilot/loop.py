@@ -832,6 +832,8 @@ class RunLoop:
             sections.append(f"`{command}` ({status}):\n{output}")
         if phase.locate:
             sections += await self.located_code(index, "\n".join(outputs))
+        if sections:  # the task again, last: a small model follows what it read last
+            sections.append(f"Your task (as above): {phase.prompt.strip()}")
         return sections
 
     async def located_code(self, index: int, output: str) -> list[str]:

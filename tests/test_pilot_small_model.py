@@ -164,7 +164,7 @@ def test_context_commands_open_the_phase_with_their_output(tmp_path: Path, repo:
     [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
     assert "`echo tests failed: test_one` (exit code 0):\ntests failed: test_one" in started.prompt
     assert "(exit code 3):\n[... start cut ...]" in started.prompt
-    assert started.prompt.rstrip().endswith("LAST LINE"), "a long output keeps its end"
+    assert "LAST LINE\n\nYour task (as above): Change the code." in started.prompt
     assert len(started.prompt) < 4000
 
 
