@@ -50,6 +50,11 @@ from pilot.state import RunState, assistant_message, fold, tool_message
 from pilot.store import queries, statecodec
 from pilot.store.event_store import EventStore
 
+try:  # the referenced events' JSON is most of a resume's reading
+    from orjson import loads as _loads
+except ImportError:  # same values, parsed slower
+    _loads = json.loads
+
 CHECKPOINT_EVERY = 256
 """Events between two checkpoints: a resume folds at most this many."""
 FILE_NAME = "state.json"
@@ -247,7 +252,7 @@ def _resume_from(
 def message_of_payload(payload: str) -> dict[str, Any]:
     """The message the fold makes of a stored assistant message or tool result (the stored
     JSON, read without building the event)."""
-    data = json.loads(payload)
+    data = _loads(payload)
     kind = data.get("type")
     if kind not in MESSAGE_EVENTS:
         raise ValueError(f"a checkpoint refers to a {kind!r} event for a message")
