@@ -372,3 +372,19 @@ def test_a_test_run_failing_the_same_way_again_is_a_repeat_whatever_its_timing()
     ]
     assert [v.action for v in verdicts] == ["ok", "ok", "nudge"]
     assert verdicts[-1].kind == "repeat"
+
+
+def test_durations_are_blanked_as_the_python_pattern_would_on_ascii_text() -> None:
+    import re
+
+    from pilot.progress import DURATION_PATTERN, _untimed
+
+    assert _untimed("1 failed in 0.12s") == _untimed("1 failed in 0.14s")
+    assert _untimed("took 250 ms, then 3 seconds") == "took <duration>, then <duration>"
+    for text in [
+        "mod_00001.py: 12 lines",
+        "x1s 2s3 ms 4.5 secs",
+        "ok (0.001s) 10ms10ms 7 sec.",
+        "12\n34 s 56\ts",
+    ]:
+        assert _untimed(text) == re.sub(DURATION_PATTERN, "<duration>", text, flags=re.ASCII)
