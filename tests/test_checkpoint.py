@@ -103,6 +103,8 @@ def test_the_checkpoint_refers_to_the_events_instead_of_copying_the_context(
     assert "You are careful." in text and "Do the work." in text  # made of no single event
     assert sorted(p.name for p in directory.iterdir()) == ["state.json"]
     assert len(text) < 10_000  # the context is 40 KB
+    refs = json.loads(text)["messages"]
+    assert refs[2:] == [[4, 2, 19]]  # the answers and results so far, 2 apart: one run
 
 
 def test_a_compaction_is_checkpointed_and_still_folds_equal(tmp_path: Path) -> None:
@@ -183,7 +185,7 @@ def _refers_to_another_kind(store: EventStore, runner: Runner, **_: Any) -> Spoi
     path = checkpoint_path(runner.checkpoint_dir("r1"))
     record = json.loads(path.read_text())
     refs = record["messages"]
-    refs[next(i for i, r in enumerate(refs) if isinstance(r, int))] = 3
+    refs[next(i for i, r in enumerate(refs) if isinstance(r, list))] = [3, 1, 1]
     path.write_text(json.dumps(record))
     return store, runner.checkpoint_dir("r1")
 
@@ -191,7 +193,7 @@ def _refers_to_another_kind(store: EventStore, runner: Runner, **_: Any) -> Spoi
 def _refers_past_its_end(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
     path = checkpoint_path(runner.checkpoint_dir("r1"))
     record = json.loads(path.read_text())
-    record["messages"].append(record["seq"] + 1)
+    record["messages"].append([record["seq"] + 1, 1, 1])
     path.write_text(json.dumps(record))
     return store, runner.checkpoint_dir("r1")
 
@@ -276,3 +278,16 @@ def test_a_failed_write_is_quiet_and_the_next_checkpoint_is_whole(
     loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq is not None and seq > 22
     assert essence(loaded) == essence(fold(store.load_events("r1")))
+
+
+def test_message_references_are_runs_that_expand_back_to_every_seq() -> None:
+    state = RunState()
+    seqs = [0, 3, 5, 7, 8, 0, 12, 13, 20, 22]
+    state.messages = [{"role": "user", "content": str(i)} for i in range(len(seqs))]
+    state.message_seqs = list(seqs)
+    refs = checkpoint.message_refs(state)
+    assert refs[1:4] == [[3, 2, 3], [8, 1, 1], {"role": "user", "content": "5"}]
+    expanded = checkpoint.expand_refs(json.loads(json.dumps(refs)), seq=22)
+    assert expanded == [m if s == 0 else s for m, s in zip(state.messages, seqs, strict=True)]
+    assert checkpoint.expand_refs(refs, seq=21) is None  # names an event after its own
+    assert checkpoint.expand_refs([[3, 0, 2]], seq=22) is None

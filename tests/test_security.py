@@ -133,7 +133,7 @@ seq, payload = db.execute(
 ).fetchone()
 import hashlib
 header = {
-    "format": 3, "code": code, "run": run_id, "workspace": workspace, "seq": seq,
+    "format": 4, "code": code, "run": run_id, "workspace": workspace, "seq": seq,
     "event": hashlib.sha256(payload.encode()).hexdigest(), "messages": [],
     "state": {"__t": "data", "c": "Popen", "v": {"args": f"touch {marker}"}},
 }

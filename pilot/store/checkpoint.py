@@ -59,7 +59,7 @@ CHECKPOINT_EVERY = 256
 """Events between two checkpoints: a resume folds at most this many."""
 FILE_NAME = "state.json"
 MESSAGES_FILE_NAME = "messages.jsonl"
-FORMAT = 3
+FORMAT = 4
 LEGACY_FILE_NAMES = ("state.checkpoint", "state.messages")
 """The pickle checkpoints older versions kept in a run's artifacts: never read, deleted."""
 MESSAGE_EVENTS = frozenset({"assistant_message", "tool_finished"})
@@ -148,12 +148,42 @@ class CheckpointWriter:
         os.replace(temporary, target)
 
 
-def message_refs(run_state: RunState) -> list[int | dict[str, Any]]:
-    """Per message, the seq of the stored event it was made from, or the message itself."""
+def message_refs(run_state: RunState) -> list[list[int] | dict[str, Any]]:
+    """The messages as written: a message itself, or ``[first, step, count]`` for ``count``
+    messages made of the stored events ``first``, ``first + step``, ... (a run's answers and
+    results alternate at a fixed distance, so a long run's references are a few runs)."""
     messages, seqs = run_state.messages, run_state.message_seqs
     if len(seqs) != len(messages):
         return list(messages)
-    return [seq or message for message, seq in zip(messages, seqs, strict=True)]
+    out: list[list[int] | dict[str, Any]] = []
+    for message, seq in zip(messages, seqs, strict=True):
+        last = out[-1] if out else None
+        if not seq:
+            out.append(message)
+        elif isinstance(last, list) and last[2] == 1 and seq > last[0]:
+            last[1], last[2] = seq - last[0], 2
+        elif isinstance(last, list) and seq == last[0] + last[1] * last[2]:
+            last[2] += 1
+        else:
+            out.append([seq, 1, 1])
+    return out
+
+
+def expand_refs(refs: list[Any], seq: int) -> list[int | dict[str, Any]] | None:
+    """Per message, the seq of its event or the message itself; None for anything
+    ``message_refs`` would not have written, or an event after ``seq``."""
+    out: list[int | dict[str, Any]] = []
+    for ref in refs:
+        if isinstance(ref, dict):
+            out.append(ref)
+            continue
+        if not (isinstance(ref, list) and len(ref) == 3 and all(type(v) is int for v in ref)):
+            return None
+        first, step, count = ref
+        if first < 1 or step < 1 or count < 1 or first + step * (count - 1) > seq:
+            return None
+        out.extend(range(first, first + step * count, step))
+    return out
 
 
 def delete_checkpoint(directory: Path) -> None:
@@ -214,8 +244,11 @@ def _resume_from(
     wanted: dict[int, int] = {}
     messages: list[Any] = []
     seqs: list[int] = []
-    for position, ref in enumerate(refs):
-        if type(ref) is int and 0 < ref <= seq:
+    expanded = expand_refs(refs, seq)
+    if expanded is None:
+        return None
+    for position, ref in enumerate(expanded):
+        if type(ref) is int:
             wanted[ref] = position
             messages.append(None)
             seqs.append(ref)
