@@ -793,8 +793,86 @@ def profile(n: int, synchronous: str, tool: str) -> None:
         print(json.loads(out.read_text()))
 
 
+OPEN_STEPS = ("EventStore()", "find_run", "load_stored", "acquire_lease", "get_run")
+"""What ``open-profile`` times between opening the store and the loaded state."""
+
+
+def open_profile_child(db: Path, run_id: str) -> dict[str, float]:
+    """A fresh resume process, stopped at its loaded state: ms in each part of the way from
+    opening the store (``resume_run`` as ``pilot resume`` calls it), and the imports before."""
+    started = time.perf_counter()
+    import asyncio
+
+    import pilot.launch as launch
+    import pilot.runner as runner_module
+    from pilot.runner import Runner
+    from pilot.store.event_store import EventStore
+
+    marks: dict[str, float] = {"imports": (time.perf_counter() - started) * 1000}
+
+    class Loaded(BaseException):
+        pass
+
+    def timed(owner: Any, name: str, *, stop: bool = False) -> None:
+        real = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            result = real(*args, **kwargs)
+            marks[name] = marks.get(name, 0.0) + (time.perf_counter() - t) * 1000
+            if stop:
+                raise Loaded
+            return result
+
+        setattr(owner, name, wrapper)
+
+    for name in ("find_run", "acquire_lease", "get_run"):
+        timed(EventStore, name)
+    timed(launch, "load_stored")
+    timed(runner_module, "load_run_state", stop=True)
+
+    async def resume() -> None:
+        opened = time.perf_counter()
+        store = EventStore(f"sqlite:///{db}")
+        marks["EventStore()"] = (time.perf_counter() - opened) * 1000
+        try:
+            await launch.resume_run(Runner(store=store), store.find_run(run_id))
+        except Loaded:
+            marks["open→state"] = (time.perf_counter() - opened) * 1000
+
+    asyncio.run(resume())
+    return marks
+
+
+def open_profile(n: int, repeats: int) -> None:
+    """Where a resume's open → state goes: one run of N steps (killed at call N+1), then
+    ``repeats`` fresh resume processes, each stopped at its loaded state; medians."""
+    with tempfile.TemporaryDirectory(prefix="bench-open-") as tmp:
+        folder = Path(tmp)
+        db, out = folder / "bench.db", folder / "run.json"
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        subprocess.run(child_argv(CONFIGS["marathon"], "run", db, n, out), cwd=ROOT, env=env,
+                       capture_output=True, check=False)  # fmt: skip
+        run_id = json.loads(out.read_text())["run_id"]
+        samples = []
+        for _ in range(repeats):
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.vs_langgraph", "_open", str(db), run_id],
+                cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            samples.append(json.loads(proc.stdout))
+    keys = ["imports", *OPEN_STEPS, "load_run_state", "open→state"]
+    print(f"resume at N={n}, ms, median of {repeats} fresh processes:")
+    for key in keys:
+        values = [sample.get(key, 0.0) for sample in samples]
+        print(f"  {key:16s} {median(values):8.1f}   ({', '.join(f'{v:.1f}' for v in values)})")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_open":
+        print(json.dumps(open_profile_child(Path(argv[1]), argv[2])))
+        return
     if argv and argv[0] == "_child":
         name, mode, db, n, out = argv[1:6]
         config = CONFIGS[name]
@@ -809,6 +887,9 @@ def main(argv: list[str] | None = None) -> None:
     prof.add_argument("--n", type=int, default=3000)
     prof.add_argument("--synchronous", default="off", choices=("off", "normal", "full"))
     prof.add_argument("--tool", default="cprofile", choices=("cprofile", "pyinstrument"))
+    opening = sub.add_parser("open-profile", help="where a resume's open -> state goes")
+    opening.add_argument("--n", type=int, default=1000)
+    opening.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 3000])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS),
@@ -818,6 +899,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "profile":
         profile(args.n, args.synchronous, args.tool)
+        return
+    if args.command == "open-profile":
+        open_profile(args.n, args.repeats)
         return
     run_bench(args.n, args.configs, args.repeats, args.json, args.plot)
 

@@ -291,3 +291,15 @@ def test_message_references_are_runs_that_expand_back_to_every_seq() -> None:
     assert expanded == [m if s == 0 else s for m, s in zip(state.messages, seqs, strict=True)]
     assert checkpoint.expand_refs(refs, seq=21) is None  # names an event after its own
     assert checkpoint.expand_refs([[3, 0, 2]], seq=22) is None
+
+
+def test_references_continued_from_the_last_write_equal_references_made_anew() -> None:
+    state = RunState()
+    for seq in (0, 3, 5, 7, 0, 10, 11, 15, 17, 19, 20):
+        state._add({"role": "user", "content": str(seq)}, seq)
+        if seq in (5, 10, 17):
+            known = (state.messages, len(state.messages), checkpoint.message_refs(state))
+    later = checkpoint.message_refs(state, known)
+    assert later == checkpoint.message_refs(state)
+    compacted = RunState(messages=list(state.messages), message_seqs=list(state.message_seqs))
+    assert checkpoint.message_refs(compacted, known) == later  # another list: made anew

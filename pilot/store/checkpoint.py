@@ -115,6 +115,8 @@ class CheckpointWriter:
         """False when the directory is inside the run's workspace: no checkpoint is written
         where the agent's commands can write."""
         self._old_log_gone = False
+        self._refs: tuple[list[Any], int, list[Any]] | None = None
+        """The messages list, its length and its references at the last write."""
 
     def write(self, run_state: RunState, last_payload: str) -> None:
         """Save ``run_state`` (every event up to ``run_state.last_seq`` committed, the last
@@ -127,6 +129,8 @@ class CheckpointWriter:
             with contextlib.suppress(FileNotFoundError):
                 messages_path(self.directory).unlink()
             self._old_log_gone = True
+        refs = message_refs(run_state, self._refs)
+        self._refs = (run_state.messages, len(run_state.messages), refs)
         rest = copy.copy(run_state)
         rest.messages, rest.message_seqs = [], []
         record = {
@@ -136,7 +140,7 @@ class CheckpointWriter:
             "workspace": run_state.started.workspace if run_state.started else None,
             "seq": run_state.last_seq,
             "event": payload_digest(last_payload),
-            "messages": message_refs(run_state),
+            "messages": refs,
             "state": statecodec.encode(rest),
         }
         blob = _json_bytes(record)
@@ -148,18 +152,26 @@ class CheckpointWriter:
         os.replace(temporary, target)
 
 
-def message_refs(run_state: RunState) -> list[list[int] | dict[str, Any]]:
+def message_refs(
+    run_state: RunState, known: tuple[list[Any], int, list[Any]] | None = None
+) -> list[list[int] | dict[str, Any]]:
     """The messages as written: a message itself, or ``[first, step, count]`` for ``count``
     messages made of the stored events ``first``, ``first + step``, ... (a run's answers and
-    results alternate at a fixed distance, so a long run's references are a few runs)."""
+    results alternate at a fixed distance, so a long run's references are a few runs).
+
+    ``known``: the messages list, its length and the references returned for it last time;
+    when the list is the same one, grown (messages are only appended until a compaction
+    replaces it), only the new messages are looked at, and that list is extended in place."""
     messages, seqs = run_state.messages, run_state.message_seqs
     if len(seqs) != len(messages):
         return list(messages)
-    out: list[list[int] | dict[str, Any]] = []
-    for message, seq in zip(messages, seqs, strict=True):
-        last = out[-1] if out else None
+    start, out = 0, []
+    if known is not None and known[0] is messages and known[1] <= len(messages):
+        start, out = known[1], known[2]
+    for position in range(start, len(messages)):
+        seq, last = seqs[position], out[-1] if out else None
         if not seq:
-            out.append(message)
+            out.append(messages[position])
         elif isinstance(last, list) and last[2] == 1 and seq > last[0]:
             last[1], last[2] = seq - last[0], 2
         elif isinstance(last, list) and seq == last[0] + last[1] * last[2]:
