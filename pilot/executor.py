@@ -15,6 +15,7 @@ from pilot.private_files import inside, make_private, write_private
 from pilot.redact import redact_file, redact_text
 from pilot.snapshot import GitRepo, restore_snapshot, take_snapshot
 from tools.base import ToolContext, ToolResult, tool_blocks, tool_known_writes
+from tools.git import artefact_excludes
 from tools.registry import ToolRegistry
 from tools.workspace import Workspace
 
@@ -171,7 +172,11 @@ class GitWorkspace:
         restore_snapshot(self.repo, self.run_id, snapshot, head)
 
     def changed(self, since: str, now: str) -> bool:
-        """Whether two snapshots hold different trees (a change undone again is no change)."""
-        return self.repo.git("rev-parse", f"{since}^{{tree}}") != self.repo.git(
+        """Whether two snapshots hold different trees (a change undone again is no change),
+        build artefacts aside: the ``.pyc`` files a test run leaves are no change to the code."""
+        if self.repo.git("rev-parse", f"{since}^{{tree}}") == self.repo.git(
             "rev-parse", f"{now}^{{tree}}"
-        )
+        ):
+            return False
+        excludes = artefact_excludes(self.repo.root)
+        return bool(self.repo.git("diff", "--name-only", since, now, "--", ".", *excludes))

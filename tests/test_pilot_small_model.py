@@ -197,3 +197,27 @@ def test_locate_shows_the_function_a_failing_test_calls(tmp_path: Path, repo: Pa
     [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
     assert "The code of add (calc.py, line 1):\ndef add(a, b):\n    return a - b" in started.prompt
     assert "VALUE" not in started.prompt
+
+
+def test_build_artefacts_alone_are_no_change(tmp_path: Path, repo: Path) -> None:
+    subprocess.run(["git", "rm", "-q", ".gitignore"], cwd=repo, check=True)  # none, as in sdists
+    subprocess.run(["git", "commit", "-qm", "no ignore"], cwd=repo, check=True, env=GIT_ENV)
+    pyc = {
+        "tool_calls": [
+            {
+                "name": "run",
+                "arguments": {
+                    "command": "mkdir -p pkg/__pycache__ && echo x > pkg/__pycache__/a.pyc"
+                },
+            }
+        ]
+    }
+    outcome, events = run_script(
+        tmp_path,
+        repo,
+        "artefacts",
+        [pyc, finish("ran the tests")],
+        {"require_change": True, "max_attempts": 1},
+    )
+    assert outcome.status == "failed"
+    assert "no change made to the workspace" in (outcome.reason or "")

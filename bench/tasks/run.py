@@ -204,11 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.endpoint:
         parser.error("--endpoint is required (or --report / --prepare-only)")
     rows: list[dict[str, Any]] = []
-    # Agent by agent within a try: a llama.cpp server keeps one prompt's cache, so tries of
-    # one agent in a row share their system prompt's evaluation.
+    # Task by task within a try (both agents on a task, then the next), so a sitting stopped
+    # early has compared the agents on the same tasks.
     for attempt in range(args.tries):
-        for agent in args.agents.split(","):
-            for task in tasks:
+        for task in tasks:
+            for agent in args.agents.split(","):
                 try:
                     row = one_try(task, agent, args, args.cache)
                 except SuiteError as exc:
