@@ -212,7 +212,7 @@ def test_build_artefacts_alone_are_no_change(tmp_path: Path, repo: Path) -> None
             }
         ]
     }
-    outcome, events = run_script(
+    outcome, _ = run_script(
         tmp_path,
         repo,
         "artefacts",
