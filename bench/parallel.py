@@ -9,7 +9,7 @@ never queues: ideally K runs take as long as one. The tools are the real
 registry's (``RegistryExecutor``: the 12 default tools' schemas in every request, every call
 validated), with ``read_file`` answering a fixed short text without I/O; nothing mutates, so no
 git snapshots. The figure is the pilot's own overhead: the loop, the event store, the registry,
-the token counting and the HTTP client. Runs go through ``pilot.runner``'s ``_Run.emit``
+the token counting and the HTTP client. Runs go through ``pilot.runner``'s ``RunSession.emit``
 (append, committed, then fold) and ``RunLoop``, like ``pilot run``, minus git workspace setup
 and the lease-renewal task (``LEFT_OUT``, printed with the figures).
 
@@ -46,7 +46,7 @@ LEFT_OUT = (
     "read_file's file I/O: it keeps its name, description and argument model (the registry "
     "sends the 12 default tools' schemas and validates every call) but answers a fixed text",
     "the git workspace: no set-up, no snapshot (bench.snapshots measures snapshots)",
-    "Runner.start / Runner.resume and the lease-renewal task: the runs go through _Run.emit "
+    "Runner.start / Runner.resume and the lease-renewal task: the runs go through RunSession.emit "
     "and RunLoop directly",
 )
 """What this bench does not run of a real ``pilot run --parallel``, printed with its figures."""
@@ -116,7 +116,7 @@ def pilot_child(
     from pilot.loop import RunLoop
     from pilot.model.client import OpenAIModelClient
     from pilot.model.settings import ClientSettings
-    from pilot.runner import Runner, _Run, progress_limits
+    from pilot.runner import Runner, RunSession, progress_limits
     from pilot.state import RunState
     from pilot.store.event_store import EventStore
     from pilot.workflow.plan import ModelPlan, PhasePlan, RunPlan
@@ -200,7 +200,7 @@ def pilot_child(
                 workspace=f"{folder}/ws-{k}",
                 owner=runner.owner,
             )
-            run = _Run(runner, run_id, plan, RunState(progress_limits=progress_limits(plan)))
+            run = RunSession(runner, run_id, plan, RunState(progress_limits=progress_limits(plan)))
             run.emit(
                 ev.RunStarted(
                     workflow="parallel",

@@ -1,6 +1,6 @@
 """Run and resume: the lease, the workspace, the model client and the loop, put together.
 
-The runner owns the one place where events are written (``_Run.emit``): append to the store
+The runner owns the one place where events are written (``RunSession.emit``): append to the store
 (committed), fold into the state, then tell the observers (live view, JSON lines). Nothing is
 shown or acted upon that is not already durable: an event the loop holds back (an assistant
 message and its read-only calls, their results, a snapshot) is committed with the next one
@@ -130,6 +130,9 @@ def _status_of(event: ev.Event) -> str | None:
 
 @dataclass
 class Runner:
+    """Starts and resumes runs in this process (``start``, ``resume``): the store, the tools,
+    the observers and the model clients that its run sessions share."""
+
     store: EventStore
     registry: ToolRegistry = field(default_factory=default_registry)
     observers: list[Observer] = field(default_factory=list)
@@ -239,7 +242,7 @@ class Runner:
         """Prepare the workspace and record ``run_started``, then drive the run. Every step is
         idempotent, so a start-up killed anywhere is done again by ``resume``; a workspace
         that cannot be prepared ends the run as failed, with the reason."""
-        run = _Run(self, run_id, None, RunState())  # type: ignore[arg-type]
+        run = RunSession(self, run_id, None, RunState())  # type: ignore[arg-type]
         try:
             plan = build_plan(run_id)
             run.plan = plan
@@ -318,7 +321,7 @@ class Runner:
             self.store, run_id, self.checkpoint_dir(run_id), progress_limits(plan)
         )
         delete_legacy(self.artifacts_dir(run_id))
-        run = _Run(self, run_id, plan, state)
+        run = RunSession(self, run_id, plan, state)
         if state.finished is not None:
             self.store.release_lease(run_id, self.owner)
             return run.outcome()
@@ -376,8 +379,10 @@ def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutco
     return RunOutcome(run_id, "paused", f"{STORAGE_BUSY}: {reason}", state)
 
 
-class _Run:
-    """One run being driven by this process: the emit path, the lease, the loop."""
+class RunSession:
+    """One sitting of a run in this process, from its start or resume until it stops: the
+    emit path (fold, store, show), the held-back events, the checkpoints, the lease, and the
+    agent loop it drives (a run resumed twice has had three sessions)."""
 
     def __init__(self, runner: Runner, run_id: str, plan: RunPlan, state: RunState) -> None:
         self.runner = runner

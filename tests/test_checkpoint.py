@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pilot import events as ev
-from pilot.runner import Runner, _Run
+from pilot.runner import Runner, RunSession
 from pilot.state import RunState, fold
 from pilot.store import checkpoint
 from pilot.store.checkpoint import checkpoint_path, load_run_state
@@ -20,7 +20,7 @@ from pilot.store.event_store import EventStore
 from pilot.ui import event_line
 
 
-def start(db: Path, run_id: str, *, every: int = 4) -> tuple[EventStore, Runner, _Run]:
+def start(db: Path, run_id: str, *, every: int = 4) -> tuple[EventStore, Runner, RunSession]:
     store = EventStore(f"sqlite:///{db}")
     runner = Runner(store=store, registry=None, checkpoint_every=every)  # type: ignore[arg-type]
     store.create_run(
@@ -32,7 +32,7 @@ def start(db: Path, run_id: str, *, every: int = 4) -> tuple[EventStore, Runner,
         owner=runner.owner,
         run_id=run_id,
     )
-    run = _Run(runner, run_id, None, RunState())  # type: ignore[arg-type]
+    run = RunSession(runner, run_id, None, RunState())  # type: ignore[arg-type]
     run.emit(
         ev.RunStarted(
             workflow="w",
@@ -48,7 +48,7 @@ def start(db: Path, run_id: str, *, every: int = 4) -> tuple[EventStore, Runner,
     return store, runner, run
 
 
-def steps(run: _Run, first: int, count: int, tag: str = "") -> None:
+def steps(run: RunSession, first: int, count: int, tag: str = "") -> None:
     """Steps as the loop writes them: request, answer with a call (held back), tool."""
     for step in range(first, first + count):
         call = ev.ToolCall(
@@ -87,7 +87,7 @@ def test_a_resume_starts_from_the_last_checkpoint_and_equals_a_full_fold(tmp_pat
     assert seq is not None and 42 - 4 <= seq < 42
     assert essence(loaded) == essence(fold(store.load_events("r1")))
     # The resumed run goes on from it like the uninterrupted one.
-    again = _Run(runner, "r1", None, loaded)  # type: ignore[arg-type]
+    again = RunSession(runner, "r1", None, loaded)  # type: ignore[arg-type]
     steps(again, 11, 3)
     assert essence(again.state) == essence(fold(store.load_events("r1")))
 

@@ -17,12 +17,12 @@ from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.launch import load_for_run, start_run
-from pilot.runner import Runner, _Run
+from pilot.runner import Runner, RunSession
 from pilot.state import RunState
 from pilot.store.event_store import EventStore
 
 
-def open_run(db: Path) -> tuple[EventStore, _Run, list[str]]:
+def open_run(db: Path) -> tuple[EventStore, RunSession, list[str]]:
     """A run with an observer that lists the types it was shown."""
     store = EventStore(f"sqlite:///{db}")
     shown: list[str] = []
@@ -36,14 +36,14 @@ def open_run(db: Path) -> tuple[EventStore, _Run, list[str]]:
         workspace=str(db.parent / "ws"),
         owner=runner.owner,
     )
-    return store, _Run(runner, run_id, None, RunState()), shown  # type: ignore[arg-type]
+    return store, RunSession(runner, run_id, None, RunState()), shown  # type: ignore[arg-type]
 
 
 def nudge(text: str) -> ev.Nudge:
     return ev.Nudge(reason="no_tool_call", text=text)
 
 
-def stored(store: EventStore, run: _Run) -> list[str]:
+def stored(store: EventStore, run: RunSession) -> list[str]:
     return [e.text for e in store.load_events(run.run_id)]  # type: ignore[attr-defined]
 
 
