@@ -10,7 +10,7 @@ registry's (``RegistryExecutor``: the 12 default tools' schemas in every request
 validated), with ``read_file`` answering a fixed short text without I/O; nothing mutates, so no
 git snapshots. The figure is the pilot's own overhead: the loop, the event store, the registry,
 the token counting and the HTTP client. Runs go through ``pilot.runner``'s ``RunSession.emit``
-(append, committed, then fold) and ``RunLoop``, like ``pilot run``, minus git workspace setup
+(append, committed, then fold) and ``AgentLoop``, like ``pilot run``, minus git workspace setup
 and the lease-renewal task (``LEFT_OUT``, printed with the figures).
 
     .venv/bin/python -m bench.parallel                       # K = 1 8 32 128 256, 10 steps
@@ -47,7 +47,7 @@ LEFT_OUT = (
     "sends the 12 default tools' schemas and validates every call) but answers a fixed text",
     "the git workspace: no set-up, no snapshot (bench.snapshots measures snapshots)",
     "Runner.start / Runner.resume and the lease-renewal task: the runs go through RunSession.emit "
-    "and RunLoop directly",
+    "and AgentLoop directly",
 )
 """What this bench does not run of a real ``pilot run --parallel``, printed with its figures."""
 ASSISTANT_TEXT = "Reading the next module."
@@ -113,7 +113,7 @@ def pilot_child(
     from pilot.context import ServerCounts
     from pilot.executor import RegistryExecutor
     from pilot.heap import settle_startup_heap
-    from pilot.loop import RunLoop
+    from pilot.loop import AgentLoop
     from pilot.model.client import OpenAIModelClient
     from pilot.model.settings import ClientSettings
     from pilot.runner import Runner, RunSession, progress_limits
@@ -213,7 +213,7 @@ def pilot_child(
                 )
             )
             await run._resolve_model(client)
-            loop = RunLoop(
+            loop = AgentLoop(
                 plan,
                 run.state,
                 run.emit,

@@ -134,7 +134,10 @@ class StopRequested(Exception):
     """Raised inside the loop when a pause was asked for; caught by the loop itself."""
 
 
-class RunLoop:
+class AgentLoop:
+    """One run's agent loop: each ``advance()`` does the one next thing its folded state calls
+    for, through the seams it is given (event sink, model client, tools, workspace)."""
+
     def __init__(
         self,
         plan: RunPlan,

@@ -31,7 +31,7 @@ from pilot.failpoints import (
     kill_after_seq_from_env,
     kill_at,
 )
-from pilot.loop import RunLoop, StopRequested
+from pilot.loop import AgentLoop, StopRequested
 from pilot.model.types import ModelClient, WaitEvent
 from pilot.notify import notify_run_end
 from pilot.private_files import private_dirs
@@ -535,7 +535,7 @@ class RunSession:
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
         storage_full = False
         busy: StoreBusy | None = None
-        loop = RunLoop(
+        loop = AgentLoop(
             self.plan,
             self.state,
             self.emit,
