@@ -366,8 +366,8 @@ def _drive_many(
 ) -> int:
     """Drive several runs in this process; the exit code is the worst outcome's."""
     from pilot.heap import settle_startup_heap
+    from pilot.outcome import print_outcome
     from pilot.runner import Runner
-    from pilot.summary import print_outcome
     from pilot.ui import MultiRunView, event_json
 
     stop = asyncio.Event()
@@ -479,7 +479,7 @@ def _drive(
     else:
         outcome = asyncio.run(main())
     if not json_lines:
-        from pilot.summary import print_outcome
+        from pilot.outcome import print_outcome
 
         print_outcome(console, store, outcome)
     return outcome.exit_code

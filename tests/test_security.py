@@ -258,9 +258,9 @@ def test_a_printed_database_url_never_shows_its_password(tmp_path: Path) -> None
     from rich.console import Console
 
     from pilot.environ import db_option
+    from pilot.outcome import print_outcome
     from pilot.runner import RunOutcome
     from pilot.state import RunState
-    from pilot.summary import print_outcome
 
     url = "postgresql+psycopg://u:SECRET@db.example:5432/marathon"
     assert db_option(url) == " --db postgresql+psycopg://u:***@db.example:5432/marathon"

@@ -32,7 +32,7 @@ def print_outcome(console: Console, store: EventStore, outcome: RunOutcome) -> N
             stat = diff_snapshots(
                 GitRepo(Path(started.workspace)), started.base_snapshot, state.snapshot, stat=True
             )
-        except Exception:  # the workspace may be gone; the summary must still print
+        except Exception:  # the workspace may be gone; the outcome must still print
             stat = None
         if stat:
             console.print(f"  changes on branch {started.branch} in {started.workspace}:")
