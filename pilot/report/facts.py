@@ -241,7 +241,7 @@ def _tokens(count: int) -> str:
     return f"{count / 1000:.1f}k" if count >= 10_000 else str(count)
 
 
-def summarize_tests(run: RunReport) -> str:
+def tests_text(run: RunReport) -> str:
     """ "3 ok / 1 failed" over every test command and check run (or "-")."""
     if not run.tests:
         return "-"
@@ -250,7 +250,8 @@ def summarize_tests(run: RunReport) -> str:
     return f"{passed} ok / {failed} failed" if failed else f"{passed} ok"
 
 
-def change_summary(run: RunReport) -> str:
+def change_text(run: RunReport) -> str:
+    """``3 files +40 -12`` from the run's diff stat ("-" without git, "unknown" without a stat)."""
     git = run.git
     if git is None:
         return "-"
@@ -259,7 +260,7 @@ def change_summary(run: RunReport) -> str:
     return f"{plural(git.files_changed, 'file')} +{git.insertions} -{git.deletions}"
 
 
-def endpoint_summary(run: RunReport) -> str:
+def endpoint_text(run: RunReport) -> str:
     """``requests per endpoint: a:8000 12, b:8001 3`` for a routed run (or one whose requests
     went to more than one server); empty otherwise."""
     if not run.endpoint_requests or (not run.routed and len(run.endpoint_requests) < 2):
@@ -268,7 +269,8 @@ def endpoint_summary(run: RunReport) -> str:
     return "requests per endpoint: " + ", ".join(parts)
 
 
-def summary_rows(report: Report) -> list[list[str]]:
+def overview_rows(report: Report) -> list[list[str]]:
+    """One row per run under ``OVERVIEW_COLUMNS``: the table at the top of the report."""
     rows = []
     for run in report.runs:
         rows.append(
@@ -278,9 +280,9 @@ def summary_rows(report: Report) -> list[list[str]]:
                 run.status,
                 f"{run.phases_succeeded}/{len(run.phases)}",
                 str(run.steps),
-                summarize_tests(run),
+                tests_text(run),
                 str(len(run.git.commits)) if run.git else "-",
-                change_summary(run),
+                change_text(run),
                 f"{_tokens(run.prompt_tokens)} / {_tokens(run.completion_tokens)}",
                 format_duration(run.wall_s),
                 format_duration(run.waiting_s),
@@ -290,7 +292,7 @@ def summary_rows(report: Report) -> list[list[str]]:
     return rows
 
 
-SUMMARY_COLUMNS = [
+OVERVIEW_COLUMNS = [
     "run",
     "workflow",
     "outcome",

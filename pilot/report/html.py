@@ -13,15 +13,15 @@ from datetime import datetime
 from html import escape
 
 from pilot.report.facts import (
-    SUMMARY_COLUMNS,
+    OVERVIEW_COLUMNS,
     Interval,
     Report,
     RunReport,
-    endpoint_summary,
+    endpoint_text,
     hms,
+    overview_rows,
     plural,
     stamp,
-    summary_rows,
 )
 from pilot.ui import format_duration
 
@@ -65,25 +65,25 @@ def render_html(report: Report) -> str:
         "store's recorded events and git; nothing here is the model's own account.</p>",
     ]
     if report.since is not None or len(report.runs) > 1:
-        parts.append(_summary(report))
+        parts.append(_overview(report))
     for run in report.runs:
         parts.append(_run_section(run))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def _summary(report: Report) -> str:
+def _overview(report: Report) -> str:
     counts = Counter(run.status for run in report.runs)
     line = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs"
     rows = []
-    for run, row in zip(report.runs, summary_rows(report), strict=True):
+    for run, row in zip(report.runs, overview_rows(report), strict=True):
         cells = [f'<td><a href="#run-{escape(run.run_id)}">{escape(row[0])}</a></td>']
         cells.append(f"<td>{escape(row[1])}</td>")
         cells.append(f'<td><span class="status {escape(run.status)}">{escape(row[2])}</span></td>')
         cells += [f"<td>{escape(c)}</td>" for c in row[3:-1]]
         cells.append(f"<td><code>{escape(row[-1])}</code></td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    head = "".join(f"<th>{escape(c)}</th>" for c in SUMMARY_COLUMNS)
+    head = "".join(f"<th>{escape(c)}</th>" for c in OVERVIEW_COLUMNS)
     return (
         f'<p>{escape(line)}</p><table class="summary"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
@@ -112,7 +112,7 @@ def _run_section(run: RunReport) -> str:
         f"{run.steps} steps; tokens {run.prompt_tokens} in / {run.completion_tokens} out"
         + (f"; model {run.model}" if run.model else "")
     )
-    if endpoints := endpoint_summary(run):
+    if endpoints := endpoint_text(run):
         facts.append(endpoints)
     if run.git is not None:
         facts.append(f"workspace {run.git.workspace}, branch {run.git.branch}")

@@ -7,15 +7,15 @@ from collections import Counter
 from pilot.report.facts import (
     COMPACTION,
     LOOP_DETECTED,
+    OVERVIEW_COLUMNS,
     QUESTION,
-    SUMMARY_COLUMNS,
     Report,
     RunReport,
-    endpoint_summary,
+    endpoint_text,
     hms,
+    overview_rows,
     plural,
     stamp,
-    summary_rows,
 )
 from pilot.ui import format_duration
 
@@ -43,9 +43,9 @@ def render_markdown(report: Report) -> str:
         out.append(", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no runs")
         out.append("")
         if report.runs:
-            out.append("| " + " | ".join(SUMMARY_COLUMNS) + " |")
-            out.append("|" + "---|" * len(SUMMARY_COLUMNS))
-            for row in summary_rows(report):
+            out.append("| " + " | ".join(OVERVIEW_COLUMNS) + " |")
+            out.append("|" + "---|" * len(OVERVIEW_COLUMNS))
+            for row in overview_rows(report):
                 out.append("| " + " | ".join(_md(c) if c else "" for c in row) + " |")
             out.append("")
     for run in report.runs:
@@ -72,7 +72,7 @@ def _run_markdown(run: RunReport) -> list[str]:
         f"- Steps {run.steps}; tokens {run.prompt_tokens} in / {run.completion_tokens} out"
         + (f"; model {run.model}" if run.model else "")
     )
-    if endpoints := endpoint_summary(run):
+    if endpoints := endpoint_text(run):
         facts.append(f"- {endpoints[0].upper()}{endpoints[1:]}")
     if run.git is not None:
         facts.append(f"- Workspace {run.git.workspace}, branch `{run.git.branch}`")
