@@ -8,7 +8,8 @@ preemption with recompute) and ``max_num_seqs`` above 128, so the KV cache is th
 
 A calibration run alone measures a run's peak context (prompt + answer, from its usage); the
 sweep's sim then gets ``16 x`` that many tokens of KV cache (in whole blocks). The sweep runs
-``--no-admission --parallel P`` for each P, and ``--parallel 128`` with the admission on, each
+``--no-admission --parallel P`` for each P, and the largest P with the admission on, from a fresh
+store (cold start) and from one holding the calibration run (the workflow's history), each
 against a fresh sim; it reports the wall of the whole matrix, the server's preemptions and
 prefix-cache hit rate, and the admission's wait lines.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,9 +102,16 @@ def sim_config(kv_tokens: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_matrix(
-    folder: Path, repos: list[Path], kv_tokens: int, parallel: int, admission: bool, args: Any
+    folder: Path,
+    repos: list[Path],
+    kv_tokens: int,
+    parallel: int,
+    admission: bool,
+    args: Any,
+    seed_db: Path | None = None,
 ) -> dict[str, Any]:
-    """One ``pilot run --matrix`` of ``repos`` against a fresh sim; its figures."""
+    """One ``pilot run --matrix`` of ``repos`` against a fresh sim; its figures. ``seed_db``: a
+    store to start from (the calibration run's: the admission's history of the workflow)."""
     sim, urls = start_sim(**sim_config(kv_tokens, args))
     try:
         point = folder / f"p{parallel}-{'adm' if admission else 'fixed'}-{time.monotonic_ns()}"
@@ -116,6 +125,8 @@ def run_matrix(
         )
         matrix = point / "matrix.yaml"
         matrix.write_text("".join(f"- {{repo: {r}}}\n" for r in repos), encoding="utf-8")
+        if seed_db is not None:
+            shutil.copyfile(seed_db, point / "runs.db")
         db = f"sqlite:///{point / 'runs.db'}"
         before = metrics(urls["root"])
         cmd = [sys.executable, "-m", "pilot", "run", str(workflow), "--matrix", str(matrix),
@@ -148,6 +159,8 @@ def run_matrix(
     return {
         "parallel": parallel,
         "admission": admission,
+        "history": seed_db is not None,
+        "db": str(point / "runs.db"),
         "runs": len(repos),
         "succeeded": ok,
         "exit_code": done.returncode,
@@ -172,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft", type=float, default=0.01)
     parser.add_argument("--ttft-per-token", type=float, default=0.0001)
     parser.add_argument("--itl", type=float, default=0.005)
+    parser.add_argument(
+        "--history",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Also run the admission from a store holding the calibration run (its history).",
+    )
     parser.add_argument("--json", type=Path, help="Write the figures as JSON.")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="bench-admission-"))
@@ -188,13 +207,16 @@ def main(argv: list[str] | None = None) -> int:
         row = run_matrix(folder, repos, kv_tokens, parallel, False, args)
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)
-    row = run_matrix(folder, repos, kv_tokens, max(args.parallel), True, args)
-    print(json.dumps(row), file=sys.stderr)
-    rows.append(row)
+    seeds = [None, Path(calibration["db"])] if args.history else [None]
+    for seed in seeds:
+        row = run_matrix(folder, repos, kv_tokens, max(args.parallel), True, args, seed)
+        print(json.dumps(row), file=sys.stderr)
+        rows.append(row)
     headers = ["point", "ok", "wall s", "preemptions", "hit rate", "computed prefill", "waits"]
     table = [
         [
-            f"{'admission, ' if r['admission'] else ''}--parallel {r['parallel']}",
+            (f"admission{' (history)' if r['history'] else ''}, " if r["admission"] else "")
+            + f"--parallel {r['parallel']}",
             f"{r['succeeded']}/{r['runs']}",
             f"{r['wall_s']:.1f}",
             f"{r['preemptions']:.0f}",

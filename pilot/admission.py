@@ -8,11 +8,16 @@ that their contexts fit, with ``--parallel`` as the upper bound:
 
 * **Capacity** is the KV cache's size in tokens, from ``vllm:cache_config_info``
   (``kv_cache_size_tokens``, else ``num_gpu_blocks x block_size``), summed over the servers.
-* **A run's context** is its peak footprint: prompt + answer, from the answers' ``usage``. Until
-  runs of this process have finished (``learn_after`` of them), the expected peak is the
-  pilot's own ceiling for a run: the compaction threshold of the window (no prompt is sent
-  above it) plus the longest answer seen so far (``output_reserve`` before the first); then it
-  is the largest peak seen. A run that grows past the estimate raises it at once.
+* **A run's context** is its peak footprint: prompt + answer, from the answers' ``usage``. The
+  expected peak is the largest peak of the finished runs of the same workflow: this process's
+  and, from the store, the last ones before it (``history``), so that a workflow run before
+  starts at the size it had, not at a guess. Without ``learn_after`` of them it is the pilot's
+  own ceiling for a run: the compaction threshold of the window (no prompt is sent above it)
+  plus the longest answer seen so far; a finished peak above that ceiling (an earlier, larger
+  window) is capped by it. A run that grows past the estimate raises it at once.
+* **Cold start**: before any answer has come back, the answer's size is unknown, so one run
+  starts and the others wait for its first answer (up to ``first_answer_wait_s``, then
+  ``output_reserve`` stands in for it) instead of being sized on a guess.
 * **Admit** while (admitted + 1) x peak (in whole blocks) <= capacity x (1 - headroom) and
   below ``--parallel``; after the server preempted (``vllm:num_preemptions``: someone else's
   traffic, or runs larger than estimated), not above one run fewer than were running then, for
@@ -32,13 +37,16 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
 from pilot import events as ev
+
+if TYPE_CHECKING:
+    from pilot.store.event_store import EventStore
 
 HEADROOM = 0.0
 """Share of the KV cache left free beyond the runs' peaks (each already rounded up to whole
@@ -48,7 +56,11 @@ HIGH_WATER = 0.95
 BACKOFF_S = 30.0
 """Seconds after a preemption during which admission stays below the count that caused it."""
 OUTPUT_RESERVE = 1024
-"""Tokens of answer added to a run's prompt ceiling in the prior estimate of its peak."""
+"""Tokens of answer added to a run's prompt ceiling when no answer came back in time."""
+FIRST_ANSWER_WAIT_S = 120.0
+"""Seconds the other runs wait for the first run's first answer before sizing on the reserve."""
+HISTORY_RUNS = 20
+"""Finished runs of the same workflow read from the store to seed the peak estimate."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +247,9 @@ class Admission:
     high_water: float = HIGH_WATER
     backoff_s: float = BACKOFF_S
     learn_after: int = 1
+    history: Sequence[int] = ()
+    """Peaks of earlier finished runs of the same workflow (:func:`peak_history`)."""
+    first_answer_wait_s: float = FIRST_ANSWER_WAIT_S
     poll: float = 1.0
     on_wait: WaitNotice | None = None
     clock: Callable[[], float] = time.monotonic
@@ -249,6 +264,7 @@ class Admission:
     _backoff_until: float = field(default=-math.inf, repr=False)
     _changed: asyncio.Event | None = field(default=None, repr=False)
     _reading: asyncio.Lock | None = field(default=None, repr=False)
+    _first_admit_at: float | None = field(default=None, repr=False)
     _told_unknown: bool = field(default=False, repr=False)
     _told: str = field(default="", repr=False)
     """The last wait reason said: each reason is said once, not once a waiting run."""
@@ -261,21 +277,37 @@ class Admission:
         """Tokens a run's context is expected to reach (see the module docstring)."""
         window = self.view.max_model_len if self.view else None
         live = max(self._peaks.values(), default=0)
-        if len(self._finished_peaks) >= self.learn_after:
-            return max(max(self._finished_peaks), live)
+        ceiling = None
         if window:
             answer = self._longest_answer or self.output_reserve
-            prior = min(window, int(self.compact_at * window) + answer)
-            return max(prior, live)
+            ceiling = min(window, int(self.compact_at * window) + answer)
+        finished = [*self.history, *self._finished_peaks]
+        if finished and len(finished) >= self.learn_after:
+            learned = max(finished)
+            return max(min(learned, ceiling) if ceiling else learned, live)
+        if ceiling:
+            return max(ceiling, live)
         return live or None
+
+    def sizing(self) -> bool:
+        """True while the first run's first answer is awaited: nothing is known of a run's
+        size yet (no answer, no finished run, no history), so no second run starts."""
+        if self._longest_answer or self.history or self._finished_peaks:
+            return False
+        if self._first_admit_at is None:
+            return False
+        return self.clock() - self._first_admit_at < self.first_answer_wait_s
 
     def observe(self, run_id: str, _seq: int, event: ev.Event, _state: object = None) -> None:
         """A ``Runner`` observer: every answer's usage is its run's footprint at that moment."""
         if isinstance(event, ev.AssistantMessage) and event.usage is not None:
             tokens = event.usage.prompt_tokens + event.usage.completion_tokens
-            self._longest_answer = max(self._longest_answer, event.usage.completion_tokens)
+            first = not self._longest_answer
+            self._longest_answer = max(self._longest_answer, event.usage.completion_tokens, 1)
             if tokens > self._peaks.get(run_id, 0):
                 self._peaks[run_id] = tokens
+            if first and self._changed is not None:
+                self._changed.set()  # the runs waiting for the first answer may go now
         elif isinstance(event, ev.RunFinished):
             peak = self._peaks.pop(run_id, None)
             if peak:
@@ -328,6 +360,8 @@ class Admission:
         return view
 
     def decision(self) -> Decision:
+        if 0 < self.admitted < self.parallel and self.sizing():
+            return Decision(False, "the first run's first answer sizes the runs: waiting for it")
         return decide(
             self.view,
             admitted=self.admitted,
@@ -353,6 +387,8 @@ class Admission:
 
     def admit(self) -> None:
         self.admitted += 1
+        if self._first_admit_at is None:
+            self._first_admit_at = self.clock()
 
     def release(self) -> None:
         self.admitted = max(0, self.admitted - 1)
@@ -386,3 +422,23 @@ class Admission:
     async def aclose(self) -> None:
         if self.source is not None:
             await self.source.aclose()
+
+
+def peak_history(
+    store: EventStore, workflows: Collection[str], limit: int = HISTORY_RUNS
+) -> list[int]:
+    """Peak contexts (prompt + answer) of the last ``limit`` succeeded runs of these workflows
+    in the store, newest first: what a run of them took before."""
+    peaks: list[int] = []
+    for record in store.list_runs(limit=max(200, limit * 10)):
+        if len(peaks) >= limit:
+            break
+        if record.status != "succeeded" or record.workflow_name not in workflows:
+            continue
+        peak = 0
+        for _seq, event in store.iter_events(record.id):
+            if isinstance(event, ev.AssistantMessage) and event.usage is not None:
+                peak = max(peak, event.usage.prompt_tokens + event.usage.completion_tokens)
+        if peak:
+            peaks.append(peak)
+    return peaks

@@ -219,6 +219,7 @@ def run(
                         model.client.api_key,
                         console,
                         json_lines,
+                        history=(store, {item.workflow.name for item in many}),
                     ),
                 ),
                 store,
@@ -409,12 +410,14 @@ def _admission(
     api_key: str | None,
     console: Console,
     json_lines: bool,
+    history: tuple[Any, set[str]] | None = None,
 ) -> Any:
     """The KV-aware admission of these runs (``pilot.admission``), None when it is off; its
-    status lines (a run waiting for room, and why) go to stderr with --json."""
+    status lines (a run waiting for room, and why) go to stderr with --json. ``history``: the
+    store and the workflows whose earlier runs seed a run's expected size."""
     if not enabled or not endpoints:
         return None
-    from pilot.admission import Admission, MetricsKvSource
+    from pilot.admission import Admission, MetricsKvSource, peak_history
 
     def tell(message: str) -> None:
         if json_lines:
@@ -422,7 +425,10 @@ def _admission(
         else:
             console.print(f"[yellow]{escape(message)}[/]")
 
-    admission = Admission(MetricsKvSource(endpoints, api_key=api_key), parallel, on_wait=tell)
+    peaks = peak_history(*history) if history else []
+    admission = Admission(
+        MetricsKvSource(endpoints, api_key=api_key), parallel, history=peaks, on_wait=tell
+    )
     runner.observers.append(admission.observe)
     return admission
 

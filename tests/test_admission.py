@@ -16,7 +16,15 @@ from brain.metrics import MetricsSnapshot
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.admission import Admission, KvView, MetricsKvSource, combine, decide, kv_limit
+from pilot.admission import (
+    Admission,
+    KvView,
+    MetricsKvSource,
+    combine,
+    decide,
+    kv_limit,
+    peak_history,
+)
 from pilot.queue import load_many, run_many
 from pilot.runner import Runner
 from pilot.store.event_store import EventStore
@@ -92,6 +100,49 @@ def test_the_peak_starts_at_the_pilots_ceiling_then_learns_from_finished_runs() 
     assert admission.peak_estimate() == 3500
     admission.observe("c", 1, _answer(5000, 200))  # a live run above the estimate raises it
     assert admission.peak_estimate() == 5200
+
+
+def test_cold_start_one_run_sizes_the_others_with_its_first_answer() -> None:
+    """No guess before anything is known: one run starts, the rest wait for its first answer
+    (the 1024-token reserve alone fitted 11 of 16 runs in the bench); then the ceiling holds."""
+    now = [0.0]
+    admission = Admission(None, parallel=64, clock=lambda: now[0], first_answer_wait_s=60)
+    admission.view = KvView(capacity_tokens=16 * 3056, max_model_len=4096)
+    assert admission.decision().admit  # the first run
+    admission.admit()
+    waiting = admission.decision()
+    assert not waiting.admit and "first answer sizes the runs" in waiting.reason
+    admission.observe("a", 1, _answer(500, 21))
+    assert admission.peak_estimate() == 3072 + 21
+    assert decide(admission.view, admitted=14, parallel=64, peak_tokens=3093).admit
+    assert admission.decision().admit
+    # with no answer at all within the wait, the reserve stands in
+    late = Admission(None, parallel=64, clock=lambda: now[0], first_answer_wait_s=60)
+    late.view = admission.view
+    late.admit()
+    assert not late.decision().admit
+    now[0] = 61.0
+    assert late.decision().admit and late.peak_estimate() == 3072 + 1024
+
+
+def test_earlier_runs_of_the_workflow_size_the_first_wave() -> None:
+    """With the store's history the runs that fit start at once, no sizing wait: 16 of the
+    bench's 3,056-token runs in a 16 x 3,056-token cache (the ceiling alone fits 15)."""
+    admission = Admission(None, parallel=128, history=[3040, 3056])
+    admission.view = KvView(capacity_tokens=16 * 3056, max_model_len=4096)
+    assert admission.peak_estimate() == 3056
+    admission.admit()
+    assert not admission.sizing()
+    limit = decide(admission.view, admitted=15, parallel=128, peak_tokens=3056)
+    assert limit.admit and limit.kv_limit == 16
+    assert not decide(admission.view, admitted=16, parallel=128, peak_tokens=3056).admit
+    assert kv_limit(16 * 3056, 3072 + 21) == 15
+    # a history from a larger window never exceeds this window's ceiling
+    big = Admission(None, parallel=8, history=[30_000])
+    big.view = admission.view
+    assert big.peak_estimate() == 3072 + 1024
+    big.observe("r", 1, _answer(400, 30))
+    assert big.peak_estimate() == 3072 + 30
 
 
 def test_a_preemption_holds_admission_one_run_below_for_the_backoff() -> None:
@@ -173,12 +224,21 @@ def test_runs_wait_for_kv_room_and_none_is_preempted(tmp_path: Path, admit: bool
     if admit:
         # the second run started only once the first had finished and shown its peak
         assert second[0] > first[1] and third[0] > first[1]
-        assert told[0].startswith(
-            "run 2 of 3 (and 1 more) waits for room: 1 running runs of up to ~4,096"
+        # nothing known of a run's size: the others wait for the first run's first answer
+        assert told[0] == (
+            "run 2 of 3 (and 1 more) waits for room: the first run's first answer sizes "
+            "the runs: waiting for it"
         )
-        # (before any answer: 0.75 x 4096 + 1024 tokens, the whole window)
-        assert "6,144-token KV cache" in told[0]
-        assert admission is not None and admission.peak_estimate() < 4096
+        # then the ceiling (0.75 x 4096 + the answer) fits one run in 6,144 tokens
+        assert told[1].startswith("run 2 of 3 (and 1 more) waits for room: 1 running runs")
+        assert "of up to ~3,0" in told[1] and "6,144-token KV cache" in told[1]
+        assert admission is not None and admission.peak_estimate() < 3072
+        # the store now holds these runs' peaks: a next batch of the workflow starts from them
+        store = EventStore(f"sqlite:///{db}")
+        names = {r.workflow_name for r in store.list_runs()}
+        history = peak_history(store, names)
+        assert len(history) == 3 and max(history) == admission.peak_estimate()
+        assert peak_history(store, {"another-workflow"}) == []
     else:
         assert second[0] < first[1] and third[0] < first[1]
     assert preemptions.preemptions == 0
