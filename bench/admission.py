@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -125,8 +125,9 @@ def run_matrix(
         )
         matrix = point / "matrix.yaml"
         matrix.write_text("".join(f"- {{repo: {r}}}\n" for r in repos), encoding="utf-8")
-        if seed_db is not None:
-            shutil.copyfile(seed_db, point / "runs.db")
+        if seed_db is not None:  # SQLite's backup: the calibration's WAL is not checkpointed
+            with sqlite3.connect(seed_db) as src, sqlite3.connect(point / "runs.db") as dst:
+                src.backup(dst)
         db = f"sqlite:///{point / 'runs.db'}"
         before = metrics(urls["root"])
         cmd = [sys.executable, "-m", "pilot", "run", str(workflow), "--matrix", str(matrix),
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="Also run the admission from a store holding the calibration run (its history).",
     )
+    parser.add_argument("--repeat", type=int, default=1, help="Sittings of the whole set.")
     parser.add_argument("--json", type=Path, help="Write the figures as JSON.")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="bench-admission-"))
@@ -203,15 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     kv_tokens = args.fit * blocks * 16
     print(f"a run's peak context: {peak} tokens; KV cache: {kv_tokens} tokens", file=sys.stderr)
     rows = []
-    for parallel in args.parallel:
-        row = run_matrix(folder, repos, kv_tokens, parallel, False, args)
-        print(json.dumps(row), file=sys.stderr)
-        rows.append(row)
-    seeds = [None, Path(calibration["db"])] if args.history else [None]
-    for seed in seeds:
-        row = run_matrix(folder, repos, kv_tokens, max(args.parallel), True, args, seed)
-        print(json.dumps(row), file=sys.stderr)
-        rows.append(row)
+    for _ in range(args.repeat):  # each sitting: the sweep, then the admission, back to back
+        for parallel in args.parallel:
+            row = run_matrix(folder, repos, kv_tokens, parallel, False, args)
+            print(json.dumps(row), file=sys.stderr)
+            rows.append(row)
+        seeds = [None, Path(calibration["db"])] if args.history else [None]
+        for seed in seeds:
+            row = run_matrix(folder, repos, kv_tokens, max(args.parallel), True, args, seed)
+            print(json.dumps(row), file=sys.stderr)
+            rows.append(row)
     headers = ["point", "ok", "wall s", "preemptions", "hit rate", "computed prefill", "waits"]
     table = [
         [
