@@ -14,7 +14,8 @@ that their contexts fit, with ``--parallel`` as the upper bound:
   starts at the size it had, not at a guess. Without ``learn_after`` of them it is the pilot's
   own ceiling for a run: the compaction threshold of the window (no prompt is sent above it)
   plus the longest answer seen so far; a finished peak above that ceiling (an earlier, larger
-  window) is capped by it. A run that grows past the estimate raises it at once.
+  window) is capped by it. A run that grows past the estimate raises it at once (runs already
+  started stay; a preemption then holds admission back, below).
 * **Cold start**: before any answer has come back, the answer's size is unknown, so one run
   starts and the others wait for its first answer (up to ``first_answer_wait_s``, then
   ``output_reserve`` stands in for it) instead of being sized on a guess.
