@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -30,6 +30,7 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
+    Table,
     Text,
     and_,
     bindparam,
@@ -43,7 +44,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -177,10 +178,11 @@ class RunRecord:
 
     @classmethod
     def from_row(
-        cls, row: RunRow, last_seq: int | None = None, last_event_at: datetime | None = None
+        cls, row: Any, last_seq: int | None = None, last_event_at: datetime | None = None
     ) -> RunRecord:
         """The record of ``row`` and of its last event (``last_seq``, ``last_event_at``: None
-        when it has none): the row's ``updated_at`` moves only with its summary, so the run's
+        when it has none; ``row``: a ``RunRow`` or a result row of the ``runs`` columns): the
+        row's ``updated_at`` moves only with its summary, so the run's
         last activity is the later of the two."""
         updated_at = _aware(row.updated_at)
         if last_event_at is not None:
@@ -207,29 +209,49 @@ class RunRecord:
         )
 
 
-_INSERT_EVENT = insert(EventRow.__table__)
-_UPDATE_RUN = update(RunRow.__table__).where(RunRow.__table__.c.id == bindparam("run_id_"))
+_RUNS = cast(Table, RunRow.__table__)
+_EVENTS = cast(Table, EventRow.__table__)
+# The statements a resume and a step run are SQLAlchemy Core on the tables, built once: a
+# process compiles each once and never configures the ORM's mappers for them.
+_INSERT_EVENT = insert(_EVENTS)
+_UPDATE_RUN = update(_RUNS).where(_RUNS.c.id == bindparam("run_id_"))
 _LAST_SEQ = (
-    select(func.max(EventRow.seq))
-    .where(EventRow.run_id == RunRow.id)
-    .correlate(RunRow)
+    select(func.max(_EVENTS.c.seq))
+    .where(_EVENTS.c.run_id == _RUNS.c.id)
+    .correlate(_RUNS)
     .scalar_subquery()
 )
 _LAST_EVENT_AT = (
-    select(EventRow.at)
-    .where(EventRow.run_id == RunRow.id)
-    .order_by(EventRow.seq.desc())
+    select(_EVENTS.c.at)
+    .where(_EVENTS.c.run_id == _RUNS.c.id)
+    .order_by(_EVENTS.c.seq.desc())
     .limit(1)
-    .correlate(RunRow)
+    .correlate(_RUNS)
     .scalar_subquery()
 )
 """A run's last event, each found by one probe of the events' primary key."""
-_RECORDS = select(RunRow, _LAST_SEQ, _LAST_EVENT_AT)
+_RECORDS = select(*_RUNS.c, _LAST_SEQ.label("last_seq_"), _LAST_EVENT_AT.label("last_at_"))
 """Runs with what ``RunRecord.from_row`` needs; add ``where`` and ``order_by``."""
+_RUN_BY_ID = _RECORDS.where(_RUNS.c.id == bindparam("run_id_"))
+_TAKE_LEASE = update(_RUNS).where(
+    _RUNS.c.id == bindparam("run_id_"),
+    or_(
+        _RUNS.c.lease_owner.is_(None),
+        _RUNS.c.lease_owner == bindparam("previous_"),
+        _RUNS.c.lease_owner == bindparam("owner_"),
+    ),
+)
+"""The lease's row, while its holder is nobody, the one seen (``previous_``) or us
+(``owner_``); the SET clause comes from the other parameters' names."""
+_HELD_LEASE = update(_RUNS).where(
+    _RUNS.c.id == bindparam("run_id_"), _RUNS.c.lease_owner == bindparam("owner_")
+)
 
 
-def _records(session: Session, query: Select[Any]) -> list[RunRecord]:
-    return [RunRecord.from_row(row, seq, at) for row, seq, at in session.execute(query)]
+def _records(conn: Connection, query: Select[Any], **params: Any) -> list[RunRecord]:
+    return [
+        RunRecord.from_row(row, row.last_seq_, row.last_at_) for row in conn.execute(query, params)
+    ]
 
 
 def lease_owner_id() -> str:
@@ -391,6 +413,8 @@ class EventStore:
         retry_schema_race(self._migrate_once)
 
     def _migrate_once(self) -> None:
+        if self._schema_is_current():
+            return
         Base.metadata.create_all(self.engine)
         create_server_events(self.engine)
         with Session(self.engine) as session, session.begin():
@@ -402,6 +426,25 @@ class EventStore:
                 for statement in MIGRATIONS.get(version, ()):
                     session.execute(text(statement))
                 meta.version = version
+
+    def _schema_is_current(self) -> bool:
+        """True when a SQLite file already holds this version's schema: every table and index
+        is in ``sqlite_master`` and the version row says ``SCHEMA_VERSION``. Two plain reads,
+        so opening an existing store skips ``create_all``'s check of each table and the ORM's
+        first use; a new, older or partly made file (and any other database) takes the full
+        path, with its migrations and its retried creation race."""
+        if not self.is_sqlite:
+            return False
+        with self.engine.connect() as conn:
+            found = conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'index')"
+            )
+            if not _schema_names() <= {name for (name,) in found}:
+                return False
+            version = conn.exec_driver_sql(
+                f"SELECT version FROM {SchemaMeta.__tablename__} WHERE id = 1"
+            ).scalar()
+        return version == SCHEMA_VERSION
 
     def close(self) -> None:
         """Release every connection (the store stays usable: they are reopened on demand)."""
@@ -457,20 +500,20 @@ class EventStore:
         raise RuntimeError("could not allocate a unique run id")
 
     def get_run(self, run_id: str) -> RunRecord:
-        with Session(self.engine) as session:
-            records = _records(session, _RECORDS.where(RunRow.id == run_id))
+        with self.engine.connect() as conn:
+            records = _records(conn, _RUN_BY_ID, run_id_=run_id)
         if not records:
             raise RunNotFound(run_id)
         return records[0]
 
     def find_run(self, prefix: str) -> RunRecord:
         """Any unambiguous prefix of a run id names the run."""
-        with Session(self.engine) as session:
-            exact = _records(session, _RECORDS.where(RunRow.id == prefix))
+        with self.engine.connect() as conn:
+            exact = _records(conn, _RUN_BY_ID, run_id_=prefix)
             if exact:
                 return exact[0]
             records = _records(
-                session, _RECORDS.where(RunRow.id.startswith(prefix, autoescape=True)).limit(10)
+                conn, _RECORDS.where(_RUNS.c.id.startswith(prefix, autoescape=True)).limit(10)
             )
         if not records:
             raise RunNotFound(prefix)
@@ -482,8 +525,8 @@ class EventStore:
         query = _RECORDS.order_by(RunRow.created_at.desc()).limit(limit)
         if since is not None:
             query = query.where(or_(RunRow.updated_at >= since, since <= _LAST_EVENT_AT))
-        with Session(self.engine) as session:
-            return _records(session, query)
+        with self.engine.connect() as conn:
+            return _records(conn, query)
 
     @_waits_out_locks
     def set_status(self, run_id: str, status: str, reason: str = "") -> None:
@@ -599,8 +642,8 @@ class EventStore:
         query = _RECORDS.where(
             RunRow.origin == "queue", RunRow.status.in_(("queued", *ACTIVE_STATUSES))
         ).order_by(RunRow.created_at)
-        with Session(self.engine) as session:
-            return _records(session, query)
+        with self.engine.connect() as conn:
+            return _records(conn, query)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -690,18 +733,15 @@ class EventStore:
             note = f"took over the expired lease of {previous}"
         with self.engine.begin() as conn:
             result = conn.execute(
-                update(RunRow)
-                .where(RunRow.id == run_id)
-                .where(
-                    (RunRow.lease_owner.is_(None))
-                    | (RunRow.lease_owner == previous)
-                    | (RunRow.lease_owner == owner)
-                )
-                .values(
-                    lease_owner=owner,
-                    lease_expires_at=now + timedelta(seconds=seconds),
-                    updated_at=now,
-                )
+                _TAKE_LEASE,
+                {
+                    "run_id_": run_id,
+                    "previous_": previous,
+                    "owner_": owner,
+                    "lease_owner": owner,
+                    "lease_expires_at": now + timedelta(seconds=seconds),
+                    "updated_at": now,
+                },
             )
             if result.rowcount != 1:
                 fresh = self.get_run(run_id)
@@ -712,9 +752,12 @@ class EventStore:
     def renew_lease(self, run_id: str, owner: str, *, seconds: float = 60.0) -> bool:
         with self.engine.begin() as conn:
             result = conn.execute(
-                update(RunRow)
-                .where(RunRow.id == run_id, RunRow.lease_owner == owner)
-                .values(lease_expires_at=utcnow() + timedelta(seconds=seconds))
+                _HELD_LEASE,
+                {
+                    "run_id_": run_id,
+                    "owner_": owner,
+                    "lease_expires_at": utcnow() + timedelta(seconds=seconds),
+                },
             )
             return result.rowcount == 1
 
@@ -722,9 +765,8 @@ class EventStore:
     def release_lease(self, run_id: str, owner: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(
-                update(RunRow)
-                .where(RunRow.id == run_id, RunRow.lease_owner == owner)
-                .values(lease_owner=None, lease_expires_at=None)
+                _HELD_LEASE,
+                {"run_id_": run_id, "owner_": owner, "lease_owner": None, "lease_expires_at": None},
             )
 
     # -- server events ------------------------------------------------------------------------
@@ -746,6 +788,15 @@ class EventStore:
         with self.engine.begin() as conn:
             conn.execute(delete(EventRow).where(EventRow.run_id.in_(run_ids)))
             conn.execute(delete(RunRow).where(RunRow.id.in_(run_ids)))
+
+
+@functools.cache
+def _schema_names() -> frozenset[str]:
+    """The tables and named indexes this version creates (the pilot's and the brain's)."""
+    tables = [*Base.metadata.sorted_tables, server_events_table]
+    return frozenset(
+        [t.name for t in tables] + [str(i.name) for t in tables for i in t.indexes if i.name]
+    )
 
 
 MIGRATIONS: dict[int, Sequence[str]] = {
