@@ -166,6 +166,23 @@ def test_a_version_1_store_is_migrated_forward_and_its_runs_kept(tmp_path: Path)
     assert reopened.load_events(run_id)[0].reason == "paused under v1"
 
 
+def test_a_current_file_missing_part_of_its_schema_gets_it_back_on_open(tmp_path: Path) -> None:
+    """Opening a file whose version row is current reads the schema instead of creating it;
+    a table gone from such a file (dropped by hand) is made again, with its indexes, and the
+    runs it holds are kept."""
+    store = make_store(tmp_path)
+    run_id = new_run(store)
+    store.close()
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        conn.execute("DROP TABLE server_events")
+    reopened = make_store(tmp_path)
+    with reopened.engine.connect() as conn:
+        names = set(conn.exec_driver_sql("SELECT name FROM sqlite_master").scalars())
+    assert {"server_events", "ix_server_events_at", "ix_server_events_server"} <= names
+    assert reopened.get_run(run_id).workflow_name == "wf"
+    assert reopened.server_events() == []
+
+
 def test_queue_claims_are_exclusive_and_take_orphans(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     waiting = queued(store, 3)

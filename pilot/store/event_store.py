@@ -44,6 +44,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects import sqlite as _sqlite_dialect  # noqa: F401
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -63,6 +64,9 @@ from pilot.events import Event, RunFinished, event_from_json, event_to_json
 from pilot.private_files import private_file
 from pilot.store.sqlite_append import SqliteAppender
 
+# The SQLite dialect above is imported with this module rather than by the first
+# ``create_engine`` (SQLAlchemy loads a dialect on first use): every store but a test's opens
+# SQLite, and a resume then spends its open on the file, not on loading code.
 SQLITE_BUSY_MS = 250
 """How long one SQLite statement waits for a lock inside SQLite (``busy_timeout``); past it
 the store waits in Python (``EventStore.lock_wait``), where a stop request is seen."""

@@ -12,10 +12,10 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from pydantic import ValidationError
-from sqlalchemy import delete, func, or_, select, text
+from sqlalchemy import Table, bindparam, delete, func, or_, select, text
 
 from brain.events import server_events
 from pilot import events as ev
@@ -224,12 +224,23 @@ def checkpoint_rows(
     ``seq`` on (its own, to check, and the ones to fold)."""
     with store.engine.connect() as conn:
         rows = conn.execute(
-            select(EventRow.seq, EventRow.payload)
-            .where(
-                EventRow.run_id == run_id,
-                EventRow.seq >= first,
-                or_(EventRow.seq >= seq, EventRow.type.in_(sorted(kinds))),
-            )
-            .order_by(EventRow.seq)
+            _CHECKPOINT_ROWS, {"run_id": run_id, "first": first, "seq": seq, "kinds": sorted(kinds)}
         )
         yield from ((at, payload) for at, payload in rows)
+
+
+_EVENTS = cast(Table, EventRow.__table__)
+_CHECKPOINT_ROWS = (
+    select(_EVENTS.c.seq, _EVENTS.c.payload)
+    .where(
+        _EVENTS.c.run_id == bindparam("run_id"),
+        _EVENTS.c.seq >= bindparam("first"),
+        or_(
+            _EVENTS.c.seq >= bindparam("seq"),
+            _EVENTS.c.type.in_(bindparam("kinds", expanding=True)),
+        ),
+    )
+    .order_by(_EVENTS.c.seq)
+)
+"""``checkpoint_rows``'s statement: Core on the table, built once (a resume's first read of
+the events then configures no ORM mapper)."""
