@@ -40,6 +40,7 @@ from brain.launchers.base import Launcher, ServerHandle
 from brain.server_status import status_facts, status_rows
 from brain.spec import ServerSpec
 from brain.state import Registry, ServerRecord, state_dir
+from brain.urls import server_root
 
 
 def _launcher_for(spec: ServerSpec, pull: bool = False) -> Launcher:
@@ -338,7 +339,7 @@ def status(
     """Health, version, context, load, KV cache and speculative acceptance of a server: one the
     brain started (by name), or any OpenAI-compatible server by its URL."""
     if name and name.startswith(("http://", "https://")):
-        base = name.rstrip("/").removesuffix("/v1")
+        base = server_root(name)
         facts = {"server": None, "url": f"{base}/v1", "started_by_brain": False}
         facts |= status_facts(base, api_key, interval)
         _print_status(facts, f"{base}/v1 (not started by the brain)", json_out)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from brain.urls import server_root
+
 if TYPE_CHECKING:
     import httpx
 
@@ -245,9 +247,7 @@ async def fetch_metrics(
     """
     import httpx
 
-    root = base_url.rstrip("/")
-    if root.endswith("/v1"):
-        root = root[:-3]
+    root = server_root(base_url)
     own = client is None
     c = client or httpx.AsyncClient(timeout=timeout)
     try:

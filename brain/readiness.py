@@ -24,6 +24,7 @@ from brain.errors import LaunchError, NotReady
 from brain.launchers.base import ServerStatus
 from brain.spec import ServerSpec
 from brain.timeline import StartupTimeline, TimelineParser
+from brain.urls import server_root
 
 # After a fatal line vLLM usually prints the rest of the traceback; give it this long so the
 # diagnosis sees the whole story, not half a line.
@@ -176,7 +177,7 @@ def wait_until_ready(
     Raises LaunchError (with a Diagnosis when one is recognised) on a fatal line, on exit, on
     503; NotReady when ``load_timeout`` passes with none of those.
     """
-    root = base_url.rstrip("/").removesuffix("/v1")
+    root = server_root(base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     started = started_at if started_at is not None else time.monotonic()
     watcher = LogWatcher(log_lines, stop_logs, started)

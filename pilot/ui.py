@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from brain.urls import server_root
 from pilot import events as ev
 from pilot.state import RunState
 
@@ -269,7 +270,7 @@ class ServerWatch:
     def __init__(self, endpoint: str, interval: float = 2.0, label: str = "server") -> None:
         import threading
 
-        self.url = endpoint.rstrip("/").removesuffix("/v1") + "/metrics"
+        self.url = server_root(endpoint) + "/metrics"
         self.interval = interval
         self.label = label
         self.text = f"{label}: -"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from brain import urls
 from brain.bench.models import BenchError, EndpointConfig
 from brain.bench.sender import error_text
 from brain.metrics import MetricsParseError, MetricsSnapshot, SpecDecodeStats, spec_decode_delta
@@ -17,10 +18,9 @@ from brain.metrics import MetricsParseError, MetricsSnapshot, SpecDecodeStats, s
 def server_root(url: str) -> str:
     """``http://host:8000/v1/`` -> ``http://host:8000`` (vLLM's /metrics and /tokenize sit at
     the root; the OpenAI routes under /v1)."""
-    root = url.strip().rstrip("/")
-    if not root.startswith(("http://", "https://")):
+    if not url.strip().startswith(("http://", "https://")):
         raise BenchError(f"endpoint {url!r}: expected an http:// or https:// URL")
-    return root.removesuffix("/v1")
+    return urls.server_root(url)
 
 
 @dataclass

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from brain.urls import server_root
+
 if TYPE_CHECKING:  # the loop imports the estimates; only a probe needs the HTTP stack
     import httpx
 
@@ -42,12 +44,6 @@ BYTES_PER_TOKEN = 3.0
 (about 3.5-4.5 bytes a token for BPE tokenizers), so token limits fire early, never late."""
 MESSAGE_OVERHEAD = 8
 """Tokens the chat template adds around each message, in estimates."""
-
-
-def server_root(base_url: str) -> str:
-    """The server's root URL (``/tokenize``, ``/health`` live there), from the ``/v1`` base URL."""
-    root = base_url.rstrip("/")
-    return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
 async def server_up(client: Any, base_url: str) -> bool:
