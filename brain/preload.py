@@ -176,7 +176,6 @@ def _key_fields(spec: ServerSpec) -> dict[str, Any]:
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     tp = spec.tensor_parallel_size
     pp = spec.distributed.pipeline_parallel_size if spec.distributed else 1
-    pp = _int_flag(spec, pp, "--pipeline-parallel-size", "-pp")
     dp = _int_flag(spec, 1, "--data-parallel-size", "-dp")
     skip = _flag(spec, "--kv-cache-dtype-skip-layers")
     return {
