@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -358,6 +358,46 @@ def _plain_lines(console: Console, *, with_run_id: bool) -> Any:
     return observe
 
 
+def _observed(
+    console: Console,
+    json_lines: bool,
+    store: Any,
+    start: Any,
+    live_view: Callable[[], Any],
+    *,
+    with_run_id: bool,
+) -> Any:
+    """``start(runner)`` on a fresh ``Runner``, with the signals handled and the events shown
+    (JSON lines, ``live_view()`` on a terminal, plain lines elsewhere); what it returns."""
+    from pilot.heap import settle_startup_heap
+    from pilot.runner import Runner
+    from pilot.ui import event_json
+
+    stop = asyncio.Event()
+    runner = Runner(store, stop=stop)
+    view: Any = None
+    if json_lines:
+        runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
+    elif console.is_terminal:
+        view = live_view()
+        runner.observers.append(view)
+    else:
+        runner.observers.append(_plain_lines(console, with_run_id=with_run_id))
+
+    async def main() -> Any:
+        _install_signals(stop, store)
+        try:
+            return await start(runner)
+        finally:
+            await runner.aclose()
+
+    settle_startup_heap()
+    if view is None:
+        return asyncio.run(main())
+    with view:
+        return asyncio.run(main())
+
+
 def _drive_many(
     console: Console,
     json_lines: bool,
@@ -366,37 +406,17 @@ def _drive_many(
     endpoints: Sequence[str] = (),
 ) -> int:
     """Drive several runs in this process; the exit code is the worst outcome's."""
-    from pilot.heap import settle_startup_heap
+    from pilot.notify import notify_queue_end
     from pilot.outcome import print_outcome
-    from pilot.runner import Runner
-    from pilot.ui import MultiRunView, event_json
+    from pilot.ui import MultiRunView
 
-    stop = asyncio.Event()
-    runner = Runner(store, stop=stop)
-    view: MultiRunView | None = None
-    if json_lines:
-        runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
-    elif console.is_terminal:
-        view = MultiRunView(console, endpoints=endpoints)
-        runner.observers.append(view)
-    else:
-        runner.observers.append(_plain_lines(console, with_run_id=True))
+    def view() -> MultiRunView:
+        return MultiRunView(console, endpoints=endpoints)
 
-    async def main() -> Any:
-        _install_signals(stop, store)
-        return await start(runner)
-
-    settle_startup_heap()
-    if view is not None:
-        with view:
-            outcomes = asyncio.run(main())
-    else:
-        outcomes = asyncio.run(main())
+    outcomes = _observed(console, json_lines, store, start, view, with_run_id=True)
     if not json_lines:
         for outcome in outcomes:
             print_outcome(console, store, outcome)
-    from pilot.notify import notify_queue_end
-
     notify_queue_end(outcomes)
     codes = [o.exit_code for o in outcomes] or [0]
     return max(codes)
@@ -456,37 +476,14 @@ def _drive(
     server_wait: float | None = None,
 ) -> int:
     """Drive one run with signal handling and a view; returns the exit code."""
-    from pilot.heap import settle_startup_heap
-    from pilot.runner import Runner
-    from pilot.ui import LiveView, event_json
+    from pilot.outcome import print_outcome
+    from pilot.ui import LiveView
 
-    stop = asyncio.Event()
-    runner = Runner(store, stop=stop)
-    view: LiveView | None = None
-    if json_lines:
-        runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
-    elif console.is_terminal:
-        view = LiveView(console, server_wait=server_wait)
-        runner.observers.append(view)
-    else:
-        runner.observers.append(_plain_lines(console, with_run_id=False))
+    def view() -> LiveView:
+        return LiveView(console, server_wait=server_wait)
 
-    async def main() -> Any:
-        _install_signals(stop, store)
-        try:
-            return await start(runner)
-        finally:
-            await runner.aclose()
-
-    settle_startup_heap()
-    if view is not None:
-        with view:
-            outcome = asyncio.run(main())
-    else:
-        outcome = asyncio.run(main())
+    outcome = _observed(console, json_lines, store, start, view, with_run_id=False)
     if not json_lines:
-        from pilot.outcome import print_outcome
-
         print_outcome(console, store, outcome)
     return outcome.exit_code
 
