@@ -69,3 +69,36 @@ def test_tables_give_per_task_and_overall_rates() -> None:
     }
     text = tables([row, {**row, "success": True, "reason": "ok"}])
     assert "| a | plain | 1/2 |" in text and "1/2 = 50%" in text
+
+
+def test_marathons_changes_are_where_the_hidden_check_looks(tmp_path: Path) -> None:
+    from bench.tasks.agents import run_marathon
+    from bench.tasks.suite import GIT_ENV, hidden_check
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("start\n")
+    env = {**__import__("os").environ, **GIT_ENV}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "start"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env=env)
+    write = {"name": "write_file", "arguments": {"path": "fixed.txt", "content": "ok\n"}}
+    turns = [
+        {"tool_calls": [write]},
+        {"tool_calls": [{"name": "finish", "arguments": {"summary": "wrote it"}}]},
+    ]
+    script = write_script(tmp_path / "s.yaml", "marathon-in-place", turns)
+    task = Task(
+        id="t",
+        kind="k",
+        package=Package(name="p", version="1", sha256="0" * 64),
+        prompt="Conversation marathon-in-place.",
+        test="test -f fixed.txt",
+        hidden="import os\nassert os.path.exists('fixed.txt')",
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    config = SimConfig(model="m", max_model_len=8192, policy=f"script:{script}")
+    with running_sim(config) as sim:
+        result = run_marathon(task, repo, sim.openai_base_url, work, max_steps=5)
+    assert result.status == "succeeded", result.reason
+    assert hidden_check(task, repo).passed, "the run's change is in the checked repository"

@@ -87,7 +87,9 @@ def marathon_workflow(
         "name": "bench-task",
         "params": {"repo": {"type": "path", "required": True}},
         "model": model,
-        "workspace": {"path": "{{ params.repo }}"},
+        # In the checkout itself: the hidden check runs there after the run (a run's own
+        # worktree would keep every change out of its sight).
+        "workspace": {"path": "{{ params.repo }}", "in_place": True},
         "tools": ["read_file", "edit_file", "write_file", "run", "finish"],
         "env_allowlist": ["PYTHONPATH", "PYTHONDONTWRITEBYTECODE"],
         "sandbox": "none",
