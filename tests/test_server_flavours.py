@@ -153,3 +153,27 @@ def test_servers_without_health_are_healthy_to_the_router() -> None:
     with running_sim(a) as one, running_sim(b) as two:
         assert asyncio.run(main([one.openai_base_url, two.openai_base_url])) == [True, True]
     assert asyncio.run(main(["http://127.0.0.1:9/v1"])) == [False], "nothing listening"
+
+
+def test_llama_cpp_python_flavour_cuts_a_streamed_prompt_over_the_window() -> None:
+    """As llama-cpp-python 0.3: the prompt is checked once the stream has begun, so a streamed
+    answer is cut after its first chunk; the same request unstreamed gets the 400 that names
+    the window (the pilot asks that way to learn why its streams are cut)."""
+    config = SimConfig(model="qwen", policy="demo", flavour="llama-cpp-python", max_model_len=64)
+    long = [{"role": "user", "content": "The quick brown fox jumps. " * 40}]
+    with running_sim(config) as sim:
+        url = f"{sim.openai_base_url}/chat/completions"
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            httpx.stream(
+                "POST", url, json={"model": "qwen", "messages": long, "stream": True}
+            ) as r,
+        ):
+            assert r.status_code == 200
+            for _ in r.iter_bytes():
+                pass
+        plain = httpx.post(url, json={"model": "qwen", "messages": long, "max_tokens": 1})
+        assert plain.status_code == 400
+        error = plain.json()["error"]
+        assert error["code"] == "context_length_exceeded"
+        assert error["message"].startswith("This model's maximum context length is 64 tokens.")

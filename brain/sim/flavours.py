@@ -9,7 +9,10 @@ server's own source, named below; see README's compatibility table):
   ``/health``, ``/metrics``, ``/tokenize`` (404 ``{"detail": "Not Found"}``); tokens counted
   at ``POST /extras/tokenize/count`` (``{"input": str}`` -> ``{"count": n}``); ``/v1/models``
   cards without ``max_model_len``; streamed answers carry no usage (``stream_options`` is
-  ignored); an assistant message with ``content: null`` fails validation with HTTP 500.
+  ignored); an assistant message with ``content: null`` fails validation with HTTP 500; a
+  prompt over the window (``llama.py`` ``_create_completion``: "Requested tokens (N) exceed
+  context window of W", raised once the stream has begun) cuts a streamed answer after its
+  first chunk and is a 400 ``context_length_exceeded`` (``server/errors.py``) unstreamed.
 - ``llama.cpp`` (ggml-org/llama.cpp ``tools/server``): the window in ``GET /props``
   (``default_generation_settings.n_ctx``), ``/health`` answers ``{"status": "ok"}``,
   ``/v1/models`` without ``max_model_len``.
@@ -23,6 +26,7 @@ Imports nothing of the pilot's; a flavour is a server's config (``SimConfig.flav
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -73,6 +77,8 @@ class FlavourMiddleware:
             if refusal is not None:
                 await _json(send, 500, refusal)
                 return
+            if self.flavour == "llama-cpp-python":
+                send = _PromptOverWindow(send, body, self.max_model_len)
             await self.app(_with_length(scope, body), _replay(body, receive), send)
             return
         await self.app(scope, receive, send)
@@ -124,6 +130,10 @@ class FlavourMiddleware:
                     "should be a valid string', 'input': None}"
                 ), body
         request.pop("stream_options", None)  # llama-cpp-python streams no usage
+        for key in ("max_tokens", "max_completion_tokens"):
+            # Clamped to the room the prompt leaves, never refused (``_create_completion``).
+            if isinstance(request.get(key), int) and request[key] > self.max_model_len:
+                request.pop(key)
         return None, json.dumps(request).encode()
 
 
@@ -171,6 +181,74 @@ class _ModelsRewrite:
         headers.append((b"content-length", str(len(body)).encode()))
         await self.send({**self.start, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
+
+
+_PROMPT_TOKENS = re.compile(r"prompt contains (?:at least )?(\d+) input tokens")
+
+
+class _PromptOverWindow:
+    """vLLM's 400 for a prompt over the window, as llama-cpp-python answers it: after the
+    first chunk of a streamed answer the server raises (the connection ends mid-body, the
+    reason only in its log); unstreamed, its ``context_length_exceeded`` 400."""
+
+    def __init__(self, send: Send, body: bytes, window: int) -> None:
+        self.send = send
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = {}
+        self.stream = bool(request.get("stream"))
+        self.max_tokens = request.get("max_tokens")
+        self.window = window
+        self.start: Message | None = None
+        self.chunks: list[bytes] = []
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 400:
+            self.start = message
+            return
+        if self.start is None:
+            await self.send(message)
+            return
+        self.chunks.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = b"".join(self.chunks)
+        found = _PROMPT_TOKENS.search(body.decode(errors="replace"))
+        if found is None:
+            await self.send(self.start)
+            await self.send({"type": "http.response.body", "body": body})
+            return
+        prompt = int(found.group(1))
+        if not self.stream:
+            await _json(send=self.send, status=400, payload=self._error(prompt))
+            return
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+        first = {
+            "id": "chatcmpl-sim",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}],
+        }
+        chunk = f"data: {json.dumps(first)}\r\n\r\n".encode()
+        await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+        raise RuntimeError(f"Requested tokens ({prompt}) exceed context window of {self.window}")
+
+    def _error(self, prompt: int) -> dict[str, Any]:
+        completion = self.max_tokens if isinstance(self.max_tokens, int) else None
+        return {
+            "error": {
+                "message": (
+                    f"This model's maximum context length is {self.window} tokens. However, "
+                    f"you requested {(completion or 0) + prompt} tokens ({prompt} in the "
+                    f"messages, {completion} in the completion). Please reduce the length of "
+                    "the messages or completion."
+                ),
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
 
 
 async def _read_body(receive: Receive) -> bytes:

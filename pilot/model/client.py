@@ -30,6 +30,7 @@ from tenacity.wait import wait_exponential_jitter
 from pilot.errors import MarathonError, ServerUnavailable, StreamInterrupted
 from pilot.model.errors import (
     SAME_500_LIMIT,
+    SAME_CUT_LIMIT,
     TRANSIENT_STATUS,
     TransientStatus,
     answer_of,
@@ -422,10 +423,17 @@ class OpenAIModelClient:
         if request.extra_body and "stream_interval" in request.extra_body:
             await self._check_stream_interval()
         same_500: list[str] = []
+        cuts = 0
 
         async def attempt() -> ModelResponse:
+            nonlocal cuts
             try:
                 return await self._attempt(request)
+            except (StreamInterrupted, httpx.TransportError, httpx2.TransportError):
+                cuts += 1
+                if cuts == SAME_CUT_LIMIT and await self._healthy():
+                    await self._ask_without_streaming(request)
+                raise
             except openai.APIStatusError as exc:
                 if exc.status_code == 500:
                     body = exc.response.text if exc.response is not None else ""
@@ -445,6 +453,27 @@ class OpenAIModelClient:
         except openai.APIError as exc:
             raise await self._typed(exc, request.model) from exc
         return response.model_copy(update={"attempts": attempts})
+
+    async def _ask_without_streaming(self, request: ChatRequest) -> None:
+        """The same request once more, not streamed and for one token, to hear the server's
+        reason for cutting its streams: some servers (llama-cpp-python) check the prompt only
+        once the stream has started, so a prompt over the window reaches the client as a cut
+        stream, forever, while the same request unstreamed gets a 400 naming the window. That
+        answer is raised (a deterministic error, mapped like any other); any other outcome
+        leaves the cut to be retried."""
+        body = self._request_body(request)
+        body.pop("stream_options", None)
+        body |= {"stream": False, "max_tokens": 1}
+        try:
+            response = await self._client.post(
+                "/chat/completions", body=body, cast_to=httpx2.Response
+            )
+            await response.aclose()
+        except openai.APIStatusError as exc:
+            if 400 <= exc.status_code < 500:
+                raise
+        except Exception:
+            return
 
     async def _healthy(self) -> bool:
         """The server is up (:func:`server_up`), so a repeated 500 is about the request."""

@@ -36,6 +36,7 @@ from pilot.errors import (
 
 __all__ = [
     "SAME_500_LIMIT",
+    "SAME_CUT_LIMIT",
     "TRANSIENT_STATUS",
     "VLLM_ERRORS",
     "ErrorAnswer",
@@ -66,6 +67,8 @@ AUTO_TOOL_FLAGS = "--enable-auto-tool-choice --tool-call-parser <parser>"
 SAME_500_LIMIT = 3
 """The same HTTP 500 this many times in a row, with the server's /health at 200, is the answer
 to this request, not an outage: it is not retried for the rest of ``server_wait``."""
+SAME_CUT_LIMIT = 2
+"""Cut streams in a row, with the server up, before the request is asked once unstreamed."""
 
 
 # --------------------------------------------------------------------------------------------
