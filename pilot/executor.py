@@ -13,9 +13,8 @@ from pilot.images import refs_from_artifacts
 from pilot.loop import CheckOutcome
 from pilot.private_files import inside, make_private, write_private
 from pilot.redact import redact_file, redact_text
-from pilot.snapshot import GitRepo, restore_snapshot, take_snapshot
+from pilot.snapshot import GitRepo, restore_snapshot, snapshot_diff, take_snapshot
 from tools.base import ToolContext, ToolResult, tool_blocks, tool_known_writes
-from tools.git import artefact_excludes
 from tools.registry import ToolRegistry
 from tools.workspace import Workspace
 
@@ -178,5 +177,4 @@ class GitWorkspace:
             "rev-parse", f"{now}^{{tree}}"
         ):
             return False
-        excludes = artefact_excludes(self.repo.root)
-        return bool(self.repo.git("diff", "--name-only", since, now, "--", ".", *excludes))
+        return bool(snapshot_diff(self.repo, since, now, "--name-only"))

@@ -37,6 +37,7 @@ from typing import Any
 
 from pilot.errors import ConfigurationError
 from pilot.failpoints import kill_at
+from tools.git import artefact_excludes
 from tools.gitcmd import SAFE_GIT_CONFIG
 
 AGENT_IDENTITY = {
@@ -586,6 +587,13 @@ def tree_of(repo: GitRepo, commit: str) -> str:
     return repo.git("rev-parse", f"{commit}^{{tree}}")
 
 
+def snapshot_diff(repo: GitRepo, base: str, latest: str, *options: str) -> str:
+    """``git diff <options> base latest`` over what a person calls the change: build
+    artefacts (the ``.pyc`` a test run leaves, virtualenvs...) are snapshotted, so a restore
+    brings them back, but they are no change to the code, here as for ``require_change``."""
+    excludes = artefact_excludes(repo.root)
+    return repo.git("diff", "--no-ext-diff", *options, base, latest, "--", ".", *excludes)
+
+
 def diff_snapshots(repo: GitRepo, base: str, latest: str, *, stat: bool = False) -> str:
-    args = ["diff", "--no-ext-diff", "--stat" if stat else "--patch", base, latest]
-    return repo.git(*args)
+    return snapshot_diff(repo, base, latest, "--stat" if stat else "--patch")

@@ -263,3 +263,20 @@ def test_a_linked_index_folder_is_replaced_not_written_through(
     take_snapshot(repo, "r1", "after")
     assert list(outside.iterdir()) == []
     assert (repo.root / ".git" / "marathon" / "r1.index").is_file()
+
+
+def test_a_diff_between_snapshots_leaves_build_artefacts_out(repo: GitRepo) -> None:
+    """The ``.pyc`` files a test run leaves in a repository without a ``.gitignore`` are kept
+    in the snapshot (a restore brings them back) but are no change to show."""
+    root = repo.root
+    base = take_snapshot(repo, "r1", "base")
+    (root / "a.txt").write_text("two\n")
+    (root / "pkg" / "__pycache__").mkdir(parents=True)
+    (root / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\x00compiled")
+    latest = take_snapshot(repo, "r1", "after tests")
+    assert "pkg/__pycache__/mod.cpython-311.pyc" in git(
+        root, "ls-tree", "-r", "--name-only", latest
+    )
+    stat = diff_snapshots(repo, base, latest, stat=True)
+    assert "a.txt" in stat and "pyc" not in stat and "1 file changed" in stat
+    assert "pyc" not in diff_snapshots(repo, base, latest)

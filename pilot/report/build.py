@@ -435,7 +435,7 @@ def _brain_events(store: EventStore, report: RunReport) -> None:
 
 
 def _git_facts(started: ev.RunStarted, head: str | None, snapshot: str | None) -> GitFacts:
-    from pilot.snapshot import GitError, GitRepo
+    from pilot.snapshot import GitError, GitRepo, snapshot_diff
 
     facts = GitFacts(
         workspace=started.workspace, branch=started.branch, base_head=started.base_head, head=head
@@ -457,14 +457,14 @@ def _git_facts(started: ev.RunStarted, head: str | None, snapshot: str | None) -
             ]
         if started.base_snapshot and snapshot and snapshot != started.base_snapshot:
             base = started.base_snapshot
-            numstat = repo.git("diff", "--no-ext-diff", "--numstat", base, snapshot)
+            numstat = snapshot_diff(repo, base, snapshot, "--numstat")
             for line in numstat.splitlines():
                 added, deleted, _path = line.split("\t", 2)
                 facts.files_changed += 1
                 facts.insertions += int(added) if added.isdigit() else 0
                 facts.deletions += int(deleted) if deleted.isdigit() else 0
             # git's output is stripped; put back the first line's indent so the columns align.
-            stat = repo.git("diff", "--no-ext-diff", "--stat=100", base, snapshot)
+            stat = snapshot_diff(repo, base, snapshot, "--stat=100")
             facts.stat = f" {stat}" if stat else ""
     except (GitError, OSError) as exc:
         facts.note = f"git could not answer in {root}: {_first_line(str(exc))}"
