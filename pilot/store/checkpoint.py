@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from pilot import events as ev
 from pilot import progress, state
 from pilot.private_files import inside, private_dirs, write_private
@@ -49,11 +51,6 @@ from pilot.redact import redactor_for
 from pilot.state import RunState, assistant_message, fold, tool_message
 from pilot.store import queries, statecodec
 from pilot.store.event_store import EventStore
-
-try:  # the referenced events' JSON is most of a resume's reading
-    from orjson import loads as _loads
-except ImportError:  # same values, parsed slower
-    _loads = json.loads
 
 CHECKPOINT_EVERY = 256
 """Events between two checkpoints: a resume folds at most this many."""
@@ -297,7 +294,7 @@ def _resume_from(
 def message_of_payload(payload: str) -> dict[str, Any]:
     """The message the fold makes of a stored assistant message or tool result (the stored
     JSON, read without building the event)."""
-    data = _loads(payload)
+    data = orjson.loads(payload)  # the referenced events' JSON: most of a resume's reading
     kind = data.get("type")
     if kind not in MESSAGE_EVENTS:
         raise ValueError(f"a checkpoint refers to a {kind!r} event for a message")

@@ -195,28 +195,28 @@ def render_check(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> s
     return template.render(context).strip()
 
 
-def render_phase_images(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> list[str]:
-    """Phase ``phase_index``'s image paths (workspace-relative), rendered; blanks dropped."""
+def _render_phase_list(
+    loaded: LoadedWorkflow, phase_index: int, run: RunContext, field: str
+) -> list[str]:
+    """Phase ``phase_index``'s list ``field``, each item rendered; blanks dropped."""
     _phase_run(loaded, phase_index)
     context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
-    paths = []
-    for k in range(len(loaded.workflow.phases[phase_index].images)):
-        text = _template(loaded, f"phases[{phase_index}].images[{k}]").render(context).strip()
-        if text:
-            paths.append(text)
-    return paths
+    items = getattr(loaded.workflow.phases[phase_index], field)
+    rendered = (
+        _template(loaded, f"phases[{phase_index}].{field}[{k}]").render(context).strip()
+        for k in range(len(items))
+    )
+    return [text for text in rendered if text]
+
+
+def render_phase_images(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> list[str]:
+    """Phase ``phase_index``'s image paths (workspace-relative), rendered; blanks dropped."""
+    return _render_phase_list(loaded, phase_index, run, "images")
 
 
 def render_phase_context(loaded: LoadedWorkflow, phase_index: int, run: RunContext) -> list[str]:
     """Phase ``phase_index``'s ``context:`` commands, rendered; blanks dropped."""
-    _phase_run(loaded, phase_index)
-    context = _context(loaded.workflow, loaded.params, "phase", run, phase_index)
-    commands = []
-    for k in range(len(loaded.workflow.phases[phase_index].context)):
-        text = _template(loaded, f"phases[{phase_index}].context[{k}]").render(context).strip()
-        if text:
-            commands.append(text)
-    return commands
+    return _render_phase_list(loaded, phase_index, run, "context")
 
 
 def render_workspace_path(loaded: LoadedWorkflow, run: RunContext) -> Path:
