@@ -610,6 +610,7 @@ def print_tables(rows: list[dict[str, Any]], raw_per_step: dict[int, float]) -> 
             "checkpoint KB/step",
             "load state ms",
             "open→state ms",
+            "open→first call ms",
             "open→step N+1 committed ms",
             "resume proc wall s",
             "peak RSS run/resume MiB",
@@ -631,6 +632,7 @@ def print_tables(rows: list[dict[str, Any]], raw_per_step: dict[int, float]) -> 
                 else None,
                 r["load_state_ms"],
                 r["open_to_state_loaded_ms"],
+                r["resume_open_to_first_model_call_ms"],
                 r["resume_open_to_step_durable_ms"],
                 r["resume_proc_wall_s"],
                 f"{r['run_peak_rss_mib']:.0f} / {r['resume_peak_rss_mib']:.0f}",
@@ -793,7 +795,7 @@ def profile(n: int, synchronous: str, tool: str) -> None:
         print(json.loads(out.read_text()))
 
 
-OPEN_STEPS = ("EventStore()", "find_run", "load_stored", "acquire_lease", "get_run")
+OPEN_STEPS = ("EventStore()", "find_run", "load_stored", "acquire_lease", "build_plan", "get_run")
 """What ``open-profile`` times between opening the store and the loaded state."""
 
 
@@ -829,6 +831,7 @@ def open_profile_child(db: Path, run_id: str) -> dict[str, float]:
     for name in ("find_run", "acquire_lease", "get_run"):
         timed(EventStore, name)
     timed(launch, "load_stored")
+    timed(launch, "build_plan")
     timed(runner_module, "load_run_state", stop=True)
 
     async def resume() -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import re2  # noqa: F401  (the progress tracker's engine: see below)
+
 from pilot import events as ev
 from pilot.context import ServerCounts
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
@@ -64,6 +66,8 @@ from pilot.store.event_store import (
 from pilot.workflow.plan import RunPlan
 from tools.registry import ToolRegistry, default_registry
 
+# RE2 (``pilot.progress._duration_re``) is imported with the runner: the fold of a resume and
+# every step's tool result use it, so a run loads it with its code, not inside its first fold.
 Observer = Callable[[str, int, ev.Event, RunState], None]
 
 EXIT_CODES = {

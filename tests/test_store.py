@@ -109,6 +109,29 @@ def test_prefix_lookup(tmp_path: Path) -> None:
         store.find_run("zz")
 
 
+def test_a_run_read_straight_from_sqlite_is_the_record_the_statement_gives(
+    tmp_path: Path,
+) -> None:
+    """``get_run`` and ``find_run`` read a run on SQLite without SQLAlchemy's compiler: the
+    same record, dates (aware), JSON params and lease included, as the Core statement's."""
+    from pilot.store import event_store as es
+
+    store = make_store(tmp_path)
+    bare = new_run(store, owner=None, run_id="bare0001")
+    busy = new_run(store, run_id="busy0002")
+    store.append(busy, 1, ev.PhaseStarted(index=0, name="p", prompt="go"), totals={"phase": "p"})
+    store.append(busy, 2, ev.ModelRequest(step=1, messages=2), totals={"steps": 1})
+    with store.engine.connect() as conn:
+        for run_id in (bare, busy):
+            core = es._records(conn, es._RUN_BY_ID, run_id_=run_id)
+            assert es._sqlite_run_by_id(conn, run_id) == core and len(core) == 1
+        assert es._sqlite_run_by_id(conn, "nope") == []
+    record = store.get_run(busy)
+    assert (record.params, record.last_seq, record.phase) == ({"a": 1}, 2, "p")
+    assert record.created_at.tzinfo is not None and record.lease_expires_at is not None
+    assert store.get_run(bare).lease_owner is None and store.find_run("bus") == record
+
+
 def test_sqlite_is_wal_with_foreign_keys(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     new_run(store)

@@ -225,7 +225,7 @@ def _read(
     directory: Path, run_id: str, workspace: str | None
 ) -> tuple[int, str, RunState, list[Any]] | None:
     try:
-        record = json.loads(_read_private(checkpoint_path(directory)))
+        record = orjson.loads(_read_private(checkpoint_path(directory)))
         if (
             not isinstance(record, dict)
             or record.get("format") != FORMAT

@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import socket
+import sqlite3  # noqa: F401  (the driver: see below)
 import sys
 import threading
 import time
@@ -64,9 +65,10 @@ from pilot.events import Event, RunFinished, event_from_json, event_to_json
 from pilot.private_files import private_file
 from pilot.store.sqlite_append import SqliteAppender
 
-# The SQLite dialect above is imported with this module rather than by the first
-# ``create_engine`` (SQLAlchemy loads a dialect on first use): every store but a test's opens
-# SQLite, and a resume then spends its open on the file, not on loading code.
+# The SQLite dialect above and its driver (``sqlite3``) are imported with this module rather
+# than by the first ``create_engine`` (SQLAlchemy loads a dialect and its driver on first use):
+# every store but a test's opens SQLite, and a resume then spends its open on the file, not on
+# loading code.
 SQLITE_BUSY_MS = 250
 """How long one SQLite statement waits for a lock inside SQLite (``busy_timeout``); past it
 the store waits in Python (``EventStore.lock_wait``), where a stop request is seen."""
@@ -256,6 +258,52 @@ def _records(conn: Connection, query: Select[Any], **params: Any) -> list[RunRec
     return [
         RunRecord.from_row(row, row.last_seq_, row.last_at_) for row in conn.execute(query, params)
     ]
+
+
+_RUN_BY_ID_SQL = (
+    f"SELECT {', '.join(c.name for c in _RUNS.c)}, "
+    "(SELECT max(seq) FROM events WHERE events.run_id = runs.id), "
+    "(SELECT at FROM events WHERE events.run_id = runs.id ORDER BY seq DESC LIMIT 1) "
+    "FROM runs WHERE id = ?"
+)
+"""``_RUN_BY_ID`` as SQLite runs it (the columns named from the table, so they stay in step)."""
+
+
+class _RunValues:
+    """A ``runs`` row read straight from sqlite3, its columns by name as ``from_row`` reads
+    them, each through the column type's own result processor (dates, JSON)."""
+
+    def __init__(self, names: Sequence[str], values: Sequence[Any]) -> None:
+        self.__dict__.update(zip(names, values, strict=True))
+
+
+def _sqlite_run_by_id(conn: Connection, run_id: str) -> list[RunRecord]:
+    """``_records(conn, _RUN_BY_ID, ...)`` on SQLite without SQLAlchemy's statement compiler:
+    a resume's first query of the run is otherwise most of its cost (compiling the select of
+    every column and its two subqueries)."""
+    names, processors, at = _run_processors(conn.dialect)
+    driver = conn.connection.driver_connection
+    cursor = driver.execute(_RUN_BY_ID_SQL, (run_id,))  # type: ignore[union-attr]
+    try:
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    records = []
+    for *values, last_seq, last_at in rows:
+        row = _RunValues(
+            names, [v if f is None else f(v) for f, v in zip(processors, values, strict=True)]
+        )
+        records.append(RunRecord.from_row(row, last_seq, last_at if at is None else at(last_at)))
+    return records
+
+
+@functools.cache
+def _run_processors(dialect: Any) -> tuple[list[str], list[Any], Any]:
+    """The ``runs`` columns' names and result processors, and the events' ``at``'s."""
+    names = [c.name for c in _RUNS.c]
+    processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in _RUNS.c]
+    at = _EVENTS.c.at.type.dialect_impl(dialect).result_processor(dialect, None)
+    return names, processors, at
 
 
 def lease_owner_id() -> str:
@@ -503,9 +551,14 @@ class EventStore:
                     raise
         raise RuntimeError("could not allocate a unique run id")
 
+    def _run_by_id(self, conn: Connection, run_id: str) -> list[RunRecord]:
+        if self.is_sqlite:
+            return _sqlite_run_by_id(conn, run_id)
+        return _records(conn, _RUN_BY_ID, run_id_=run_id)
+
     def get_run(self, run_id: str) -> RunRecord:
         with self.engine.connect() as conn:
-            records = _records(conn, _RUN_BY_ID, run_id_=run_id)
+            records = self._run_by_id(conn, run_id)
         if not records:
             raise RunNotFound(run_id)
         return records[0]
@@ -513,7 +566,7 @@ class EventStore:
     def find_run(self, prefix: str) -> RunRecord:
         """Any unambiguous prefix of a run id names the run."""
         with self.engine.connect() as conn:
-            exact = _records(conn, _RUN_BY_ID, run_id_=prefix)
+            exact = self._run_by_id(conn, prefix)
             if exact:
                 return exact[0]
             records = _records(

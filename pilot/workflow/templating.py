@@ -165,7 +165,10 @@ def compile_template(
     """
     try:
         ast = env.parse(source)
-        compiled = env.from_string(source)
+        # Compiled from the tree just parsed (Jinja takes either): one parse, not two. Code
+        # generation folds constants only, never a node that names a variable, so the checks
+        # below read the same names.
+        compiled = env.from_string(ast)
     except jinja2.TemplateSyntaxError as exc:
         located = WorkflowTemplate(field, kind, source, span, env.from_string(""))
         hint = "" if isinstance(exc, jinja2.TemplateAssertionError) else f"; {_SYNTAX_HINT}"
