@@ -132,6 +132,33 @@ def test_a_run_read_straight_from_sqlite_is_the_record_the_statement_gives(
     assert store.get_run(bare).lease_owner is None and store.find_run("bus") == record
 
 
+def test_the_lease_taken_straight_from_sqlite_writes_what_the_statement_writes(
+    tmp_path: Path,
+) -> None:
+    """``acquire_lease`` runs its UPDATE on SQLite without SQLAlchemy's compiler: the same
+    stored text for owner and dates as the Core statement, and the same refusal of a lease
+    held by someone else."""
+    from pilot.store import event_store as es
+
+    store = make_store(tmp_path)
+    now = utcnow()
+    values = {"previous_": None, "owner_": "me:1:b", "lease_owner": "me:1:b",
+              "lease_expires_at": now + timedelta(seconds=60), "updated_at": now}  # fmt: skip
+    for run_id in ("core0001", "wire0002"):
+        new_run(store, owner=None, run_id=run_id)
+    with store.engine.begin() as conn:
+        assert conn.execute(es._TAKE_LEASE, {**values, "run_id_": "core0001"}).rowcount == 1
+        assert es._sqlite_take_lease(conn, {**values, "run_id_": "wire0002"}) == 1
+        held = {**values, "run_id_": "wire0002", "owner_": "other:2:c", "lease_owner": "x"}
+        assert es._sqlite_take_lease(conn, held) == 0
+    with sqlite3.connect(tmp_path / "m.db") as raw:
+        rows = raw.execute(
+            "SELECT lease_owner, lease_expires_at, updated_at FROM runs ORDER BY id"
+        ).fetchall()
+    assert rows[0] == rows[1] and rows[0][0] == "me:1:b"
+    assert store.get_run("wire0002").lease_expires_at == values["lease_expires_at"]
+
+
 def test_sqlite_is_wal_with_foreign_keys(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     new_run(store)

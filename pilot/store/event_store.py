@@ -306,6 +306,36 @@ def _run_processors(dialect: Any) -> tuple[list[str], list[Any], Any]:
     return names, processors, at
 
 
+_TAKE_LEASE_SQL = (
+    "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, updated_at = ? "
+    "WHERE id = ? AND (lease_owner IS NULL OR lease_owner = ? OR lease_owner = ?)"
+)
+"""``_TAKE_LEASE`` as SQLite runs it, its parameters in ``_TAKE_LEASE_ORDER``."""
+_TAKE_LEASE_ORDER = (
+    "lease_owner", "lease_expires_at", "updated_at", "run_id_", "previous_", "owner_"
+)  # fmt: skip
+
+
+def _sqlite_take_lease(conn: Connection, values: dict[str, Any]) -> int:
+    """``_TAKE_LEASE`` on SQLite without SQLAlchemy's statement compiler (the first write of
+    a resume); the dates go through the column type's own bind processor. Rows changed."""
+    stamp = _datetime_processor(conn.dialect)
+    parameters = [values[name] for name in _TAKE_LEASE_ORDER]
+    for position in (1, 2):
+        parameters[position] = stamp(parameters[position]) if stamp else parameters[position]
+    driver = conn.connection.driver_connection
+    cursor = driver.execute(_TAKE_LEASE_SQL, parameters)  # type: ignore[union-attr]
+    try:
+        return cursor.rowcount
+    finally:
+        cursor.close()
+
+
+@functools.cache
+def _datetime_processor(dialect: Any) -> Any:
+    return _RUNS.c.updated_at.type.dialect_impl(dialect).bind_processor(dialect)
+
+
 def lease_owner_id() -> str:
     """host:pid:nonce: the pid lets a resume on the same host see that a holder died."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -788,19 +818,20 @@ class EventStore:
             note = f"took over the lease of {previous}, whose process no longer exists"
         elif previous and previous != owner:
             note = f"took over the expired lease of {previous}"
+        values = {
+            "run_id_": run_id,
+            "previous_": previous,
+            "owner_": owner,
+            "lease_owner": owner,
+            "lease_expires_at": now + timedelta(seconds=seconds),
+            "updated_at": now,
+        }
         with self.engine.begin() as conn:
-            result = conn.execute(
-                _TAKE_LEASE,
-                {
-                    "run_id_": run_id,
-                    "previous_": previous,
-                    "owner_": owner,
-                    "lease_owner": owner,
-                    "lease_expires_at": now + timedelta(seconds=seconds),
-                    "updated_at": now,
-                },
-            )
-            if result.rowcount != 1:
+            if self.is_sqlite:
+                taken = _sqlite_take_lease(conn, values)
+            else:
+                taken = conn.execute(_TAKE_LEASE, values).rowcount
+            if taken != 1:
                 fresh = self.get_run(run_id)
                 raise LeaseHeld(run_id, fresh.lease_owner or "?", fresh.lease_expires_at)
         return note
