@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -807,10 +808,14 @@ def open_profile_child(db: Path, run_id: str) -> dict[str, float]:
 
     import pilot.launch as launch
     import pilot.runner as runner_module
+    from pilot.heap import settle_startup_heap
     from pilot.runner import Runner
     from pilot.store.event_store import EventStore
+    from tools.registry import default_registry
 
     marks: dict[str, float] = {"imports": (time.perf_counter() - started) * 1000}
+    registry = default_registry()  # built before the open, as the bench's children do
+    settle_startup_heap()
 
     class Loaded(BaseException):
         pass
@@ -839,7 +844,7 @@ def open_profile_child(db: Path, run_id: str) -> dict[str, float]:
         store = EventStore(f"sqlite:///{db}")
         marks["EventStore()"] = (time.perf_counter() - opened) * 1000
         try:
-            await launch.resume_run(Runner(store=store), store.find_run(run_id))
+            await launch.resume_run(Runner(store=store, registry=registry), store.find_run(run_id))
         except Loaded:
             marks["open→state"] = (time.perf_counter() - opened) * 1000
 
@@ -850,19 +855,29 @@ def open_profile_child(db: Path, run_id: str) -> dict[str, float]:
 def open_profile(n: int, repeats: int) -> None:
     """Where a resume's open → state goes: one run of N steps (killed at call N+1), then
     ``repeats`` fresh resume processes, each stopped at its loaded state; medians."""
+    ensure_bytecode(ROOT)
     with tempfile.TemporaryDirectory(prefix="bench-open-") as tmp:
-        folder = Path(tmp)
+        folder = Path(tmp) / "run"
+        folder.mkdir()
         db, out = folder / "bench.db", folder / "run.json"
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         subprocess.run(child_argv(CONFIGS["marathon"], "run", db, n, out), cwd=ROOT, env=env,
                        capture_output=True, check=False)  # fmt: skip
         run_id = json.loads(out.read_text())["run_id"]
         samples = []
-        for _ in range(repeats):
-            proc = subprocess.run(
-                [sys.executable, "-m", "bench.vs_langgraph", "_open", str(db), run_id],
-                cwd=ROOT, env=env, capture_output=True, text=True, check=True,
-            )  # fmt: skip
+        for repeat in range(repeats):
+            # Each resume opens a copy of the killed run's files as the kill left them (its
+            # WAL not checkpointed): the first resume's exit would checkpoint the original.
+            copy = Path(tmp) / f"resume-{repeat}"
+            shutil.copytree(folder, copy, symlinks=True)
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "bench.vs_langgraph", "_open", str(copy / db.name),
+                     run_id],
+                    cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+                )  # fmt: skip
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
             samples.append(json.loads(proc.stdout))
     keys = ["imports", *OPEN_STEPS, "load_run_state", "open→state"]
     print(f"resume at N={n}, ms, median of {repeats} fresh processes:")
