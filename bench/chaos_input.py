@@ -301,6 +301,7 @@ def workspace_escapes(base: Path) -> InputCases:
             ("read_file", {"path": path}),
             ("write_file", {"path": path, "content": "pwned\n"}),
             ("edit_file", {"path": path, "old": "secret", "new": "pwned"}),
+            ("replace_definition", {"path": path, "code": "def pwned():\n    pass"}),
             ("list_dir", {"path": path}),
             ("grep", {"pattern": "secret", "path": path}),
         ]
@@ -337,6 +338,7 @@ def odd_files(base: Path) -> InputCases:
             ("read_file", {"path": name}),
             ("grep", {"pattern": "bad|caf|with", "path": name}),
             ("edit_file", {"path": name, "old": "last", "new": "LAST"}),
+            ("replace_definition", {"path": name, "code": "def last():\n    pass"}),
             ("write_file", {"path": f"copy-{name}", "content": "\udcff surrogate \x00"}),
         ):
             finished = _invoke(executor, tool, arguments, result)

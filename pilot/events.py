@@ -115,6 +115,9 @@ class ToolStarted(_Event):
     call_id: str
     name: str
     mutates: bool
+    edits: bool = False
+    """A file tool that writes only the paths it names (``known_writes``): its success is an
+    edit, after which ``check_after_edit`` runs the phase's check."""
 
 
 class ToolFinished(_Event):
@@ -152,6 +155,9 @@ class CheckStarted(_Event):
     phase: int
     attempt: int
     command: str
+    after_edit: bool = False
+    """Run because a file edit succeeded (``check_after_edit``), not by finish: it does not
+    count as an attempt."""
 
 
 class CheckFinished(_Event):
@@ -168,6 +174,8 @@ class CheckFinished(_Event):
     head: str | None = None
     feedback: str = ""
     """What the model is told when the check failed and it may try again."""
+    after_edit: bool = False
+    """Run after a file edit (``check_after_edit``); not an attempt."""
 
 
 class Nudge(_Event):

@@ -69,6 +69,10 @@ class RegistryExecutor:
     def mutates(self, name: str) -> bool:
         return bool(self.registry.get(name).mutates)
 
+    def edits(self, name: str) -> bool:
+        tool = self.registry.get(name)
+        return bool(tool.mutates) and tool_known_writes(tool)
+
     def blocks(self, name: str) -> bool:
         return tool_blocks(self.registry.get(name))
 

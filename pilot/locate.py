@@ -70,17 +70,28 @@ def definition_search(name: str) -> str:
         raise ValueError(f"not a Python name: {name!r}")
     return (
         f"grep -rnE --include='*.py' '^[[:space:]]*(async[[:space:]]+)?def {name}[[:space:]]*\\(' ."
-        " | grep -v -e '/tests\\?/' -e '/test_' | head -3"
+        " | grep -v -e '/tests\\?/' -e '/test_' | head -10"
     )
 
 
-def first_hit(grep_output: str) -> tuple[str, int] | None:
-    """(path, line) of the first ``path:line:text`` line of grep's output."""
+def called_as_method(output: str, name: str) -> bool:
+    """Whether a failing line of ``output`` calls ``name`` as an attribute (``x.name(``)."""
+    return re.search(rf"\.{re.escape(name)}\s*\(", output) is not None
+
+
+def first_hit(grep_output: str, *, method: bool = False) -> tuple[str, int] | None:
+    """(path, line) of the first ``path:line:text`` line of grep's output; with ``method``,
+    the first indented ``def`` (a method) when there is one: ``v.bump()`` fails in the
+    class's method, not in a module-level function of the same name."""
+    hits = []
     for line in grep_output.splitlines():
         parts = line.split(":", 2)
         if len(parts) == 3 and parts[1].isdigit():
-            return parts[0].removeprefix("./"), int(parts[1])
-    return None
+            hits.append((parts[0].removeprefix("./"), int(parts[1]), parts[2]))
+    if method:
+        indented = [h for h in hits if h[2][:1].isspace()]
+        hits = indented or hits
+    return (hits[0][0], hits[0][1]) if hits else None
 
 
 def definition_block(text: str) -> str:

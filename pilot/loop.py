@@ -51,11 +51,19 @@ from pilot.images import (
     refused_output,
     undecodable,
 )
-from pilot.locate import MAX_LINES, definition_block, definition_search, failing_names, first_hit
+from pilot.locate import (
+    MAX_LINES,
+    called_as_method,
+    definition_block,
+    definition_search,
+    failing_names,
+    first_hit,
+)
 from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage, WaitEvent
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
 from pilot.repair import (
+    DEFINITION_TOOL,
     example_path,
     extract_text_tool_calls,
     fit_arguments,
@@ -113,6 +121,10 @@ class ToolExecutor(Protocol):
     def schemas(self, names: list[str]) -> list[dict[str, Any]]: ...
     def known(self, name: str) -> bool: ...
     def mutates(self, name: str) -> bool: ...
+    def edits(self, name: str) -> bool:
+        """Whether a call is a file edit (a tool that writes only the paths it names)."""
+        ...
+
     def blocks(self, name: str) -> bool:
         """Whether a call may block (I/O): it then runs in a worker thread, otherwise on the
         event loop, where it costs less than the hop to a thread."""
@@ -228,6 +240,9 @@ class AgentLoop:
         phase = self.plan.phases[state.phase.index]
         if state.pending_calls:
             await self.answer_call(phase, state.pending_calls[0])
+            return
+        if phase.check_after_edit and phase.check and state.phase.edited:
+            await self.check_edit(phase)
             return
         if state.phase.finish_called:
             await self.close_phase(phase)
@@ -715,7 +730,11 @@ class AgentLoop:
         # asked for it are committed together, with the next step's model_request: lost to a
         # kill, they cost asking the model again and re-running a read. A read-only step is
         # one transaction.
-        self.emit(ev.ToolStarted(call_id=call.id, name=call.name, mutates=mutates), commit=mutates)
+        edits = mutates and self.tools.edits(call.name)
+        self.emit(
+            ev.ToolStarted(call_id=call.id, name=call.name, mutates=mutates, edits=edits),
+            commit=mutates,
+        )
         started = time.monotonic()
         if self.tools.blocks(call.name):
             finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
@@ -833,10 +852,19 @@ class AgentLoop:
             if len(output) > CONTEXT_OUTPUT_CHARS:
                 output = "[... start cut ...]\n" + output[-CONTEXT_OUTPUT_CHARS:]
             sections.append(f"`{command}` ({status}):\n{output}")
+        located: list[str] = []
         if phase.locate:
-            sections += await self.located_code(index, "\n".join(outputs))
+            located = await self.located_code(index, "\n".join(outputs))
+            sections += located
         if sections:  # the task again, last: a small model follows what it read last
             sections.append(f"Your task (as above): {phase.prompt.strip()}")
+        if located and DEFINITION_TOOL in phase.tools:
+            # Shown a function, a small model fixes it by rewriting it whole; told so last,
+            # it answers with that rewrite (replace_definition takes the block as its call).
+            sections.append(
+                "To change a function shown above, answer with the whole corrected function "
+                "in one ```python block."
+            )
         return sections
 
     async def located_code(self, index: int, output: str) -> list[str]:
@@ -846,7 +874,7 @@ class AgentLoop:
             found = await asyncio.to_thread(
                 self.tools.run_check, definition_search(name), 60, f"phase-{index}-locate-{k}"
             )
-            hit = first_hit(found.output)
+            hit = first_hit(found.output, method=called_as_method(output, name))
             if hit is None:
                 continue
             path, line = hit
@@ -858,7 +886,9 @@ class AgentLoop:
             )
             block = definition_block(shown.output)
             if block:
-                sections.append(f"The code of {name} ({path}, line {line}):\n{block}")
+                sections.append(
+                    f"The code of {name} ({path}, line {line}):\n```python\n{block}\n```"
+                )
         return sections
 
     async def phase_images(self, index: int, phase: PhasePlan) -> tuple[list, list[str]]:
@@ -989,6 +1019,61 @@ class AgentLoop:
                 )
             )
             self.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name}: {reason}"))
+
+    async def check_edit(self, phase: PhasePlan) -> None:
+        """``check_after_edit``: the phase's check, run after a file edit succeeded. Passing on
+        a changed tree ends the phase; failing sends its output back at once. Not an attempt
+        (``max_attempts`` counts the checks that finish asks for)."""
+        progress = self.state.phase
+        assert progress is not None and phase.check is not None
+        command, attempt = phase.check, progress.check_attempts
+        self.emit(
+            ev.CheckStarted(phase=progress.index, attempt=attempt, command=command, after_edit=True)
+        )
+        started = time.monotonic()
+        outcome = await asyncio.to_thread(
+            self.tools.run_check,
+            command,
+            phase.check_timeout,
+            f"check-{progress.index}-edit-{progress.steps}",
+        )
+        passed = outcome.exit_code == 0 and not outcome.timed_out
+        if passed and phase.require_change and self.state.snapshot:
+            passed = self.workspace_changed(progress.start_snapshot, self.state.snapshot)
+        feedback = ""
+        if not passed:
+            status = "timed out" if outcome.timed_out else f"exit code {outcome.exit_code}"
+            output = outcome.output.strip()
+            if len(output) > CONTEXT_OUTPUT_CHARS:
+                output = "[... start cut ...]\n" + output[-CONTEXT_OUTPUT_CHARS:]
+            feedback = (
+                f"After that edit, the check `{command}` still fails ({status}); it runs "
+                f"again after each edit.\n\n{output}"
+            )
+        self.emit(
+            ev.CheckFinished(
+                phase=progress.index,
+                attempt=attempt,
+                command=command,
+                exit_code=outcome.exit_code,
+                passed=passed,
+                output=outcome.output,
+                timed_out=outcome.timed_out,
+                duration_s=time.monotonic() - started,
+                feedback=feedback,
+                after_edit=True,
+            )
+        )
+        await self.take_due_snapshot()
+        if passed:
+            self.emit(
+                ev.PhaseFinished(
+                    index=progress.index,
+                    name=phase.name,
+                    outcome="succeeded",
+                    summary=progress.finish_summary or f"`{command}` passed after the last edit",
+                )
+            )
 
     def refuse_unchanged(self, phase: PhasePlan, snapshot: str, head: str | None) -> None:
         """``require_change`` and nothing changed: a failed attempt, told like a failed check."""

@@ -13,6 +13,7 @@ what cannot be repaired is reported as an error the model can read.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import re
@@ -706,6 +707,53 @@ def _find_fenced(content: str, known: _Tools) -> list[_Found]:
     return found
 
 
+DEFINITION_TOOL = "replace_definition"
+_PYTHON_FENCE_RE = re.compile(r"```(python|py|python3)?[^\S\n]*\n(.*?)\n?[^\S\n]*```", re.DOTALL)
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _block_definition(source: str) -> tuple[str, str, int] | None:
+    """(name, code, statements left out) for a block holding exactly one top-level def or
+    class: the code is its imports and that definition, without the rest (a usage example, a
+    print) a model adds to show its fix."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    definitions = [n for n in tree.body if isinstance(n, _DEFINITIONS)]
+    if len(definitions) != 1:
+        return None
+    lines = source.splitlines()
+    kept, left_out = [], 0
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom, *_DEFINITIONS)):
+            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            kept.append("\n".join(lines[first - 1 : node.end_lineno]))
+        else:
+            left_out += 1
+    return definitions[0].name, "\n\n".join(kept), left_out
+
+
+def _find_definition(content: str, known: _Tools) -> list[_Found]:
+    """A fenced Python block that defines one function or class, as a replace_definition
+    call: what a coder model writes when it shows its fix. Only one such block per answer
+    (two are ambiguous) and only when the phase has the tool; the tool finds the file."""
+    if DEFINITION_TOOL not in known:
+        return []
+    blocks = []
+    for m in _PYTHON_FENCE_RE.finditer(content):
+        parsed = _block_definition(m.group(2))
+        if parsed is not None:
+            blocks.append((m, parsed))
+    if len(blocks) != 1:
+        return []
+    m, (name, code, left_out) = blocks[0]
+    repair = f"the fenced Python block defining {name} taken as a {DEFINITION_TOOL} call"
+    if left_out:
+        repair += f" ({left_out} other top-level statement(s) of the block left out)"
+    return [_Found(m.start(), m.end(), [(DEFINITION_TOOL, {"code": code})], [repair])]
+
+
 def _json_span_end(text: str, start: int) -> int:
     """Index just past the bracketed JSON value starting at ``text[start]`` (string-aware)."""
     depth = 0
@@ -842,6 +890,8 @@ def extract_text_tool_calls(
     for f in _find_named_json(content, known, found):
         if not _overlaps(f, found):
             found.append(f)
+    if not found:
+        found = _find_definition(content, known)
     if not found:
         return TextCallsResult([], content, [], known.unknown, known.errors)
     found.sort(key=lambda f: f.start)
@@ -1097,7 +1147,15 @@ def no_call_feedback(
         parts.append(f"There is no tool named {name!r}. The tools in this phase are: {listed}.")
     parts.extend(found.errors[:3])
     wrote_code = bool(_CODE_FENCE_RE.search(content))
-    if not parts and wrote_code and "edit_file" in schemas:
+    if not parts and wrote_code and DEFINITION_TOOL in schemas:
+        parts.append(
+            "You wrote code in your answer, but it changed no file: a code block counts as "
+            "an edit only when it holds exactly one whole function or class (then it replaces "
+            "the definition of that name). Answer with just the one corrected function in one "
+            "```python block, or call edit_file with the exact lines to replace (old) and "
+            "their replacement (new)."
+        )
+    elif not parts and wrote_code and "edit_file" in schemas:
         parts.append(
             "You wrote code in your answer, but code in an answer changes no file. To change "
             "a file, call edit_file with the exact lines to replace (old) and their "

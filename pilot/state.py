@@ -76,6 +76,8 @@ class PhaseProgress:
     pending_verdict: Verdict | None = None
     """A loop or no-progress verdict the loop must act on (nudge or end the phase)."""
     compactions_in_a_row: int = 0
+    edited: bool = False
+    """A file edit succeeded since the last check (``check_after_edit`` runs it then)."""
     start_snapshot: str | None = None
     """The workspace snapshot when the phase started (``require_change`` compares with it)."""
 
@@ -247,6 +249,15 @@ class RunState:
                     self.snapshot = ev.snapshot
                 if ev.head:
                     self.head = ev.head
+                if (
+                    self.phase is not None
+                    and started is not None
+                    and started.edits
+                    and started.call_id == ev.call_id
+                    and ev.executed
+                    and not ev.is_error
+                ):
+                    self.phase.edited = True
                 if ev.name == "finish" and not ev.is_error and self.phase is not None:
                     self.phase.finish_called = True
                     self.phase.finish_summary = _finish_summary(self, ev.call_id)
@@ -270,8 +281,17 @@ class RunState:
                     self.snapshot = ev.snapshot
                 if ev.head:
                     self.head = ev.head
-                if self.phase is not None:
+                if self.phase is not None and ev.after_edit:
                     self.phase.check_in_flight = None
+                    self.phase.edited = False
+                    self.phase.check_passed = ev.passed
+                    if not ev.passed:
+                        self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
+                        if ev.feedback:
+                            self._add({"role": "user", "content": ev.feedback})
+                elif self.phase is not None:
+                    self.phase.check_in_flight = None
+                    self.phase.edited = False
                     self.phase.check_attempts = ev.attempt
                     self.phase.check_passed = ev.passed
                     if not ev.passed:

@@ -66,7 +66,8 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             text.append(f"  <- {event.name}: ", style=style)
             text.append(_short(event.output, width - 30))
         case ev.CheckStarted():
-            text.append(f"check (attempt {event.attempt}): {event.command}", style="magenta")
+            when = "after the edit" if event.after_edit else f"attempt {event.attempt}"
+            text.append(f"check ({when}): {event.command}", style="magenta")
         case ev.CheckFinished():
             verdict = "passed" if event.passed else f"failed (exit {event.exit_code})"
             text.append(f"check {verdict}", style="green" if event.passed else "red")

@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pilot.locate import definition_block, definition_search, failing_names, first_hit
+from pilot.locate import (
+    called_as_method,
+    definition_block,
+    definition_search,
+    failing_names,
+    first_hit,
+)
 
 MODULE = '''def double(x):
     """Twice x.
@@ -67,3 +73,15 @@ def test_only_python_names_are_searched() -> None:
         assert "not a Python name" in str(exc)
     else:
         raise AssertionError("a name that is not an identifier reached the shell")
+
+
+def test_a_method_call_prefers_the_method() -> None:
+    grep = (
+        "./src/pkg/_deprecated.py:10:def bump_patch(version):\n"
+        "./src/pkg/version.py:200:    def bump_patch(self):\n"
+    )
+    output = ">       assert Version.parse('1.2.3').bump_patch() == v"
+    assert called_as_method(output, "bump_patch")
+    assert first_hit(grep, method=True) == ("src/pkg/version.py", 200)
+    assert first_hit(grep) == ("src/pkg/_deprecated.py", 10)
+    assert not called_as_method(">       assert bump_patch('1.2.3') == v", "bump_patch")

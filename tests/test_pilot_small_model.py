@@ -96,7 +96,9 @@ def test_no_progress_limit_fires_at_the_configured_count(tmp_path: Path, repo: P
     assert len(turns_taken) == 5, "stuck after exactly max_no_progress_steps steps"
 
 
-def run_script(tmp_path: Path, repo: Path, key: str, turns: list, phase: dict) -> tuple:
+def run_script(
+    tmp_path: Path, repo: Path, key: str, turns: list, phase: dict, tools: list | None = None
+) -> tuple:
     script = write_script(tmp_path / f"{key}.yaml", key, turns)
     with running_sim(
         SimConfig(model="test-model", max_model_len=32768, policy=f"script:{script}")
@@ -105,6 +107,7 @@ def run_script(tmp_path: Path, repo: Path, key: str, turns: list, phase: dict) -
             tmp_path / f"{key}-wf.yaml",
             key=key,
             endpoint=sim.openai_base_url,
+            tools=tools,
             phases=[{"name": "change", "prompt": "Change the code.", **phase}],
         )
         outcome = run_in_process(workflow, repo, tmp_path / f"{key}.db")
@@ -195,7 +198,8 @@ def test_locate_shows_the_function_a_failing_test_calls(tmp_path: Path, repo: Pa
     )
     assert outcome.status == "succeeded", outcome.reason
     [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
-    assert "The code of add (calc.py, line 1):\ndef add(a, b):\n    return a - b" in started.prompt
+    shown = "The code of add (calc.py, line 1):\n```python\ndef add(a, b):\n    return a - b\n```"
+    assert shown in started.prompt
     assert "VALUE" not in started.prompt
 
 
@@ -221,3 +225,74 @@ def test_build_artefacts_alone_are_no_change(tmp_path: Path, repo: Path) -> None
     )
     assert outcome.status == "failed"
     assert "no change made to the workspace" in (outcome.reason or "")
+
+
+def test_a_located_function_rewritten_in_a_python_block_is_the_fix(
+    tmp_path: Path, repo: Path
+) -> None:
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n\n\nVALUE = 1\n")
+    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
+    test = "python3 -c 'from calc import add; assert add(1, 2) == 3, add(1, 2)'"
+    failing = "printf '>       assert add(1, 2) == 3\\nE   assert -1 == 3\\n'; exit 1"
+    rewrite = {"content": "Here is the fix:\n```python\ndef add(a, b):\n    return a + b\n```"}
+    phase = {
+        "context": [failing],
+        "locate": True,
+        "check": test,
+        "require_change": True,
+    }
+    tools = ["read_file", "replace_definition", "edit_file", "finish"]
+    outcome, events = run_script(
+        tmp_path, repo, "rewrite", [rewrite, finish("fixed")], phase, tools
+    )
+    assert outcome.status == "succeeded", outcome.reason
+    [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
+    assert started.prompt.rstrip().endswith("in one ```python block.")
+    [done] = [e for e in events if isinstance(e, ev.ToolFinished) and e.name != "finish"]
+    assert done.name == "replace_definition" and not done.is_error, done.output
+    assert "-    return a - b\n+    return a + b" in done.output  # in the run's worktree
+    repairs = [r for e in events if isinstance(e, ev.AssistantMessage) for r in e.repairs]
+    assert "the fenced Python block defining add taken as a replace_definition call" in repairs
+
+
+def test_check_after_edit_ends_the_phase_at_the_edit_that_fixed_it(
+    tmp_path: Path, repo: Path
+) -> None:
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
+    test = "python3 -c 'from calc import add; assert add(1, 2) == 3, add(1, 2)'"
+    wrong = {"content": "```python\ndef add(a, b):\n    return a * b\n```"}
+    right = {"content": "```python\ndef add(a, b):\n    return a + b\n```"}
+    never = {"content": "```python\ndef add(a, b):\n    return 0\n```"}
+    phase = {"check": test, "require_change": True, "check_after_edit": True, "max_attempts": 1}
+    tools = ["read_file", "replace_definition", "finish"]
+    outcome, events = run_script(tmp_path, repo, "autocheck", [wrong, right, never], phase, tools)
+    assert outcome.status == "succeeded", outcome.reason
+    checks = [e for e in events if isinstance(e, ev.CheckFinished)]
+    assert [(c.after_edit, c.passed, c.attempt) for c in checks] == [
+        (True, False, 0),
+        (True, True, 0),
+    ]
+    assert (
+        "After that edit, the check" in checks[0].feedback
+        and "AssertionError: 2" in checks[0].feedback
+    )
+    assert len([e for e in events if isinstance(e, ev.AssistantMessage)]) == 2
+    [done] = [e for e in events if isinstance(e, ev.PhaseFinished)]
+    assert done.outcome == "succeeded" and "passed after the last edit" in done.summary
+
+
+def test_check_after_edit_needs_a_check(tmp_path: Path) -> None:
+    from pilot.errors import WorkflowError
+    from pilot.workflow.load import load_workflow
+
+    workflow = write_workflow(
+        tmp_path / "wf.yaml",
+        key="k",
+        endpoint="http://127.0.0.1:9/v1",
+        phases=[{"name": "fix", "prompt": "Fix it.", "check_after_edit": True}],
+    )
+    with pytest.raises(WorkflowError, match="check_after_edit runs the phase's check"):
+        load_workflow(workflow, {"repo": str(tmp_path)})

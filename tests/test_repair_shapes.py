@@ -161,3 +161,45 @@ def test_code_written_as_text_is_told_to_use_edit_file_on_the_prompts_file() -> 
     assert "code in an answer changes no file" in text
     assert '{"name": "edit_file", "arguments": {"path": "pkg/mod.py", "old": "..."' in text
     assert '"path": "..."' not in text, "no placeholder path for the model to copy"
+
+
+DEFINITION_SCHEMAS = {
+    t["function"]["name"]: t["function"]["parameters"]
+    for t in REGISTRY.openai_tools(["read_file", "replace_definition", "edit_file", "finish"])
+}
+
+
+def test_a_python_block_with_one_definition_is_a_replace_definition_call() -> None:
+    content = (
+        "The bug is the `= 1`.\n```python\nfrom collections import defaultdict\n\n"
+        "def frequencies(seq):\n    d = defaultdict(int)\n    for item in seq:\n"
+        "        d[item] += 1\n    return dict(d)\n\nprint(frequencies('aab'))\n```"
+    )
+    result = extract_text_tool_calls(content, DEFINITION_SCHEMAS)
+    [(name, arguments)] = result.calls
+    assert name == "replace_definition"
+    assert arguments["code"].startswith("from collections import defaultdict\n\ndef frequencies")
+    assert "print(" not in arguments["code"]
+    assert result.repairs == [
+        "the fenced Python block defining frequencies taken as a replace_definition call "
+        "(1 other top-level statement(s) of the block left out)"
+    ]
+    assert result.remaining_content == "The bug is the `= 1`."
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "```python\ndef a():\n    pass\n\ndef b():\n    pass\n```",  # two definitions
+        "```python\ndef a():\n    pass\n```\n```python\ndef b():\n    pass\n```",  # two blocks
+        "```python\ndef a(:\n```",  # not Python
+        "```bash\ndef a():\n    pass\n```",  # not a Python block
+    ],
+)
+def test_what_is_ambiguous_is_no_call(content: str) -> None:
+    assert extract_text_tool_calls(content, DEFINITION_SCHEMAS).calls == []
+
+
+def test_a_python_block_is_no_call_without_the_tool() -> None:
+    content = "```python\ndef frequencies(seq):\n    return {}\n```"
+    assert extract_text_tool_calls(content, SCHEMAS).calls == []

@@ -303,3 +303,20 @@ def test_read_file_reads_a_giant_line_in_pieces(ctx: ToolContext) -> None:
     assert not results[0].is_error and "line cut: 25,163,824 more characters" in out, out[-300:]
     assert "2\tsecond" in out
     assert peak < 8 * 1024 * 1024, f"{peak:,} bytes held for a 24 MB line"
+
+
+def test_an_edit_of_the_same_size_in_the_same_second_is_the_code_that_runs(
+    ctx: ToolContext,
+) -> None:
+    import subprocess
+    import sys
+
+    write(ctx, "calc.py", "def f():\n    return 1\n")
+    root = ctx.workspace.root
+    run = [sys.executable, "-c", "import calc; print(calc.f())"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    assert subprocess.run(run, cwd=root, env=env, capture_output=True, text=True).stdout == "1\n"
+    assert list((root / "__pycache__").glob("calc.*.pyc")), "the import compiled it"
+    assert not call(ctx, "edit_file", path="calc.py", old="return 1", new="return 2").is_error
+    assert not list((root / "__pycache__").glob("calc.*.pyc"))
+    assert subprocess.run(run, cwd=root, env=env, capture_output=True, text=True).stdout == "2\n"

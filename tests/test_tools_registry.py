@@ -16,6 +16,7 @@ EXPECTED = [
     "read_file",
     "write_file",
     "edit_file",
+    "replace_definition",
     "list_dir",
     "find_files",
     "grep",
@@ -41,7 +42,7 @@ def test_default_registry_has_every_tool_with_the_contract() -> None:
     reg = default_registry()
     assert reg.names() == EXPECTED
     mutating = {n for n in reg.names() if reg.get(n).mutates}
-    assert mutating == {"write_file", "edit_file", "run", "git_commit"}
+    assert mutating == {"write_file", "edit_file", "replace_definition", "run", "git_commit"}
     for name in reg.names():
         tool = reg.get(name)
         assert isinstance(tool, Tool)

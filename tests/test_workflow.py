@@ -37,6 +37,7 @@ TOOLS = [
     "read_file",
     "write_file",
     "edit_file",
+    "replace_definition",
     "list_dir",
     "find_files",
     "grep",
@@ -262,7 +263,7 @@ def test_unknown_tool_lists_the_valid_names() -> None:
     assert messages(text, tool_names=TOOLS) == [
         'wf.yaml:7:20: tools[1]: unknown tool "rnu" (did you mean "run"?); available tools: '
         "edit_file, find_files, finish, git_commit, git_diff, git_status, grep, list_dir, "
-        "read_file, run, write_file",
+        "read_file, replace_definition, run, write_file",
     ]
 
 

@@ -274,6 +274,27 @@ def atomic_write(real: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+    if real.suffix == ".py":
+        drop_stale_bytecode(real)
+
+
+def drop_stale_bytecode(source: Path) -> None:
+    """Remove ``source``'s compiled copies in ``__pycache__``. Python trusts a .pyc whose
+    recorded mtime (whole seconds) and size match the source: an edit of the same size within
+    the second of the last import (an agent's edit, then its test run, then the next edit)
+    would run the old code."""
+    cache = source.parent / "__pycache__"
+    try:
+        names = os.listdir(cache)
+    except OSError:
+        return
+    prefix = source.stem + "."
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".pyc"):
+            try:
+                os.unlink(cache / name)
+            except OSError:
+                pass
 
 
 def line_ending_of(data: bytes) -> str:

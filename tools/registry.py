@@ -278,6 +278,7 @@ def _ordered(prop: Any) -> Any:
 
 def default_registry() -> ToolRegistry:
     """A registry with every built-in tool."""
+    from tools.definitions import ReplaceDefinition
     from tools.files import EditFile, ReadFile, WriteFile
     from tools.finish import Finish
     from tools.git import GitCommit, GitDiff, GitStatus
@@ -290,6 +291,7 @@ def default_registry() -> ToolRegistry:
             ReadFile(),
             WriteFile(),
             EditFile(),
+            ReplaceDefinition(),
             ListDir(),
             FindFiles(),
             Grep(),

@@ -1,8 +1,11 @@
 """The two agents the suite compares on the same model: Marathon's pilot, and a plain loop.
 
 ``run_marathon`` drives the pilot in-process on a one-phase workflow: the task's test
-command is the phase's check, ``require_change`` refuses a finish on an unchanged tree, and
-the pilot's repairs, specific feedback, loop detection and compaction are all on.
+command is the phase's check (run after each file edit too, ``check_after_edit``),
+``require_change`` refuses a finish on an unchanged tree, the failing tests' output and the
+functions they call open the prompt (``context``, ``locate``), a function rewritten in a
+Python block is an edit (``replace_definition``), and the pilot's repairs, specific feedback,
+loop detection and compaction are all on.
 
 ``run_plain`` is a minimal loop in the style of mini-swe-agent: one bash command per answer
 in a fenced block, its output sent back, the same format reminder whenever the answer has
@@ -27,15 +30,17 @@ import yaml
 
 from bench.tasks.suite import Task, task_env
 
-SYSTEM_MARATHON = """You fix a repository alone; nobody answers questions. Every answer is \
-exactly one tool call, written as JSON: {"name": "<tool>", "arguments": {...}}
-The tools and their arguments:
+SYSTEM_MARATHON = """You fix a repository alone; nobody answers questions. Each answer does \
+one thing:
+- To change a function or class: write the whole corrected function (or class) in one \
+```python block, and nothing else. It replaces the definition of that name in the repository.
+- Or call a tool, written as JSON: {"name": "<tool>", "arguments": {...}}
 read_file {"path": "<file>", "offset": <first line>, "limit": <lines>}
 edit_file {"path": "<file>", "old": "<exact text copied from the file>", "new": "<new text>"}
 run {"command": "<shell command>"}
 finish {"summary": "<what you changed>"}
-Paths are relative to the repository root. Read the code the task names, change it with \
-edit_file, run the test command, and call finish when it passes."""
+Paths are relative to the repository root. Change the code the task names, then call \
+finish: the harness runs the test command and tells you the result."""
 
 SYSTEM_PLAIN = """You are a helpful assistant that can interact with a computer shell to \
 solve programming tasks in the repository in your current directory.
@@ -90,7 +95,14 @@ def marathon_workflow(
         # In the checkout itself: the hidden check runs there after the run (a run's own
         # worktree would keep every change out of its sight).
         "workspace": {"path": "{{ params.repo }}", "in_place": True},
-        "tools": ["read_file", "edit_file", "write_file", "run", "finish"],
+        "tools": [
+            "read_file",
+            "replace_definition",
+            "edit_file",
+            "write_file",
+            "run",
+            "finish",
+        ],
         "env_allowlist": ["PYTHONPATH", "PYTHONDONTWRITEBYTECODE"],
         "sandbox": "none",
         "system": SYSTEM_MARATHON,
@@ -98,7 +110,7 @@ def marathon_workflow(
         "phases": [
             {
                 "name": "task",
-                "prompt": f"{task.prompt}\nTest command: {task.test}\nIts output now:",
+                "prompt": f"{task.prompt.strip()}\nTest command: {task.test}",
                 # What a user's fix-the-tests workflow does first: run the tests, so the
                 # failure is in front of the model before its first step.
                 "context": [task.test],
@@ -107,6 +119,9 @@ def marathon_workflow(
                 "check": task.test,
                 "check_timeout": 300,
                 "require_change": True,
+                # Done at the edit that makes the tests pass: a small model rarely calls
+                # finish right after it, and wanders off.
+                "check_after_edit": True,
                 "max_attempts": 3,
             }
         ],

@@ -69,6 +69,8 @@ class PhasePlan:
     require_change: bool = False
     """The phase is done only if the workspace differs from the phase's start (and the check
     passes): a phase whose job is to change code cannot succeed by doing nothing."""
+    check_after_edit: bool = False
+    """Run the check after each successful file edit too; the phase ends once it passes."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,7 @@ def build_plan(
             context=text.context,
             locate=phase.locate,
             require_change=phase.require_change,
+            check_after_edit=phase.check_after_edit,
         )
         for index, (phase, text) in enumerate(zip(wf.phases, rendered.phases, strict=True))
     ]

@@ -622,6 +622,14 @@ class Phase(_Strict):
         description="Failed checks sent back to the model (with their output) before "
         "the phase fails.",
     )
+    check_after_edit: bool = Field(
+        False,
+        description="Also run the check after every file edit that succeeds (write_file, "
+        "edit_file, replace_definition): the phase is done the moment it passes (on a "
+        "changed tree), and a failure's output goes back to the model at once. These runs "
+        "do not count against max_attempts. For small models, which rarely call finish "
+        "right after the edit that fixed it.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -641,6 +649,15 @@ class Phase(_Strict):
         if value is not None and not value.strip():
             raise ValueError("an empty check always fails; remove `check` or give a command")
         return value
+
+    @model_validator(mode="after")
+    def _check_after_edit_needs_a_check(self) -> Phase:
+        if self.check_after_edit and self.check is None:
+            raise ValueError(
+                "check_after_edit runs the phase's check after each edit, and this phase has "
+                "no `check`; add one (e.g. the test command) or remove check_after_edit"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- workflow

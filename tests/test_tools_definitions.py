@@ -1,0 +1,157 @@
+"""replace_definition on a real temporary workspace: found by name, re-indented, imports
+added, and every refusal leaves the file as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.base import ToolContext, ToolResult
+from tools.registry import default_registry
+from tools.workspace import Workspace
+
+REGISTRY = default_registry()
+
+MODULE = '''"""A module."""
+
+import collections
+
+
+def count(seq):
+    d = collections.defaultdict(int)
+    for item in seq:
+        d[item] = 1
+    return dict(d)
+
+
+class Box:
+    @staticmethod
+    def size(x):
+        return x - 1
+'''
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ToolContext:
+    root = tmp_path / "ws"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "core.py").write_text(MODULE)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_core.py").write_text("def count():\n    pass\n")
+    return ToolContext(
+        workspace=Workspace(root), artifacts_dir=tmp_path / "artifacts", sandbox="none"
+    )
+
+
+def call(ctx: ToolContext, **args: object) -> ToolResult:
+    return REGISTRY.invoke("replace_definition", args, ctx)
+
+
+def core(ctx: ToolContext) -> str:
+    return (ctx.workspace.root / "pkg" / "core.py").read_text()
+
+
+def test_the_one_defining_file_outside_the_tests_is_found_and_imports_added(
+    ctx: ToolContext,
+) -> None:
+    code = (
+        "```python\nfrom collections import defaultdict\n\ndef count(seq):\n"
+        "    d = defaultdict(int)\n    for item in seq:\n        d[item] += 1\n"
+        "    return dict(d)\n```"
+    )
+    result = call(ctx, code=code)
+    assert not result.is_error, result.output
+    assert result.output.startswith("Replaced function count in pkg/core.py.")
+    namespace: dict = {}
+    exec(compile(core(ctx), "core.py", "exec"), namespace)
+    assert namespace["count"](["a", "a", "b"]) == {"a": 2, "b": 1}
+    assert core(ctx).index("from collections import defaultdict") < core(ctx).index("def count")
+    assert (ctx.workspace.root / "tests" / "test_core.py").read_text() == "def count():\n    pass\n"
+    assert ctx.workspace.written == ["pkg/core.py"]
+
+
+def test_a_method_keeps_its_indentation_and_decorator(ctx: ToolContext) -> None:
+    code = "@staticmethod\ndef size(x):\n    return x + 1\n"
+    result = call(ctx, code=code, path="pkg/core.py")
+    assert not result.is_error, result.output
+    assert "class Box:\n    @staticmethod\n    def size(x):\n        return x + 1\n" in core(ctx)
+    assert core(ctx).count("@staticmethod") == 1
+
+
+def test_a_new_name_is_added_at_the_end_of_the_file_given(ctx: ToolContext) -> None:
+    result = call(ctx, code="def twice(x):\n    return 2 * x", path="pkg/core.py")
+    assert result.output.startswith("Added function twice in pkg/core.py."), result.output
+    assert core(ctx).endswith("        return x - 1\n\n\ndef twice(x):\n    return 2 * x\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ({"code": "def count(seq):\n    return ("}, "not valid Python (line 2"),
+        ({"code": "def a():\n    pass\n\ndef b():\n    pass"}, "exactly one function or class"),
+        ({"code": "x = 1"}, "it holds a assign statement (line 1)"),
+        ({"code": "def nowhere():\n    pass"}, "no Python file in the workspace defines nowhere"),
+        ({"code": "def size(x):\n    return x", "path": "pkg/missing.py"}, "no such file"),
+        ({"code": MODULE.split("\n\n\n")[1], "path": "pkg/core.py"}, "nothing changed"),
+        (
+            {"code": "def count(seq):\n    return 1", "path": "../out.py"},
+            "climb above the workspace root",
+        ),
+    ],
+)
+def test_refusals_say_why_and_change_nothing(
+    ctx: ToolContext, args: dict[str, str], says: str
+) -> None:
+    result = call(ctx, **args)
+    assert result.is_error and says in result.output, result.output
+    assert core(ctx) == MODULE
+
+
+def test_an_ambiguous_name_is_refused(ctx: ToolContext) -> None:
+    (ctx.workspace.root / "pkg" / "other.py").write_text("def count():\n    return 0\n")
+    result = call(ctx, code="def count(seq):\n    return 0")
+    assert result.is_error and "count is defined in 2 files" in result.output
+    assert core(ctx) == MODULE
+
+
+def test_a_file_that_does_not_parse_is_left_alone(ctx: ToolContext) -> None:
+    broken = MODULE.replace("def count(seq):", "def count(seq:")
+    (ctx.workspace.root / "pkg" / "core.py").write_text(broken)
+    result = call(ctx, code="def size(x):\n    return x\n", path="pkg/core.py")
+    assert result.is_error and "does not parse now (line 6" in result.output, result.output
+    assert core(ctx) == broken
+
+
+def test_crlf_files_stay_crlf(ctx: ToolContext) -> None:
+    path = ctx.workspace.root / "pkg" / "win.py"
+    path.write_bytes(b"def f():\r\n    return 1\r\n")
+    result = call(ctx, code="def f():\n    return 2\n", path="pkg/win.py")
+    assert not result.is_error, result.output
+    assert path.read_bytes() == b"def f():\r\n    return 2\r\n"
+
+
+def test_a_method_goes_to_the_class_not_to_a_function_of_the_same_name(
+    ctx: ToolContext,
+) -> None:
+    (ctx.workspace.root / "pkg" / "old.py").write_text("def size(version):\n    return 0\n")
+    # ... and in core.py itself, a module-level size beside Box.size
+    with open(ctx.workspace.root / "pkg" / "core.py", "a") as fh:
+        fh.write("\n\ndef size(version):\n    return 0\n")
+    result = call(ctx, code="def size(self):\n    return 42")
+    assert result.output.startswith("Replaced function size in pkg/core.py."), result.output
+    assert "    def size(self):\n        return 42\n" in core(ctx)
+    assert core(ctx).endswith("def size(version):\n    return 0\n")
+
+
+def test_a_link_out_of_the_workspace_is_neither_read_nor_written(
+    ctx: ToolContext, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.py"
+    outside.write_text("def secret():\n    return 1\n")
+    (ctx.workspace.root / "pkg" / "link.py").symlink_to(outside)
+    searched = call(ctx, code="def secret():\n    return 2")
+    assert searched.is_error and "no Python file in the workspace defines secret" in searched.output
+    given = call(ctx, code="def secret():\n    return 2", path="pkg/link.py")
+    assert given.is_error and "refused" in given.output, given.output
+    assert outside.read_text() == "def secret():\n    return 1\n"
