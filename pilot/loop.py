@@ -72,6 +72,7 @@ from pilot.repair import (
     resolve_tool_name,
 )
 from pilot.state import RunState, check_failed_message
+from pilot.text_turns import as_text_turns, has_text_calls, text_call_id
 from pilot.workflow.plan import Limits, PhasePlan, RunPlan
 
 _T = TypeVar("_T")
@@ -177,6 +178,7 @@ class AgentLoop:
         self._stop_waiter: asyncio.Future[Any] | None = None
         self._fitted: tuple[Any, Any, dict[str, dict[str, Any] | None]] | None = None
         """The last phase's tool names and schema list, and the schemas by name built of them."""
+        self._text_mode: bool | None = None
         self.media = Materializer()
 
     # -- the driver -----------------------------------------------------------------------
@@ -322,7 +324,10 @@ class AgentLoop:
         count: PromptCount | None = None
         max_tokens = self.plan.model.max_tokens
         budget = self.budget()
-        messages = self.request_messages(state.messages)
+        history = state.messages
+        if self.text_mode(history):
+            history = as_text_turns(history)
+        messages = self.request_messages(history)
         if budget is not None:
             count = await self.fits_without_counting(budget, model, messages, tools)
             if count is not None:
@@ -621,13 +626,14 @@ class AgentLoop:
                 for position, (name, arguments) in enumerate(found.calls):
                     calls.append(
                         ev.ToolCall(
-                            id=new_call_id(step, position),
+                            id=text_call_id(step, position),
                             name=name,
                             arguments=json.dumps(arguments, ensure_ascii=False),
                             raw_arguments=content,
                         )
                     )
                 repairs.extend(found.repairs or ["tool call written as text in content"])
+                self._text_mode = True
                 content = found.remaining_content or None
         usage = response.usage
         # With calls, it waits for the first transaction its calls need: a mutating call's
@@ -669,6 +675,14 @@ class AgentLoop:
                 path=example_path(phase.prompt),
             )
             self.emit(ev.Nudge(reason="no_tool_call", text=text))
+
+    def text_mode(self, messages: list[dict[str, Any]]) -> bool:
+        """Whether the model writes its calls as text (any call so far was recovered from
+        text): its history is then sent back as text (``pilot.text_turns``). Scanned once per
+        process, then kept up to date by ``record_response``."""
+        if self._text_mode is None:
+            self._text_mode = has_text_calls(messages)
+        return self._text_mode
 
     def last_nudge(self) -> str | None:
         """The text of the last message the harness added as the user, if it was the last."""

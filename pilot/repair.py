@@ -21,6 +21,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.definitions import ReplaceDefinition
+
 __all__ = [
     "GEMMA_STRING_DELIM",
     "FitResult",
@@ -707,7 +709,7 @@ def _find_fenced(content: str, known: _Tools) -> list[_Found]:
     return found
 
 
-DEFINITION_TOOL = "replace_definition"
+DEFINITION_TOOL = ReplaceDefinition.name
 _PYTHON_FENCE_RE = re.compile(r"```(python|py|python3)?[^\S\n]*\n(.*?)\n?[^\S\n]*```", re.DOTALL)
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 

@@ -252,6 +252,7 @@ def test_a_located_function_rewritten_in_a_python_block_is_the_fix(
     [done] = [e for e in events if isinstance(e, ev.ToolFinished) and e.name != "finish"]
     assert done.name == "replace_definition" and not done.is_error, done.output
     assert "-    return a - b\n+    return a + b" in done.output  # in the run's worktree
+    assert done.call_id.startswith("text-"), "sent back to the model as text"
     repairs = [r for e in events if isinstance(e, ev.AssistantMessage) for r in e.repairs]
     assert "the fenced Python block defining add taken as a replace_definition call" in repairs
 
