@@ -79,6 +79,9 @@ class ModelRequest(_Event):
     prompt_bound: bool = False
     """``prompt_tokens`` is an upper bound, not a count: far from the window's limits the
     bound proves the request fits and no ``/tokenize`` round trip is made."""
+    temperature: float | None = None
+    """Set when the request was sampled hotter than the workflow's temperature, because the
+    model repeated the same call with the same result (``pilot.progress.hotter``)."""
 
 
 class ToolCall(BaseModel):

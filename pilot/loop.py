@@ -61,7 +61,7 @@ from pilot.locate import (
 )
 from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage, WaitEvent
-from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action
+from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action, hotter
 from pilot.repair import (
     DEFINITION_TOOL,
     example_path,
@@ -343,6 +343,11 @@ class AgentLoop:
                 await self.compact(phase, budget, count, reason="no_room")
                 return
         step = state.steps + 1
+        sampling = self.plan.model.sampling
+        repeats = state.phase.tracker.repeats if state.phase else 0
+        temperature = hotter(sampling.get("temperature"), repeats)
+        if temperature is not None:
+            sampling = {**sampling, "temperature": temperature}
         self.emit(
             ev.ModelRequest(
                 step=step,
@@ -350,6 +355,7 @@ class AgentLoop:
                 max_tokens=max_tokens,
                 prompt_tokens=count.total if count else None,
                 prompt_bound=bool(count and count.bounded),
+                temperature=temperature,
             )
         )
         # model_construct: these fields are built here with the right types; validating would
@@ -359,7 +365,7 @@ class AgentLoop:
             messages=messages,
             tools=tools,
             tool_choice="auto" if phase.tools else None,
-            **self.plan.model.sampling,
+            **sampling,
             max_tokens=max_tokens,
             extra_body=self.plan.model.extra_body,
         )

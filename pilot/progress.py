@@ -225,6 +225,19 @@ class ProgressTracker:
     def observe_turn(self, content: str | None, had_calls: bool) -> Verdict:
         return self.observe(TurnObs(content, had_calls))
 
+    @property
+    def repeats(self) -> int:
+        """How many times in a row the last call was made with the same result (0: none)."""
+        if not self._recent:
+            return 0
+        last = self._recent[-1][0]
+        run = 0
+        for sig, _ in reversed(self._recent):
+            if sig != last:
+                break
+            run += 1
+        return run
+
     # -- internals ------------------------------------------------------------------------
 
     def _progress(self) -> None:
@@ -255,11 +268,7 @@ class ProgressTracker:
 
     def _repeat_check(self) -> Verdict | None:
         last, raw = self._recent[-1]
-        run = 0
-        for sig, _ in reversed(self._recent):
-            if sig != last:
-                break
-            run += 1
+        run = self.repeats
         if run < self.limits.repeat:
             return None
         detail = f"{last.label(raw)} called {run} times in a row with the same result"
@@ -349,6 +358,24 @@ class ProgressTracker:
         self.nudges += 1
         self._nudged_at[kind] = self.step
         return Verdict("nudge", kind, detail, message)
+
+
+HOTTER_STEP = 0.35
+"""How much hotter each repeat of the same call with the same result is sampled."""
+
+
+def hotter(temperature: float | None, repeats: int) -> float | None:
+    """The temperature for the next request after the model made the same call with the same
+    result ``repeats`` times in a row; None to keep the workflow's own.
+
+    A model sampled cold answers the same prompt with the same tokens: told that its answer
+    changed nothing, a small model writes it again, word for word, until the loop detector
+    stops the phase. Each repeat samples hotter (up to 1.0), so the next answer can differ.
+    Without a temperature in the workflow the server's default is kept as it is.
+    """
+    if temperature is None or repeats < 2 or temperature >= 1.0:
+        return None
+    return round(min(1.0, temperature + HOTTER_STEP * (repeats - 1)), 2)
 
 
 def observations_from_events(events: Iterable[ev.Event]) -> list[Observation]:

@@ -48,6 +48,8 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             text.append(f"phase {event.index + 1}: {event.name}", style="bold cyan")
         case ev.ModelRequest():
             text.append(f"step {event.step}: asking the model", style="dim")
+            if event.temperature is not None:
+                text.append(f" (temperature {event.temperature}: it repeated itself)", style="dim")
         case ev.AssistantMessage():
             usage = event.usage
             tokens = f" [{usage.prompt_tokens}+{usage.completion_tokens} tok]" if usage else ""

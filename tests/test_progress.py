@@ -388,3 +388,18 @@ def test_durations_are_blanked_as_the_python_pattern_would_on_ascii_text() -> No
         "12\n34 s 56\ts",
     ]:
         assert _untimed(text) == re.sub(DURATION_PATTERN, "<duration>", text, flags=re.ASCII)
+
+
+def test_each_repeat_samples_hotter_up_to_one() -> None:
+    from pilot.progress import ProgressTracker, hotter
+
+    tracker = ProgressTracker()
+    assert tracker.repeats == 0
+    for expected in (1, 2, 3):
+        tracker.observe_call("edit_file", '{"path": "a"}', "Error: same", False, None)
+        assert tracker.repeats == expected
+    assert [hotter(0.2, n) for n in (0, 1, 2, 3, 4)] == [None, None, 0.55, 0.9, 1.0]
+    assert hotter(None, 3) is None, "the server's default temperature is left alone"
+    assert hotter(1.0, 3) is None
+    tracker.observe_call("read_file", '{"path": "a"}', "text", False, None)
+    assert tracker.repeats == 1
