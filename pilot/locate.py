@@ -64,6 +64,14 @@ def failing_names(output: str) -> list[str]:
     return names[:MAX_NAMES]
 
 
+def focus(names: list[str], prompt: str) -> list[str]:
+    """The names the phase's prompt mentions, when it mentions any, else all of them: a
+    failing line calls helpers too (``first(rest(interpose(...)))``), and the prompt says
+    which function is at fault."""
+    named = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}\b", prompt)]
+    return named or names
+
+
 def definition_search(name: str) -> str:
     """The shell command listing ``def name(`` in the workspace's Python files, tests last."""
     if not re.fullmatch(r"[A-Za-z_]\w*", name):

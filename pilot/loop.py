@@ -58,12 +58,14 @@ from pilot.locate import (
     definition_search,
     failing_names,
     first_hit,
+    focus,
 )
 from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage, WaitEvent
 from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action, hotter
 from pilot.repair import (
     DEFINITION_TOOL,
+    addition_target,
     example_path,
     extract_text_tool_calls,
     fit_arguments,
@@ -630,6 +632,10 @@ class AgentLoop:
             found = extract_text_tool_calls(content, schemas)
             if found.calls:
                 for position, (name, arguments) in enumerate(found.calls):
+                    if name == DEFINITION_TOOL and "path" not in arguments:
+                        target = addition_target(arguments.get("code", ""), phase.prompt)
+                        if target is not None:
+                            arguments = {**arguments, "add_to": target}
                     calls.append(
                         ev.ToolCall(
                             id=text_call_id(step, position),
@@ -874,7 +880,7 @@ class AgentLoop:
             sections.append(f"`{command}` ({status}):\n{output}")
         located: list[str] = []
         if phase.locate:
-            located = await self.located_code(index, "\n".join(outputs))
+            located = await self.located_code(index, "\n".join(outputs), phase.prompt)
             sections += located
         if sections:  # the task again, last: a small model follows what it read last
             sections.append(f"Your task (as above): {phase.prompt.strip()}")
@@ -887,10 +893,11 @@ class AgentLoop:
             )
         return sections
 
-    async def located_code(self, index: int, output: str) -> list[str]:
-        """The source of each function the failures in ``output`` call (``pilot.locate``)."""
+    async def located_code(self, index: int, output: str, prompt: str) -> list[str]:
+        """The source of each function the failures in ``output`` call (``pilot.locate``),
+        those the phase's prompt names when it names any."""
         sections = []
-        for k, name in enumerate(failing_names(output)):
+        for k, name in enumerate(focus(failing_names(output), prompt)):
             found = await asyncio.to_thread(
                 self.tools.run_check, definition_search(name), 60, f"phase-{index}-locate-{k}"
             )

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.definitions import ReplaceDefinition
+from tools.definitions import ReplaceDefinition, is_test_path
 
 __all__ = [
     "GEMMA_STRING_DELIM",
@@ -734,6 +734,19 @@ def _block_definition(source: str) -> tuple[str, str, int] | None:
         else:
             left_out += 1
     return definitions[0].name, "\n\n".join(kept), left_out
+
+
+def addition_target(code: str, prompt: str) -> str | None:
+    """The file a phase's prompt names for a definition no file has yet: of the .py paths
+    it names, the one test file for a test function, the one other file otherwise; None when
+    that is not exactly one (then the tool says no file defines the name)."""
+    parsed = _block_definition(code)
+    if parsed is None:
+        return None
+    wants_test = parsed[0].startswith("test")
+    paths = list(dict.fromkeys(m.group(1) for m in _PATH_RE.finditer(prompt)))
+    fits = [p for p in paths if p.endswith(".py") and is_test_path(p) == wants_test]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _find_definition(content: str, known: _Tools) -> list[_Found]:

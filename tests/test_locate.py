@@ -13,6 +13,7 @@ from pilot.locate import (
     definition_search,
     failing_names,
     first_hit,
+    focus,
 )
 
 MODULE = '''def double(x):
@@ -85,3 +86,10 @@ def test_a_method_call_prefers_the_method() -> None:
     assert first_hit(grep, method=True) == ("src/pkg/version.py", 200)
     assert first_hit(grep) == ("src/pkg/_deprecated.py", 10)
     assert not called_as_method(">       assert bump_patch('1.2.3') == v", "bump_patch")
+
+
+def test_the_names_the_prompt_mentions_come_alone() -> None:
+    names = ["first", "rest", "interpose"]
+    assert focus(names, "Fix `interpose` in toolz/itertoolz.py.") == ["interpose"]
+    assert focus(names, "The tests fail.") == names
+    assert focus(["rest"], "see toolz.rest_of_it") == ["rest"], "no mention: all of them"

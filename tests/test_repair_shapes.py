@@ -203,3 +203,18 @@ def test_what_is_ambiguous_is_no_call(content: str) -> None:
 def test_a_python_block_is_no_call_without_the_tool() -> None:
     content = "```python\ndef frequencies(seq):\n    return {}\n```"
     assert extract_text_tool_calls(content, SCHEMAS).calls == []
+
+
+def test_a_new_definition_goes_to_the_file_the_prompt_names() -> None:
+    from pilot.repair import addition_target
+
+    prompt = (
+        "Add a function `count_if(pred, seq)` to toolz/itertoolz.py and a test "
+        "`test_count_if` to toolz/tests/test_itertoolz.py."
+    )
+    function = "def count_if(pred, seq):\n    return sum(1 for x in seq if pred(x))"
+    test = "def test_count_if():\n    assert count_if(bool, [0, 1]) == 1"
+    assert addition_target(function, prompt) == "toolz/itertoolz.py"
+    assert addition_target(test, prompt) == "toolz/tests/test_itertoolz.py"
+    assert addition_target(function, "Add it to a.py or b.py.") is None, "two: no guess"
+    assert addition_target("x = 1", prompt) is None

@@ -155,3 +155,11 @@ def test_a_link_out_of_the_workspace_is_neither_read_nor_written(
     given = call(ctx, code="def secret():\n    return 2", path="pkg/link.py")
     assert given.is_error and "refused" in given.output, given.output
     assert outside.read_text() == "def secret():\n    return 1\n"
+
+
+def test_add_to_is_used_only_when_no_file_defines_the_name(ctx: ToolContext) -> None:
+    added = call(ctx, code="def twice(x):\n    return 2 * x", add_to="pkg/core.py")
+    assert added.output.startswith("Added function twice in pkg/core.py."), added.output
+    replaced = call(ctx, code="def count(seq):\n    return {}", add_to="pkg/other.py")
+    assert replaced.output.startswith("Replaced function count in pkg/core.py."), replaced.output
+    assert not (ctx.workspace.root / "pkg" / "other.py").exists()

@@ -45,6 +45,11 @@ class ReplaceDefinitionArgs(ToolArgs):
         description="The Python file, relative to the workspace root. Omitted: the one "
         "Python file that defines this name (tests last).",
     )
+    add_to: str | None = Field(
+        default=None,
+        description="Without `path`, the file a new definition goes to when no file "
+        "defines this name yet.",
+    )
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,7 @@ class ReplaceDefinition:
 
     def run(self, args: ReplaceDefinitionArgs, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         new = parse_new_definition(args.code)
-        rel = args.path if args.path else self._defining_file(ctx, new)
+        rel = args.path if args.path else self._defining_file(ctx, new, args.add_to)
         real = ctx.workspace.resolve(rel, for_write=True)
         rel = ctx.workspace.relative(real)
         if not rel.endswith(".py"):
@@ -175,7 +180,7 @@ class ReplaceDefinition:
             f"{verb} {new.kind} {new.name} in {rel}.\n{unified_diff(text, updated, rel)}"
         )
 
-    def _defining_file(self, ctx: ToolContext, new: NewDefinition) -> str:
+    def _defining_file(self, ctx: ToolContext, new: NewDefinition, add_to: str | None) -> str:
         """The one .py file that defines ``new``'s name (outside the tests first; as a
         method or not, like ``new``, when several do), or a ToolError."""
         pattern = re.compile(rf"^([ \t]*)(?:async\s+def|def|class)\s+{re.escape(new.name)}\b", re.M)
@@ -198,6 +203,8 @@ class ReplaceDefinition:
             source = alike if len(alike) == 1 else source
         if len(source) == 1:
             return source[0]
+        if not source and add_to:
+            return add_to
         if not source:
             raise ToolError(
                 f"no Python file in the workspace defines {new.name}; give `path` to add it "

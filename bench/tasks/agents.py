@@ -30,17 +30,14 @@ import yaml
 
 from bench.tasks.suite import Task, task_env
 
-SYSTEM_MARATHON = """You fix a repository alone; nobody answers questions. Each answer does \
-one thing:
-- To change a function or class: write the whole corrected function (or class) in one \
-```python block, and nothing else. It replaces the definition of that name in the repository.
-- Or call a tool, written as JSON: {"name": "<tool>", "arguments": {...}}
-read_file {"path": "<file>", "offset": <first line>, "limit": <lines>}
-edit_file {"path": "<file>", "old": "<exact text copied from the file>", "new": "<new text>"}
-run {"command": "<shell command>"}
-finish {"summary": "<what you changed>"}
-Paths are relative to the repository root. Change the code the task names, then call \
-finish: the harness runs the test command and tells you the result."""
+SYSTEM_MARATHON = """You fix bugs in Python code in a repository, alone: nobody answers \
+questions. To change a function, answer with the whole corrected function in one ```python \
+block; it replaces the function of that name (a new function goes to the file the task \
+names). The harness runs the tests after each change and tells you the result.
+Other tools, if you need them, as JSON: {"name": "read_file", "arguments": {"path": \
+"<file>"}}, {"name": "edit_file", "arguments": {"path": "<file>", "old": "<exact text>", \
+"new": "<new text>"}}, {"name": "run", "arguments": {"command": "<shell command>"}}, \
+{"name": "finish", "arguments": {"summary": "<what you changed>"}}."""
 
 SYSTEM_PLAIN = """You are a helpful assistant that can interact with a computer shell to \
 solve programming tasks in the repository in your current directory.
