@@ -265,6 +265,17 @@ class WorkspaceRestored(_Event):
     reason: str
 
 
+class AttemptRestarted(_Event):
+    """``retry_fresh``: the try that failed is undone (workspace back to the phase's start)
+    and the model is asked again from the phase's prompt alone, sampled hotter."""
+
+    type: Literal["attempt_restarted"] = "attempt_restarted"
+    phase: int
+    reason: str
+    snapshot: str | None = None
+    head: str | None = None
+
+
 class ImageFallback(_Event):
     """The server refused the run's images: send data URLs from now on, or no images at all."""
 
@@ -315,6 +326,7 @@ Event = Annotated[
     | ServerAway
     | ServerBack
     | WorkspaceRestored
+    | AttemptRestarted
     | ImageFallback
     | RunPaused
     | RunResumed

@@ -248,6 +248,9 @@ class AgentLoop:
         if phase.check_after_edit and phase.check and state.phase.edited:
             await self.check_edit(phase)
             return
+        if phase.retry_fresh and state.phase.failed_try is not None:
+            await self.restart_try(phase)
+            return
         if state.phase.finish_called:
             await self.close_phase(phase)
             return
@@ -347,6 +350,8 @@ class AgentLoop:
         step = state.steps + 1
         sampling = self.plan.model.sampling
         repeats = state.phase.tracker.repeats if state.phase else 0
+        if state.phase is not None and state.phase.restarts:
+            repeats = max(repeats, 2)  # a fresh try of the same prompt: sampled hotter
         temperature = hotter(sampling.get("temperature"), repeats)
         if temperature is not None:
             sampling = {**sampling, "temperature": temperature}
@@ -1101,6 +1106,21 @@ class AgentLoop:
                     summary=progress.finish_summary or f"`{command}` passed after the last edit",
                 )
             )
+
+    async def restart_try(self, phase: PhasePlan) -> None:
+        """``retry_fresh``: undo the failed try and start again from the phase's prompt. The
+        restore is idempotent and the decision comes from the state, so a kill before the
+        event is recorded makes the same restart on resume."""
+        progress = self.state.phase
+        assert progress is not None and progress.failed_try is not None
+        snapshot, head = progress.start_snapshot, progress.start_head
+        if snapshot and snapshot != self.state.snapshot:
+            await asyncio.to_thread(self.workspace.restore, snapshot, head)
+        self.emit(
+            ev.AttemptRestarted(
+                phase=progress.index, reason=progress.failed_try, snapshot=snapshot, head=head
+            )
+        )
 
     def refuse_unchanged(self, phase: PhasePlan, snapshot: str, head: str | None) -> None:
         """``require_change`` and nothing changed: a failed attempt, told like a failed check."""

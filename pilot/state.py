@@ -17,6 +17,7 @@ from typing import Any
 from pilot.context import apply_compaction
 from pilot.events import (
     AssistantMessage,
+    AttemptRestarted,
     CheckFinished,
     CheckStarted,
     Compaction,
@@ -80,6 +81,11 @@ class PhaseProgress:
     """A file edit succeeded since the last check (``check_after_edit`` runs it then)."""
     start_snapshot: str | None = None
     """The workspace snapshot when the phase started (``require_change`` compares with it)."""
+    start_head: str | None = None
+    failed_try: str | None = None
+    """Why the current try failed (an edit refused, the check failed): ``retry_fresh`` then
+    starts again from the phase's prompt."""
+    restarts: int = 0
 
 
 @dataclass
@@ -189,6 +195,7 @@ class RunState:
                     message_index=len(self.messages),
                     tracker=ProgressTracker(self.progress_limits, snapshot=self.snapshot),
                     start_snapshot=self.snapshot,
+                    start_head=self.head,
                 )
                 self.images.update((ref.sha256, ref) for ref in ev.images)
                 self._add({"role": "user", "content": prompt_content(ev.prompt, ev.images)})
@@ -255,9 +262,11 @@ class RunState:
                     and started.edits
                     and started.call_id == ev.call_id
                     and ev.executed
-                    and not ev.is_error
                 ):
-                    self.phase.edited = True
+                    if ev.is_error:
+                        self.phase.failed_try = f"{ev.name} was refused"
+                    else:
+                        self.phase.edited = True
                 if ev.name == "finish" and not ev.is_error and self.phase is not None:
                     self.phase.finish_called = True
                     self.phase.finish_summary = _finish_summary(self, ev.call_id)
@@ -286,6 +295,7 @@ class RunState:
                     self.phase.edited = False
                     self.phase.check_passed = ev.passed
                     if not ev.passed:
+                        self.phase.failed_try = f"`{ev.command}` failed after the edit"
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
                             self._add({"role": "user", "content": ev.feedback})
@@ -295,6 +305,7 @@ class RunState:
                     self.phase.check_attempts = ev.attempt
                     self.phase.check_passed = ev.passed
                     if not ev.passed:
+                        self.phase.failed_try = f"the check ({ev.command}) failed"
                         self.phase.finish_called = False
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
@@ -336,6 +347,22 @@ class RunState:
                 self.snapshot = ev.snapshot
                 self.head = ev.head or self.head
                 self.started_call = None
+            case AttemptRestarted():
+                if ev.snapshot:
+                    self.snapshot = ev.snapshot
+                self.head = ev.head or self.head
+                if self.phase is not None:
+                    phase = self.phase
+                    keep = phase.message_index + 1  # the history up to the phase's prompt
+                    self.messages = self.messages[:keep]
+                    self.message_seqs = self.message_seqs[:keep]
+                    phase.failed_try = None
+                    phase.edited = False
+                    phase.restarts += 1
+                    phase.pending_verdict = None
+                    phase.tracker = ProgressTracker(
+                        self.progress_limits, snapshot=self.snapshot, step=phase.tracker.step
+                    )
             case ImageFallback():
                 if ev.action == "data_url":
                     self.images_data_only = True

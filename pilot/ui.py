@@ -107,6 +107,8 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             text.append(f"server back after {event.waited_s:.1f}s", style="green")
         case ev.WorkspaceSnapshot():
             text.append(f"  snapshot {event.snapshot[:10]}", style="dim")
+        case ev.AttemptRestarted():
+            text.append(f"starting the phase's try again: {event.reason}", style="yellow")
         case ev.WorkspaceRestored():
             text.append(f"workspace restored to {event.snapshot[:10]}: {event.reason}", "yellow")
         case ev.RunPaused():

@@ -97,11 +97,17 @@ def test_no_progress_limit_fires_at_the_configured_count(tmp_path: Path, repo: P
 
 
 def run_script(
-    tmp_path: Path, repo: Path, key: str, turns: list, phase: dict, tools: list | None = None
+    tmp_path: Path,
+    repo: Path,
+    key: str,
+    turns: list,
+    phase: dict,
+    tools: list | None = None,
+    **script: object,
 ) -> tuple:
-    script = write_script(tmp_path / f"{key}.yaml", key, turns)
+    script_path = write_script(tmp_path / f"{key}.yaml", key, turns, **script)
     with running_sim(
-        SimConfig(model="test-model", max_model_len=32768, policy=f"script:{script}")
+        SimConfig(model="test-model", max_model_len=32768, policy=f"script:{script_path}")
     ) as sim:
         workflow = write_workflow(
             tmp_path / f"{key}-wf.yaml",
@@ -297,3 +303,37 @@ def test_check_after_edit_needs_a_check(tmp_path: Path) -> None:
     )
     with pytest.raises(WorkflowError, match="check_after_edit runs the phase's check"):
         load_workflow(workflow, {"repo": str(tmp_path)})
+
+
+def test_retry_fresh_undoes_a_failed_try_and_asks_again_from_the_prompt(
+    tmp_path: Path, repo: Path
+) -> None:
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
+    test = "python3 -c 'from calc import add; assert add(1, 2) == 3, add(1, 2)'"
+    wrong = {"content": "```python\ndef add(a, b):\n    return a * b\n```"}
+    echo = {"content": "```python\ndef add(a, b):\n    return a - b\n```"}  # refused: no change
+    right = {"content": "```python\ndef add(a, b):\n    return a + b\n```"}
+    phase = {
+        "check": test,
+        "require_change": True,
+        "check_after_edit": True,
+        "retry_fresh": True,
+        "max_attempts": 1,
+    }
+    tools = ["read_file", "replace_definition", "finish"]
+    outcome, events = run_script(
+        tmp_path, repo, "fresh", [wrong, echo, right], phase, tools, index_by="requests"
+    )
+    assert outcome.status == "succeeded", outcome.reason
+    restarts = [e for e in events if isinstance(e, ev.AttemptRestarted)]
+    assert [r.reason for r in restarts] == [
+        f"`{test}` failed after the edit",
+        "replace_definition was refused",
+    ]
+    requests = [e for e in events if isinstance(e, ev.ModelRequest)]
+    assert [r.messages for r in requests] == [2, 2, 2], "each try sees the prompt alone"
+    edits = [e for e in events if isinstance(e, ev.ToolFinished) and e.name != "finish"]
+    assert "nothing changed" in edits[1].output, "the first try's edit was undone"
+    assert "-    return a - b\n+    return a + b" in edits[2].output

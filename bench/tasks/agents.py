@@ -1,7 +1,8 @@
 """The two agents the suite compares on the same model: Marathon's pilot, and a plain loop.
 
 ``run_marathon`` drives the pilot in-process on a one-phase workflow: the task's test
-command is the phase's check (run after each file edit too, ``check_after_edit``),
+command is the phase's check (run after each file edit too, ``check_after_edit``; a failed
+try undone and asked again from the prompt, ``retry_fresh``),
 ``require_change`` refuses a finish on an unchanged tree, the failing tests' output and the
 functions they call open the prompt (``context``, ``locate``), a function rewritten in a
 Python block is an edit (``replace_definition``), and the pilot's repairs, specific feedback,
@@ -119,6 +120,9 @@ def marathon_workflow(
                 # Done at the edit that makes the tests pass: a small model rarely calls
                 # finish right after it, and wanders off.
                 "check_after_edit": True,
+                # ... and a try that fails is undone and asked again from the prompt alone,
+                # sampled hotter: a 0.5B model's first answer is its best.
+                "retry_fresh": True,
                 "max_attempts": 3,
             }
         ],

@@ -16,6 +16,9 @@ Format::
             content: "Fixing it."
             tool_calls: [{name: run, arguments: {command: "make test"}}]
         after_end: {content: "Nothing more to do."}   # past the last turn (default: a short stop)
+        index_by: requests       # optional: turn i answers the i-th request of this
+                                 # conversation (a harness that restarts a try from its
+                                 # prompt sends the same messages again)
     default: {content: "No script for this conversation."}   # when no key matches
 
 A turn may hold ``content``, ``reasoning``, ``tool_calls`` (each ``name`` plus ``arguments``, a
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -78,6 +81,7 @@ class ScriptConversation(BaseModel):
     turns: list[ScriptTurn] = Field(default_factory=list)
     replies: list[ScriptTurn] = Field(default_factory=list)
     after_end: ScriptTurn = Field(default_factory=lambda: ScriptTurn(content="Nothing more to do."))
+    index_by: Literal["assistant_messages", "requests"] = "assistant_messages"
 
     @model_validator(mode="after")
     def _replies_need_when(self) -> ScriptConversation:
@@ -97,10 +101,12 @@ class Script(BaseModel):
 
 
 class ScriptPolicy:
-    """Answers from a Script; a pure function of the request's messages."""
+    """Answers from a Script; a pure function of the request's messages (or, for a
+    conversation with ``index_by: requests``, of how many requests it has had)."""
 
     def __init__(self, script: Script):
         self.script = script
+        self._requests: dict[str, int] = {}
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptPolicy:
@@ -127,7 +133,11 @@ class ScriptPolicy:
         for reply in conversation.replies:
             if reply.when and reply.when in last:
                 return reply.to_turn()
-        index = assistant_count(request.messages)
+        if conversation.index_by == "requests":
+            index = self._requests.get(conversation.key, 0)
+            self._requests[conversation.key] = index + 1
+        else:
+            index = assistant_count(request.messages)
         if index < len(conversation.turns):
             turn = conversation.turns[index]
             if turn.when is None or turn.when in last:

@@ -71,6 +71,8 @@ class PhasePlan:
     passes): a phase whose job is to change code cannot succeed by doing nothing."""
     check_after_edit: bool = False
     """Run the check after each successful file edit too; the phase ends once it passes."""
+    retry_fresh: bool = False
+    """A refused edit or a failed check undoes the try and asks again from the prompt."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,7 @@ def build_plan(
             locate=phase.locate,
             require_change=phase.require_change,
             check_after_edit=phase.check_after_edit,
+            retry_fresh=phase.retry_fresh,
         )
         for index, (phase, text) in enumerate(zip(wf.phases, rendered.phases, strict=True))
     ]

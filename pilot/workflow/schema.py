@@ -630,6 +630,13 @@ class Phase(_Strict):
         "do not count against max_attempts. For small models, which rarely call finish "
         "right after the edit that fixed it.",
     )
+    retry_fresh: bool = Field(
+        False,
+        description="When an edit is refused or the check fails, undo the try (the "
+        "workspace back to the phase's start) and ask again from the phase's prompt alone, "
+        "sampled hotter, instead of going on with a conversation full of failed tries (a "
+        "small model's first answer is its best). The phase's step limit bounds the tries.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -649,6 +656,15 @@ class Phase(_Strict):
         if value is not None and not value.strip():
             raise ValueError("an empty check always fails; remove `check` or give a command")
         return value
+
+    @model_validator(mode="after")
+    def _retry_fresh_needs_a_check(self) -> Phase:
+        if self.retry_fresh and self.check is None:
+            raise ValueError(
+                "retry_fresh starts again when the phase's check fails, and this phase has "
+                "no `check`; add one (e.g. the test command) or remove retry_fresh"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_after_edit_needs_a_check(self) -> Phase:
