@@ -351,7 +351,8 @@ class AgentLoop:
         sampling = self.plan.model.sampling
         repeats = state.phase.tracker.repeats if state.phase else 0
         if state.phase is not None and state.phase.restarts:
-            repeats = max(repeats, 2)  # a fresh try of the same prompt: sampled hotter
+            # A fresh try of the same prompt: each one sampled hotter than the last.
+            repeats = max(repeats, state.phase.restarts + 1)
         temperature = hotter(sampling.get("temperature"), repeats)
         if temperature is not None:
             sampling = {**sampling, "temperature": temperature}
