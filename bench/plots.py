@@ -5,6 +5,7 @@ the bench again::
 
     .venv/bin/python -m bench.plots langgraph out.json vs-langgraph.png
     .venv/bin/python -m bench.plots parallel out.json parallel.png
+    .venv/bin/python -m bench.plots tasks bench-tasks.jsonl tasks.png   # the task suite
 
 matplotlib comes with the ``bench`` extra; it is imported only when a plot is drawn.
 """
@@ -123,14 +124,49 @@ def plot_parallel(results: Sequence[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_tasks(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """The task suite: each task's successes out of its tries, one bar per agent, and each
+    agent's overall rate in the legend."""
+    plt = _pyplot()
+    tasks = sorted({r["task"] for r in rows})
+    agents = sorted({r["agent"] for r in rows})
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(tasks) + 1.6))
+    height = 0.8 / max(1, len(agents))
+    for i, agent in enumerate(agents):
+        mine = [r for r in rows if r["agent"] == agent]
+        rates = []
+        for task in tasks:
+            tries = [r for r in mine if r["task"] == task]
+            rates.append(sum(r["success"] for r in tries) / len(tries) if tries else 0.0)
+        overall = sum(r["success"] for r in mine)
+        label = f"{agent}: {overall}/{len(mine)}"
+        ys = [t + (i - (len(agents) - 1) / 2) * height for t in range(len(tasks))]
+        ax.barh(ys, rates, height=height, color=f"C{i}", label=label)
+    ax.set_yticks(range(len(tasks)), tasks, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of tries that passed the hidden check")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("Task suite: the same model, two agents")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     import json
 
     parser = argparse.ArgumentParser(description="plot a bench's saved --json")
-    parser.add_argument("bench", choices=("langgraph", "parallel"))
+    parser.add_argument("bench", choices=("langgraph", "parallel", "tasks"))
     parser.add_argument("json", type=Path)
     parser.add_argument("png", type=Path)
     args = parser.parse_args(argv)
+    if args.bench == "tasks":  # the suite's results file: JSON lines
+        lines = args.json.read_text().splitlines()
+        plot_tasks([json.loads(line) for line in lines if line.strip()], args.png)
+        print(f"wrote {args.png}")
+        return
     data = json.loads(args.json.read_text())
     if args.bench == "langgraph":
         plot_vs_langgraph(data["summary"], data["raw"], args.png)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pilot_harness import write_script
 
 from brain.sim.config import SimConfig
@@ -102,3 +103,17 @@ def test_marathons_changes_are_where_the_hidden_check_looks(tmp_path: Path) -> N
         result = run_marathon(task, repo, sim.openai_base_url, work, max_steps=5)
     assert result.status == "succeeded", result.reason
     assert hidden_check(task, repo).passed, "the run's change is in the checked repository"
+
+
+def test_the_suite_results_draw_as_a_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="plots need the bench extra (matplotlib)")
+    from bench.plots import plot_tasks
+
+    rows = [
+        {"task": "a", "agent": "marathon", "success": True},
+        {"task": "a", "agent": "plain", "success": False},
+        {"task": "b", "agent": "marathon", "success": False},
+        {"task": "b", "agent": "plain", "success": False},
+    ]
+    plot_tasks(rows, tmp_path / "tasks.png")
+    assert (tmp_path / "tasks.png").read_bytes().startswith(b"\x89PNG")

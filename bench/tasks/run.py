@@ -3,6 +3,7 @@
     python -m bench.tasks.run --endpoint http://127.0.0.1:8091/v1 --tries 3
     python -m bench.tasks.run --endpoint URL --agents plain --tasks semver-bump-patch
     python -m bench.tasks.run --report results.jsonl     # the tables again, from a file
+    python -m bench.tasks.run --report results.jsonl --plot tasks.png
 
 Each try starts from a fresh copy of the task's tree; success is the hidden check only.
 Results are appended to ``--out`` (JSON lines) as each try ends, so a long sitting that is
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "the diff)",
     )
     parser.add_argument("--report", type=Path, help="print the tables of a results file")
+    parser.add_argument("--plot", type=Path, help="with --report: also draw it as a PNG")
     parser.add_argument(
         "--validate",
         action="store_true",
@@ -191,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         rows = [json.loads(line) for line in args.report.read_text().splitlines() if line]
         print(tables(rows))
+        if args.plot:
+            from bench.plots import plot_tasks
+
+            plot_tasks(rows, args.plot)
+            print(f"wrote {args.plot}")
         return 0
     tasks = load_catalog()
     if args.tasks:
