@@ -157,11 +157,16 @@ async def test_a_request_waits_for_blocks_and_the_gauges_show_it():
         max_model_len=512,
         kv_cache_tokens=512,
         max_num_seqs=2,
-        timing=Timing(ttft=0.2, itl=0.001),
+        timing=Timing(ttft=2.0, itl=0.001),
     )
 
     def prompt(char: str) -> list[dict[str, str]]:  # ~400 tokens of 512, no shared prefix
         return [{"role": "user", "content": char * (4 * 400)}]
+
+    def both_in(samples: list) -> bool:
+        running = metric_value(samples, "vllm:num_requests_running")
+        waiting = metric_value(samples, "vllm:num_requests_waiting")
+        return running + waiting == 2
 
     with running_sim(config) as sim:
         client = openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="x", max_retries=0)
@@ -171,8 +176,14 @@ async def test_a_request_waits_for_blocks_and_the_gauges_show_it():
         second = asyncio.ensure_future(
             client.chat.completions.create(model="m", messages=prompt("y"), max_tokens=4)
         )
-        await asyncio.sleep(0.1)
+        # Both requests in the engine (a loaded machine may take a while to send the second),
+        # well before the first one's 2 s to its first token ends.
         during = await asyncio.to_thread(_metrics, sim)
+        for _ in range(30):
+            if both_in(during):
+                break
+            await asyncio.sleep(0.05)
+            during = await asyncio.to_thread(_metrics, sim)
         await asyncio.gather(first, second)
         await client.close()
     assert metric_value(during, "vllm:num_requests_running") == 1
