@@ -881,9 +881,7 @@ class AgentLoop:
             status = "timed out" if outcome.timed_out else f"exit code {outcome.exit_code}"
             output = outcome.output.strip() or "(no output)"
             outputs.append(output)
-            if len(output) > CONTEXT_OUTPUT_CHARS:
-                output = "[... start cut ...]\n" + output[-CONTEXT_OUTPUT_CHARS:]
-            sections.append(f"`{command}` ({status}):\n{output}")
+            sections.append(f"`{command}` ({status}):\n{output_end(output)}")
         located: list[str] = []
         if phase.locate:
             located = await self.located_code(index, "\n".join(outputs), phase.prompt)
@@ -996,23 +994,11 @@ class AgentLoop:
                 self.refuse_unchanged(phase, snapshot, head)
                 return
         if not phase.check or progress.check_passed:
-            self.emit(
-                ev.PhaseFinished(
-                    index=progress.index,
-                    name=phase.name,
-                    outcome="succeeded",
-                    summary=progress.finish_summary,
-                )
-            )
+            self.phase_succeeded(phase, progress.finish_summary)
             return
         attempt = progress.check_attempts + 1
-        self.emit(ev.CheckStarted(phase=progress.index, attempt=attempt, command=phase.check))
-        started = time.monotonic()
-        outcome = await asyncio.to_thread(
-            self.tools.run_check,
-            phase.check,
-            phase.check_timeout,
-            f"check-{progress.index}-{attempt}",
+        outcome, duration = await self.run_phase_check(
+            phase, attempt, f"check-{progress.index}-{attempt}", after_edit=False
         )
         passed = outcome.exit_code == 0 and not outcome.timed_out
         attempts_left = phase.max_attempts - attempt
@@ -1030,20 +1016,13 @@ class AgentLoop:
                 passed=passed,
                 output=outcome.output,
                 timed_out=outcome.timed_out,
-                duration_s=time.monotonic() - started,
+                duration_s=duration,
                 feedback=feedback,
             )
         )
         await self.take_due_snapshot()
         if passed:
-            self.emit(
-                ev.PhaseFinished(
-                    index=progress.index,
-                    name=phase.name,
-                    outcome="succeeded",
-                    summary=progress.finish_summary,
-                )
-            )
+            self.phase_succeeded(phase, progress.finish_summary)
         elif attempts_left <= 0:
             reason = f"check `{phase.check}` still failing after {phase.max_attempts} attempt(s)"
             self.emit(
@@ -1060,15 +1039,8 @@ class AgentLoop:
         progress = self.state.phase
         assert progress is not None and phase.check is not None
         command, attempt = phase.check, progress.check_attempts
-        self.emit(
-            ev.CheckStarted(phase=progress.index, attempt=attempt, command=command, after_edit=True)
-        )
-        started = time.monotonic()
-        outcome = await asyncio.to_thread(
-            self.tools.run_check,
-            command,
-            phase.check_timeout,
-            f"check-{progress.index}-edit-{progress.steps}",
+        outcome, duration = await self.run_phase_check(
+            phase, attempt, f"check-{progress.index}-edit-{progress.steps}", after_edit=True
         )
         passed = outcome.exit_code == 0 and not outcome.timed_out
         if passed and phase.require_change and self.state.snapshot:
@@ -1076,12 +1048,9 @@ class AgentLoop:
         feedback = ""
         if not passed:
             status = "timed out" if outcome.timed_out else f"exit code {outcome.exit_code}"
-            output = outcome.output.strip()
-            if len(output) > CONTEXT_OUTPUT_CHARS:
-                output = "[... start cut ...]\n" + output[-CONTEXT_OUTPUT_CHARS:]
             feedback = (
                 f"After that edit, the check `{command}` still fails ({status}); it runs "
-                f"again after each edit.\n\n{output}"
+                f"again after each edit.\n\n{output_end(outcome.output.strip())}"
             )
         self.emit(
             ev.CheckFinished(
@@ -1092,21 +1061,41 @@ class AgentLoop:
                 passed=passed,
                 output=outcome.output,
                 timed_out=outcome.timed_out,
-                duration_s=time.monotonic() - started,
+                duration_s=duration,
                 feedback=feedback,
                 after_edit=True,
             )
         )
         await self.take_due_snapshot()
         if passed:
-            self.emit(
-                ev.PhaseFinished(
-                    index=progress.index,
-                    name=phase.name,
-                    outcome="succeeded",
-                    summary=progress.finish_summary or f"`{command}` passed after the last edit",
-                )
+            summary = progress.finish_summary or f"`{command}` passed after the last edit"
+            self.phase_succeeded(phase, summary)
+
+    async def run_phase_check(
+        self, phase: PhasePlan, attempt: int, call_id: str, *, after_edit: bool
+    ) -> tuple[CheckOutcome, float]:
+        """Record the phase's check as started, run it; its outcome and how long it took."""
+        progress = self.state.phase
+        assert progress is not None and phase.check is not None
+        self.emit(
+            ev.CheckStarted(
+                phase=progress.index, attempt=attempt, command=phase.check, after_edit=after_edit
             )
+        )
+        started = time.monotonic()
+        outcome = await asyncio.to_thread(
+            self.tools.run_check, phase.check, phase.check_timeout, call_id
+        )
+        return outcome, time.monotonic() - started
+
+    def phase_succeeded(self, phase: PhasePlan, summary: str) -> None:
+        progress = self.state.phase
+        assert progress is not None
+        self.emit(
+            ev.PhaseFinished(
+                index=progress.index, name=phase.name, outcome="succeeded", summary=summary
+            )
+        )
 
     async def restart_try(self, phase: PhasePlan) -> None:
         """``retry_fresh``: undo the failed try and start again from the phase's prompt. The
@@ -1181,6 +1170,14 @@ def estimated_usage(
     ]
     completion = estimate_completion_tokens(response.content, calls)
     return Usage(prompt_tokens=prompt, completion_tokens=completion, estimated=True)
+
+
+def output_end(output: str) -> str:
+    """A command's output for the prompt: its end, where a test run's summary and last failure
+    are, when it is longer than ``CONTEXT_OUTPUT_CHARS``."""
+    if len(output) <= CONTEXT_OUTPUT_CHARS:
+        return output
+    return "[... start cut ...]\n" + output[-CONTEXT_OUTPUT_CHARS:]
 
 
 def new_call_id(step: int, position: int) -> str:

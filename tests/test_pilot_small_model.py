@@ -120,6 +120,16 @@ def run_script(
     return outcome, events_of(tmp_path / f"{key}.db", outcome.run_id)
 
 
+def commit_calc(repo: Path, source: str) -> None:
+    """calc.py with ``source``, committed: the code a test's scripted model fixes."""
+    (repo / "calc.py").write_text(source)
+    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
+
+
+CALC_TEST = "python3 -c 'from calc import add; assert add(1, 2) == 3, add(1, 2)'"
+
+
 def finish(summary: str) -> dict:
     return {"tool_calls": [{"name": "finish", "arguments": {"summary": summary}}]}
 
@@ -195,9 +205,7 @@ def test_calls_after_a_failed_one_in_the_same_answer_are_not_run(
 
 
 def test_locate_shows_the_function_a_failing_test_calls(tmp_path: Path, repo: Path) -> None:
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n\n\nVALUE = 1\n")
-    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
+    commit_calc(repo, "def add(a, b):\n    return a - b\n\n\nVALUE = 1\n")
     failing = "printf '>       assert add(1, 2) == 3\\nE   assert -1 == 3\\n'; exit 1"
     outcome, events = run_script(
         tmp_path, repo, "locate", [finish("seen")], {"context": [failing], "locate": True}
@@ -236,10 +244,8 @@ def test_build_artefacts_alone_are_no_change(tmp_path: Path, repo: Path) -> None
 def test_a_located_function_rewritten_in_a_python_block_is_the_fix(
     tmp_path: Path, repo: Path
 ) -> None:
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n\n\nVALUE = 1\n")
-    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
-    test = "python3 -c 'from calc import add; assert add(1, 2) == 3, add(1, 2)'"
+    commit_calc(repo, "def add(a, b):\n    return a - b\n\n\nVALUE = 1\n")
+    test = CALC_TEST
     failing = "printf '>       assert add(1, 2) == 3\\nE   assert -1 == 3\\n'; exit 1"
     rewrite = {"content": "Here is the fix:\n```python\ndef add(a, b):\n    return a + b\n```"}
     phase = {
@@ -266,10 +272,8 @@ def test_a_located_function_rewritten_in_a_python_block_is_the_fix(
 def test_check_after_edit_ends_the_phase_at_the_edit_that_fixed_it(
     tmp_path: Path, repo: Path
 ) -> None:
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
-    test = "python3 -c 'from calc import add; assert add(1, 2) == 3, add(1, 2)'"
+    commit_calc(repo, "def add(a, b):\n    return a - b\n")
+    test = CALC_TEST
     wrong = {"content": "```python\ndef add(a, b):\n    return a * b\n```"}
     right = {"content": "```python\ndef add(a, b):\n    return a + b\n```"}
     never = {"content": "```python\ndef add(a, b):\n    return 0\n```"}
@@ -308,10 +312,8 @@ def test_check_after_edit_needs_a_check(tmp_path: Path) -> None:
 def test_retry_fresh_undoes_a_failed_try_and_asks_again_from_the_prompt(
     tmp_path: Path, repo: Path
 ) -> None:
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True, env=GIT_ENV)
-    test = "python3 -c 'from calc import add; assert add(1, 2) == 3, add(1, 2)'"
+    commit_calc(repo, "def add(a, b):\n    return a - b\n")
+    test = CALC_TEST
     wrong = {"content": "```python\ndef add(a, b):\n    return a * b\n```"}
     echo = {"content": "```python\ndef add(a, b):\n    return a - b\n```"}  # refused: no change
     right = {"content": "```python\ndef add(a, b):\n    return a + b\n```"}

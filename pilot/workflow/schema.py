@@ -658,21 +658,16 @@ class Phase(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _retry_fresh_needs_a_check(self) -> Phase:
-        if self.retry_fresh and self.check is None:
-            raise ValueError(
-                "retry_fresh starts again when the phase's check fails, and this phase has "
-                "no `check`; add one (e.g. the test command) or remove retry_fresh"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _check_after_edit_needs_a_check(self) -> Phase:
-        if self.check_after_edit and self.check is None:
-            raise ValueError(
-                "check_after_edit runs the phase's check after each edit, and this phase has "
-                "no `check`; add one (e.g. the test command) or remove check_after_edit"
-            )
+    def _check_options_need_a_check(self) -> Phase:
+        for option, does in (
+            ("check_after_edit", "runs the phase's check after each edit"),
+            ("retry_fresh", "starts again when the phase's check fails"),
+        ):
+            if getattr(self, option) and self.check is None:
+                raise ValueError(
+                    f"{option} {does}, and this phase has no `check`; add one (e.g. the test "
+                    f"command) or remove {option}"
+                )
         return self
 
 
