@@ -134,8 +134,19 @@ class GitRepo:
     def git_dir(self) -> Path:
         cached = self._cache.get("git_dir")
         if cached is None:
-            cached = self._cache["git_dir"] = Path(self.git("rev-parse", "--absolute-git-dir"))
+            layout = self._layout()
+            cached = self._cache["git_dir"] = (
+                layout[0] if layout else Path(self.git("rev-parse", "--absolute-git-dir"))
+            )
         return cached
+
+    def _layout(self) -> tuple[Path, Path] | None:
+        """The git directory and the shared one, read from ``root/.git`` (kept once found;
+        None when it is not there: git is asked)."""
+        layout = self._cache.get("layout")
+        if layout is None:
+            layout = self._cache["layout"] = read_git_layout(self.root)
+        return layout  # type: ignore[no-any-return]
 
     def lib(self) -> Any:
         """The repository through libgit2 (``pygit2.Repository``), opened once. libgit2 runs
@@ -150,10 +161,16 @@ class GitRepo:
     @property
     def common_dir(self) -> Path:
         """The repository's shared git directory (a linked worktree's ``git_dir`` is not)."""
+        layout = self._layout()
+        if layout is not None:
+            return layout[1]
         path = Path(self.git("rev-parse", "--git-common-dir"))
         return path if path.is_absolute() else (self.root / path).resolve()
 
     def is_repo(self) -> bool:
+        """Whether ``root`` is in a git work tree (a ``.git`` of its own is read, not run)."""
+        if self._layout() is not None:
+            return True
         return (
             subprocess.run(
                 ["git", "rev-parse", "--is-inside-work-tree"],
@@ -371,6 +388,33 @@ def clear_stale_locks(repo: GitRepo, run_id: str) -> list[Path]:
             lock.unlink(missing_ok=True)
             removed.append(lock)
     return removed
+
+
+def read_git_layout(root: Path) -> tuple[Path, Path] | None:
+    """The git directory of the work tree ``root`` and its shared (common) directory, read as
+    git reads them (gitrepository-layout(5)): ``root/.git`` is the git directory, or a file
+    ``gitdir: <path>`` naming it (a linked worktree), whose ``commondir`` file names the shared
+    one. Three small reads instead of a git process for each (a resume asked three times).
+    None when ``root/.git`` is neither, or names no git directory."""
+    dot = root / ".git"
+    try:
+        if dot.is_dir():
+            git_dir = dot
+        elif dot.is_file():
+            text = dot.read_text(encoding="utf-8").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            git_dir = root / text.removeprefix("gitdir:").strip()
+        else:
+            return None
+        if not (git_dir / "HEAD").is_file():
+            return None
+        common = git_dir
+        if (git_dir / "commondir").is_file():
+            common = git_dir / (git_dir / "commondir").read_text(encoding="utf-8").strip()
+        return git_dir.resolve(), common.resolve()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def snapshot_ref(run_id: str) -> str:

@@ -10,6 +10,7 @@ report read them from here.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -88,6 +89,38 @@ class PhaseProgress:
     restarts: int = 0
 
 
+MessageLoader = Callable[[list[Any]], None]
+"""Fills in, in place, the messages a resumed state holds only as references (``None``)."""
+
+
+class _Messages:
+    """``RunState.messages``: a plain list of the chat messages.
+
+    A state resumed from a checkpoint (``pilot.store.checkpoint``) knows where each of its
+    messages is stored before it has read them: what to do next is decided from the rest of
+    the state, and only a request to the model needs what was said. So the messages the
+    checkpoint refers to stay ``None`` in the list, with a loader beside them that reads them
+    all the first time anything reads ``messages``; the fold appends after them without that
+    read (``RunState._message_list``). Every reader gets the whole list, read."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot, self.loader = f"_{name}", f"_{name}_loader"
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return ()  # the dataclass's default (a new empty list each, through __set__)
+        values = instance.__dict__
+        loader: MessageLoader | None = values.get(self.loader)
+        if loader is not None:
+            loader(values[self.slot])
+            values[self.loader] = None
+        return values[self.slot]
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        instance.__dict__[self.loader] = None
+        instance.__dict__[self.slot] = value if type(value) is list else list(value)
+
+
 @dataclass
 class RunState:
     """Everything the loop needs, derived from events only."""
@@ -97,7 +130,7 @@ class RunState:
     max_model_len: int | None = None
     endpoint: str | None = None
     """The server that gave the last answer (several servers: where the run's prefix is cached)."""
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = _Messages()  # type: ignore[assignment]
     message_seqs: list[int] = field(default_factory=list)
     """Per message, the seq of the event it was made from alone (an assistant message, a tool
     result), else 0: the state checkpoint refers to those stored events instead of keeping a
@@ -192,7 +225,7 @@ class RunState:
                     name=ev.name,
                     started_at=ev.at,
                     active_at_start=self.elapsed_active(ev.at),
-                    message_index=len(self.messages),
+                    message_index=len(self._message_list()),
                     tracker=ProgressTracker(self.progress_limits, snapshot=self.snapshot),
                     start_snapshot=self.snapshot,
                     start_head=self.head,
@@ -269,7 +302,9 @@ class RunState:
                         self.phase.edited = True
                 if ev.name == "finish" and not ev.is_error and self.phase is not None:
                     self.phase.finish_called = True
-                    self.phase.finish_summary = _finish_summary(self, ev.call_id)
+                    self.phase.finish_summary = (
+                        summary_of(arguments) if called else _finish_summary(self, ev.call_id)
+                    )
             case WorkspaceSnapshot():
                 self.snapshot = ev.snapshot
                 self.head = ev.head or self.head
@@ -398,8 +433,19 @@ class RunState:
     def _add(self, message: dict[str, Any], seq: int = 0) -> None:
         """Append a message; ``seq`` is the event it was made from alone (0: several, or
         none)."""
-        self.messages.append(message)
+        self._message_list().append(message)
         self.message_seqs.append(seq)
+
+    def _message_list(self) -> list[Any]:
+        """The messages list as it is: appending to it or taking its length does not need
+        the messages a resumed state has not read yet (``_Messages``)."""
+        return self.__dict__["_messages"]  # type: ignore[no-any-return]
+
+    def defer_messages(self, messages: list[Any], loader: MessageLoader) -> None:
+        """Hold ``messages`` (``None`` where one is still in the store) and read those on first
+        use with ``loader``; what is appended before then goes after them."""
+        self.messages = messages
+        self.__dict__["_messages_loader"] = loader
 
     def _verdict(self, verdict: Verdict) -> None:
         if verdict.action != "ok" and self.phase is not None:
@@ -447,11 +493,16 @@ def _finish_summary(state: RunState, call_id: str) -> str:
     for message in reversed(state.messages):
         for call in message.get("tool_calls") or ():
             if call["id"] == call_id:
-                try:
-                    return str(json.loads(call["function"]["arguments"]).get("summary", ""))
-                except (ValueError, AttributeError):
-                    return ""
+                return summary_of(call["function"]["arguments"])
     return ""
+
+
+def summary_of(arguments: str) -> str:
+    """The ``summary`` of a finish call's JSON arguments ("" when it has none)."""
+    try:
+        return str(json.loads(arguments).get("summary", ""))
+    except (ValueError, AttributeError):
+        return ""
 
 
 def assistant_message_dict(ev: AssistantMessage) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pilot import events as ev
+from pilot.errors import RunError
 from pilot.runner import Runner, RunSession
 from pilot.state import RunState, fold
 from pilot.store import checkpoint
@@ -20,8 +21,12 @@ from pilot.store.event_store import EventStore
 from pilot.ui import event_line
 
 
-def start(db: Path, run_id: str, *, every: int = 4) -> tuple[EventStore, Runner, RunSession]:
-    store = EventStore(f"sqlite:///{db}")
+def start(
+    db: Path, run_id: str, *, every: int = 4, url: str | None = None
+) -> tuple[EventStore, Runner, RunSession]:
+    """A run in the SQLite file ``db`` (or the database at ``url``; its workspace path in
+    ``db``'s folder), checkpointed every ``every`` events."""
+    store = EventStore(url or f"sqlite:///{db}")
     runner = Runner(store=store, registry=None, checkpoint_every=every)  # type: ignore[arg-type]
     store.create_run(
         workflow_name="w",
@@ -98,7 +103,7 @@ def test_the_checkpoint_refers_to_the_events_instead_of_copying_the_context(
     _store, runner, run = start(tmp_path / "m.db", "r1")
     steps(run, 1, 10, tag=" " + "x" * 2000)  # every answer and result 2 KB
     directory = runner.checkpoint_dir("r1")
-    text = checkpoint_path(directory).read_text()
+    text = checkpoint.unsealed(checkpoint_path(directory).read_bytes()).decode()
     assert "x" * 100 not in text, "no assistant message nor tool result copied"
     assert "You are careful." in text and "Do the work." in text  # made of no single event
     assert sorted(p.name for p in directory.iterdir()) == ["state.json"]
@@ -181,9 +186,9 @@ def _cut_short(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
 
 
 def _refers_to_another_kind(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
-    # A message said to be made of event 3, which is a model_request.
+    # A message said to be made of event 3, which is a model_request, in a file not sealed.
     path = checkpoint_path(runner.checkpoint_dir("r1"))
-    record = json.loads(path.read_text())
+    record = json.loads(checkpoint.unsealed(path.read_bytes()))
     refs = record["messages"]
     refs[next(i for i, r in enumerate(refs) if isinstance(r, list))] = [3, 1, 1]
     path.write_text(json.dumps(record))
@@ -191,10 +196,11 @@ def _refers_to_another_kind(store: EventStore, runner: Runner, **_: Any) -> Spoi
 
 
 def _refers_past_its_end(store: EventStore, runner: Runner, **_: Any) -> Spoiled:
+    # Sealed, as if written so: the references themselves are checked.
     path = checkpoint_path(runner.checkpoint_dir("r1"))
-    record = json.loads(path.read_text())
+    record = json.loads(checkpoint.unsealed(path.read_bytes()))
     record["messages"].append([record["seq"] + 1, 1, 1])
-    path.write_text(json.dumps(record))
+    path.write_bytes(checkpoint.sealed(json.dumps(record).encode()))
     return store, runner.checkpoint_dir("r1")
 
 
@@ -249,6 +255,58 @@ def test_a_checkpoint_that_cannot_be_trusted_is_ignored(
     loaded, seq = load_run_state(target, "r1", directory)
     assert seq is None, "folded from every event"
     assert essence(loaded) == essence(fold(target.load_events("r1")))
+
+
+def test_a_resumed_state_reads_its_messages_when_they_are_first_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, runner, run = start(tmp_path / "m.db", "r1")
+    steps(run, 1, 10)
+    reads: list[tuple[int, int]] = []
+    real = checkpoint.queries.message_rows
+
+    def counted(store: EventStore, run_id: str, first: int, last: int, kinds: Any) -> Any:
+        reads.append((first, last))
+        return real(store, run_id, first, last, kinds)
+
+    monkeypatch.setattr(checkpoint.queries, "message_rows", counted)
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
+    assert seq is not None and reads == [], "the fold is done without the stored messages"
+    assert len(loaded.message_seqs) == len(run.state.messages)
+    assert essence(loaded) == essence(fold(store.load_events("r1")))
+    assert len(reads) == 1, "read once, in one scan"
+    loaded.messages  # noqa: B018 - a second use reads nothing
+    assert len(reads) == 1
+
+
+def test_a_checkpoint_edited_by_hand_is_ignored(tmp_path: Path) -> None:
+    # The same state written back with one character changed: no longer the file as sealed.
+    store, runner, run = start(tmp_path / "m.db", "r1")
+    steps(run, 1, 10)
+    path = checkpoint_path(runner.checkpoint_dir("r1"))
+    path.write_bytes(path.read_bytes().replace(b"You are careful.", b"You are careless", 1))
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
+    assert seq is None
+    assert essence(loaded) == essence(fold(store.load_events("r1")))
+
+
+def test_events_lost_behind_the_checkpoint_are_named_when_the_messages_are_read(
+    tmp_path: Path,
+) -> None:
+    store, runner, run = start(tmp_path / "m.db", "r1")
+    steps(run, 1, 10)
+    record = json.loads(
+        checkpoint.unsealed(checkpoint_path(runner.checkpoint_dir("r1")).read_bytes())
+    )
+    first = next(ref for ref in record["messages"] if isinstance(ref, list))[0]
+    with store.engine.begin() as conn:  # another program deletes a message the state refers to
+        conn.exec_driver_sql(f"DELETE FROM events WHERE run_id = 'r1' AND seq = {first}")
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
+    assert seq is not None
+    with pytest.raises(RunError, match=r"lost 1 of its events.*changed by something other"):
+        loaded.messages  # noqa: B018
+    with pytest.raises(RunError):  # and again, never a list with holes
+        loaded.messages  # noqa: B018
 
 
 def test_the_timeline_says_where_a_resume_started() -> None:

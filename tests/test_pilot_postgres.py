@@ -85,6 +85,23 @@ def test_store_round_trip_on_postgres(pg_url: str) -> None:
     assert store.find_run(run_id[:4]).id == run_id
 
 
+def test_a_resume_from_a_checkpoint_on_postgres_reads_its_messages_on_first_use(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_checkpoint import essence, start, steps
+
+    from pilot.state import fold
+    from pilot.store.checkpoint import load_run_state
+
+    monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))  # a server's checkpoints
+    store, runner, run = start(tmp_path / "unused.db", "r1", url=pg_url)
+    steps(run, 1, 10)
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
+    assert seq is not None
+    assert essence(loaded) == essence(fold(store.load_events("r1")))
+    store.engine.dispose()
+
+
 def test_concurrent_claims_never_hand_out_a_run_twice(pg_url: str) -> None:
     store = EventStore(pg_url)
     ids = queued(store, 24)

@@ -133,11 +133,14 @@ seq, payload = db.execute(
 ).fetchone()
 import hashlib
 header = {
-    "format": 4, "code": code, "run": run_id, "workspace": workspace, "seq": seq,
+    "format": 5, "code": code, "run": run_id, "workspace": workspace, "seq": seq,
     "event": hashlib.sha256(payload.encode()).hexdigest(), "messages": [],
     "state": {"__t": "data", "c": "Popen", "v": {"args": f"touch {marker}"}},
 }
-(home / "checkpoints" / run_id / "state.json").write_text(json.dumps(header))
+blob = json.dumps(header).encode()  # sealed as the pilot seals its own
+(home / "checkpoints" / run_id / "state.json").write_bytes(
+    blob + b"\n" + hashlib.sha256(blob).hexdigest().encode()
+)
 if not once.exists():
     once.write_text("killed")
     os.kill(os.getppid(), 9)

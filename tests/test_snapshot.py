@@ -12,6 +12,7 @@ from pilot.snapshot import (
     GitRepo,
     diff_snapshots,
     ensure_repository,
+    read_git_layout,
     restore_snapshot,
     start_work_branch,
     take_snapshot,
@@ -280,3 +281,25 @@ def test_a_diff_between_snapshots_leaves_build_artefacts_out(repo: GitRepo) -> N
     stat = diff_snapshots(repo, base, latest, stat=True)
     assert "a.txt" in stat and "pyc" not in stat and "1 file changed" in stat
     assert "pyc" not in diff_snapshots(repo, base, latest)
+
+
+def test_the_git_layout_is_read_as_git_reports_it(repo: GitRepo, tmp_path: Path) -> None:
+    # A checkout, a linked worktree named by a relative path, and a folder inside a checkout
+    # (no .git of its own: git is asked), each against git's own answer.
+    git(repo.root, "worktree", "add", "-q", "-b", "side", str(tmp_path / "linked"))
+    linked = tmp_path / "linked"
+    dot = linked / ".git"
+    gitdir = Path(dot.read_text().removeprefix("gitdir:").strip())
+    dot.write_text(f"gitdir: {Path('..') / gitdir.relative_to(tmp_path)}\n")
+    (repo.root / "sub").mkdir()
+    for root in (repo.root, linked, repo.root / "sub"):
+        fresh = GitRepo(root)
+        assert fresh.is_repo()
+        assert fresh.git_dir == Path(git(root, "rev-parse", "--absolute-git-dir")).resolve()
+        common = Path(git(root, "rev-parse", "--git-common-dir"))
+        assert fresh.common_dir == (common if common.is_absolute() else root / common).resolve()
+    assert read_git_layout(repo.root / "sub") is None
+    assert read_git_layout(linked) == (gitdir.resolve(), (repo.root / ".git").resolve())
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / ".git").write_text("not a pointer\n")
+    assert read_git_layout(tmp_path / "plain") is None

@@ -644,3 +644,26 @@ def test_a_run_renders_in_dependency_order_in_its_worktree():
     plan = build_plan(load(text), "r7", workspace="/tmp/wt/r7", endpoint="http://127.0.0.1:9/v1")
     assert (plan.workspace, plan.source, plan.branch) == ("/tmp/wt/r7", "/tmp/r", "wt/r7")
     assert plan.phases[0].prompt == rendered.phases[0].prompt
+
+
+def test_a_text_without_template_syntax_renders_as_jinja_would_render_it() -> None:
+    # Literal texts skip Jinja (a long prompt is mostly one); each renders to what Jinja
+    # makes of it, and anything Jinja would change goes through Jinja.
+    from pilot.workflow.templating import is_literal, make_environment
+
+    env = make_environment()
+    texts = [
+        "Fix the bug.\n",
+        "no newline at the end",
+        "  leading spaces\n\n\ntrailing blank lines\n\n",
+        "braces { alone } and }} closing and a lone %} and #}",
+        'json {"a": {"b": 1}} and a dict {x: {y}}',
+        "unicode: é ü 漢字 — and tabs\tin it\n",
+        "",
+    ]
+    for text in texts:
+        assert is_literal(text)
+        assert env.from_string(text).render() == text
+    for text in ("{{ params.x }}", "{% if x %}y{% endif %}", "a {# note #} b", "line\r\nend"):
+        assert not is_literal(text)
+    assert env.from_string("line\r\nend").render() != "line\r\nend"  # why \r goes to Jinja

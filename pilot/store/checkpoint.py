@@ -9,8 +9,13 @@ The checkpoint is not a second copy of the context: ``state.json`` holds the sta
 messages, and the messages as references to the stored events they were made from (an
 assistant message, a tool result: the context's bulk) or, for the few made of several events
 or of none (the system prompt, a phase's prompt, a nudge, a compaction's summary, the images
-shown after a turn), the message itself. A resume reads the referenced events' payloads, in
-the same scan that fetches the events to fold after the checkpoint.
+shown after a turn), the message itself.
+
+The messages a checkpoint refers to are not read by the resume itself: the fold of the events
+after it decides what to do next without them, and they are read the first time the state's
+``messages`` are used (the first request), in one scan (``RunState.defer_messages``). So the
+file is sealed (its JSON's SHA-256 on a last line): what it says of the stored events is
+trusted only if it is the file as written.
 
 What a checkpoint may never do is run code: it is read by ``pilot resume``, and a file planted
 by the agent's own commands must not execute there. So:
@@ -22,9 +27,9 @@ by the agent's own commands must not execute there. So:
 - it is redacted as the events are (the state directory must hold no secret in clear; folding
   the stored, redacted events gives the same messages);
 - it is a cache, never a source of truth: used only if written by this very code (a digest of
-  the modules the state is made of), for this run and workspace, with the event it ends at
-  still the one in the store (its payload digest), and every event it refers to of the kind it
-  says; otherwise, and on any error reading it, the resume folds every event;
+  the modules the state is made of), sealed, for this run and workspace, with the event it ends
+  at still the one in the store (its payload digest); otherwise, and on any error reading it,
+  the resume folds every event;
 - it is deleted when the run ends.
 """
 
@@ -45,6 +50,7 @@ import orjson
 
 from pilot import events as ev
 from pilot import progress, state
+from pilot.errors import RunError
 from pilot.private_files import inside, private_dirs, write_private
 from pilot.progress import ProgressLimits
 from pilot.redact import redactor_for
@@ -52,11 +58,11 @@ from pilot.state import RunState, assistant_message, fold, tool_message
 from pilot.store import queries, statecodec
 from pilot.store.event_store import EventStore
 
-CHECKPOINT_EVERY = 256
+CHECKPOINT_EVERY = 128
 """Events between two checkpoints: a resume folds at most this many."""
 FILE_NAME = "state.json"
 MESSAGES_FILE_NAME = "messages.jsonl"
-FORMAT = 4
+FORMAT = 5
 LEGACY_FILE_NAMES = ("state.checkpoint", "state.messages")
 """The pickle checkpoints older versions kept in a run's artifacts: never read, deleted."""
 MESSAGE_EVENTS = frozenset({"assistant_message", "tool_finished"})
@@ -145,7 +151,7 @@ class CheckpointWriter:
             blob = _json_bytes(self.redactor.value(record))
         target = checkpoint_path(self.directory)
         temporary = target.with_name(f".{FILE_NAME}.{os.getpid()}")
-        write_private(temporary, blob)
+        write_private(temporary, sealed(blob))
         os.replace(temporary, target)
 
 
@@ -211,6 +217,21 @@ def delete_legacy(artifacts_dir: Path) -> None:
             (artifacts_dir / name).unlink()
 
 
+def sealed(blob: bytes) -> bytes:
+    """The checkpoint's JSON followed by a line with its SHA-256: a resume trusts what the
+    file says of the stored events (which of them its messages are) only when the file is
+    the one written, and checks that without reading those events."""
+    return blob + b"\n" + hashlib.sha256(blob).hexdigest().encode()
+
+
+def unsealed(data: bytes) -> bytes | None:
+    """The JSON of a file ``sealed`` wrote; None for anything else."""
+    blob, newline, digest = data.rpartition(b"\n")
+    if not newline or hashlib.sha256(blob).hexdigest().encode() != digest:
+        return None
+    return blob
+
+
 def _read_private(path: Path) -> bytes:
     """The bytes of a regular file of ours (not a link, owned by this user)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -225,7 +246,10 @@ def _read(
     directory: Path, run_id: str, workspace: str | None
 ) -> tuple[int, str, RunState, list[Any]] | None:
     try:
-        record = orjson.loads(_read_private(checkpoint_path(directory)))
+        blob = unsealed(_read_private(checkpoint_path(directory)))
+        if blob is None:
+            return None
+        record = orjson.loads(blob)
         if (
             not isinstance(record, dict)
             or record.get("format") != FORMAT
@@ -247,9 +271,9 @@ def _read(
 def _resume_from(
     store: EventStore, run_id: str, seq: int, digest: str, saved: RunState, refs: list[Any]
 ) -> RunState | None:
-    """``saved`` with its messages read back from the events ``refs`` names and the events
-    after ``seq`` folded, in one scan of the run's events; None when the store does not hold
-    what the checkpoint says (then the caller folds every event)."""
+    """``saved`` with the events after ``seq`` folded, its messages left in the store until
+    first used (``RunState.defer_messages``); None when the store does not hold what the
+    checkpoint says (then the caller folds every event)."""
     wanted: dict[int, int] = {}
     messages: list[Any] = []
     seqs: list[int] = []
@@ -267,20 +291,16 @@ def _resume_from(
         else:
             return None
     reached = False
-    rows = queries.checkpoint_rows(store, run_id, min(wanted, default=seq), seq, MESSAGE_EVENTS)
+    rows = queries.events_from(store, run_id, seq)
     try:
         for at, payload in rows:
-            if at < seq:
-                if at in wanted:
-                    messages[wanted.pop(at)] = message_of_payload(payload)
-            elif at == seq:
+            if at == seq:
                 if payload_digest(payload) != digest:
                     return None
                 if at in wanted:
                     messages[wanted.pop(at)] = message_of_payload(payload)
-                if wanted:
-                    return None  # an event it refers to is not in the store
-                saved.messages, saved.message_seqs = messages, seqs
+                saved.defer_messages(messages, _message_loader(store, run_id, wanted))
+                saved.message_seqs = seqs
                 reached = True
             elif not reached:
                 return None
@@ -289,6 +309,31 @@ def _resume_from(
     finally:
         rows.close()  # type: ignore[attr-defined]
     return saved if reached else None
+
+
+def _message_loader(store: EventStore, run_id: str, wanted: dict[int, int]) -> state.MessageLoader:
+    """What reads a resumed state's messages when they are first used: each referenced event
+    (``wanted``: seq -> position) made into its message again, in one ordered scan. The
+    sealed checkpoint names them, its last event is the store's, and a run's events are only
+    ever appended: only a database changed behind Marathon's back can lack one."""
+
+    def load(messages: list[Any]) -> None:
+        found = 0
+        if wanted:
+            for at, payload in queries.message_rows(
+                store, run_id, min(wanted), max(wanted), MESSAGE_EVENTS
+            ):
+                position = wanted.get(at)
+                if position is not None:
+                    messages[position] = message_of_payload(payload)
+                    found += 1
+        if found != len(wanted):
+            raise RunError(
+                f"run {run_id} lost {len(wanted) - found} of its events while it ran; its "
+                "database was changed by something other than Marathon"
+            )
+
+    return load
 
 
 def message_of_payload(payload: str) -> dict[str, Any]:

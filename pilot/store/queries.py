@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, cast, get_args
 
 from pydantic import ValidationError
-from sqlalchemy import Table, bindparam, delete, func, or_, select, text
+from sqlalchemy import Table, bindparam, delete, func, select, text
 
 from brain.events import server_events
 from pilot import events as ev
@@ -216,50 +216,64 @@ def vacuum(store: EventStore) -> None:
 # -- a state checkpoint's events -------------------------------------------------------------------
 
 
-def checkpoint_rows(
-    store: EventStore, run_id: str, first: int, seq: int, kinds: frozenset[str]
+def events_from(store: EventStore, run_id: str, seq: int) -> Iterator[tuple[int, str]]:
+    """The run's events from ``seq`` on, in order, as stored: a resume from the checkpoint at
+    ``seq`` checks that one and folds the rest."""
+    return _payload_rows(store, _FROM_SQL, (run_id, seq), _FROM, {"run_id": run_id, "seq": seq})
+
+
+def message_rows(
+    store: EventStore, run_id: str, first: int, last: int, kinds: frozenset[str]
 ) -> Iterator[tuple[int, str]]:
-    """What a resume from the checkpoint at ``seq`` reads, in order: the events of ``kinds``
-    from ``first`` up to ``seq`` (the ones its messages were made of) and every event from
-    ``seq`` on (its own, to check, and the ones to fold)."""
+    """The run's events of ``kinds`` from ``first`` to ``last``, in order: the ones a resumed
+    state's messages are made of, read when they are first used."""
+    return _payload_rows(
+        store,
+        _MESSAGES_SQL.format(", ".join("?" * len(kinds))),
+        (run_id, first, last, *sorted(kinds)),
+        _MESSAGES,
+        {"run_id": run_id, "first": first, "last": last, "kinds": sorted(kinds)},
+    )
+
+
+def _payload_rows(
+    store: EventStore, sql: str, args: tuple[Any, ...], statement: Any, params: dict[str, Any]
+) -> Iterator[tuple[int, str]]:
+    """``(seq, payload)`` rows: on SQLite straight from sqlite3 with ``sql`` (neither column has
+    a result processor, and a resume reads thousands of these rows: SQLAlchemy's result rows
+    cost more than the read), elsewhere the Core ``statement``."""
     with store.engine.connect() as conn:
         if store.is_sqlite:
-            # Straight from sqlite3 (neither column has a result processor): a resume reads
-            # thousands of these rows, and SQLAlchemy's result rows cost more than the read.
-            cursor = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
-                _CHECKPOINT_SQL.format(", ".join("?" * len(kinds))),
-                (run_id, first, seq, *sorted(kinds)),
-            )
+            cursor = conn.connection.driver_connection.execute(sql, args)  # type: ignore[union-attr]
             try:
                 yield from cursor
             finally:
                 cursor.close()
             return
-        rows = conn.execute(
-            _CHECKPOINT_ROWS, {"run_id": run_id, "first": first, "seq": seq, "kinds": sorted(kinds)}
-        )
-        yield from ((at, payload) for at, payload in rows)
+        yield from ((at, payload) for at, payload in conn.execute(statement, params))
 
 
-_CHECKPOINT_SQL = (
-    "SELECT seq, payload FROM events WHERE run_id = ? AND seq >= ? AND (seq >= ? OR type IN "
-    "({})) ORDER BY seq"
+_FROM_SQL = "SELECT seq, payload FROM events WHERE run_id = ? AND seq >= ? ORDER BY seq"
+_MESSAGES_SQL = (
+    "SELECT seq, payload FROM events WHERE run_id = ? AND seq BETWEEN ? AND ? AND type IN ({}) "
+    "ORDER BY seq"
 )
-"""``_CHECKPOINT_ROWS`` as SQLite runs it (``{}``: a ``?`` per kind)."""
-
+"""``_MESSAGES`` as SQLite runs it (``{}``: a ``?`` per kind)."""
 
 _EVENTS = cast(Table, EventRow.__table__)
-_CHECKPOINT_ROWS = (
+_FROM = (
+    select(_EVENTS.c.seq, _EVENTS.c.payload)
+    .where(_EVENTS.c.run_id == bindparam("run_id"), _EVENTS.c.seq >= bindparam("seq"))
+    .order_by(_EVENTS.c.seq)
+)
+_MESSAGES = (
     select(_EVENTS.c.seq, _EVENTS.c.payload)
     .where(
         _EVENTS.c.run_id == bindparam("run_id"),
-        _EVENTS.c.seq >= bindparam("first"),
-        or_(
-            _EVENTS.c.seq >= bindparam("seq"),
-            _EVENTS.c.type.in_(bindparam("kinds", expanding=True)),
-        ),
+        _EVENTS.c.seq.between(bindparam("first"), bindparam("last")),
+        _EVENTS.c.type.in_(bindparam("kinds", expanding=True)),
     )
     .order_by(_EVENTS.c.seq)
 )
-"""``checkpoint_rows``'s statement: Core on the table, built once (a resume's first read of
-the events then configures no ORM mapper)."""
+"""The statements, Core on the table, built once (a resume's first read of the events then
+configures no ORM mapper)."""

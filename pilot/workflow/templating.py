@@ -133,10 +133,13 @@ class WorkflowTemplate:
     kind: TemplateKind
     source: str
     span: SourceSpan
-    template: jinja2.Template = field(repr=False, compare=False)
+    template: jinja2.Template | None = field(repr=False, compare=False)
+    """None for a text with no template syntax: it renders to itself."""
 
     def render(self, context: Mapping[str, Any]) -> str:
         """Render with ``context``; any failure becomes a located ``WorkflowError``."""
+        if self.template is None:
+            return self.source
         try:
             return self.template.render(context)
         except Exception as exc:  # any template failure is the workflow's, mapped once here
@@ -163,6 +166,8 @@ def compile_template(
     Static checks catch what rendering alone would miss: a ``params.nmae`` inside an
     ``{% if %}`` branch that the load-time render does not take.
     """
+    if is_literal(source):
+        return WorkflowTemplate(field, kind, source, span, None), []
     try:
         ast = env.parse(source)
         # Compiled from the tree just parsed (Jinja takes either): one parse, not two. Code
@@ -178,6 +183,17 @@ def compile_template(
         return None, [located.error(None, f"template cannot be compiled: {exc!r}")]
     template = WorkflowTemplate(field, kind, source, span, compiled)
     return template, _check_names(template, ast, kind, param_names)
+
+
+_JINJA_MARKS = ("{{", "{%", "{#", "\r")
+
+
+def is_literal(source: str) -> bool:
+    """Whether ``source`` renders to itself in ``make_environment``'s Jinja: no expression,
+    tag or comment starts in it (line statements are off), and no carriage return (which
+    Jinja would turn into a newline; a trailing newline is kept). Most prompts are such long
+    texts, and a run's start and every resume skip parsing and compiling them."""
+    return not any(mark in source for mark in _JINJA_MARKS)
 
 
 _SYNTAX_HINT = (
