@@ -303,7 +303,9 @@ def test_events_lost_behind_the_checkpoint_are_named_when_the_messages_are_read(
         conn.exec_driver_sql(f"DELETE FROM events WHERE run_id = 'r1' AND seq = {first}")
     loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq is not None
-    with pytest.raises(RunError, match=r"lost 1 of its events.*changed by something other"):
+    with pytest.raises(
+        RunError, match=rf"lost 1 of the events .*\(seq {first}\).*changed by something other"
+    ):
         loaded.messages  # noqa: B018
     with pytest.raises(RunError):  # and again, never a list with holes
         loaded.messages  # noqa: B018

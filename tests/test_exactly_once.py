@@ -568,3 +568,27 @@ def test_a_dry_run_resumes_as_a_dry_run_from_the_line_it_printed(tmp_path: Path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "DRY RUN" in resumed.stdout
     assert store.get_run(record.id).status == "succeeded"
+
+
+def test_a_conversation_event_deleted_behind_the_checkpoint_stops_the_resume_with_its_seq(
+    world: dict,
+) -> None:
+    # The resume folds from the checkpoint without reading the conversation; the first request
+    # reads it, finds the deleted answer missing and stops the run saying so, never sending a
+    # request with a hole (nor a traceback).
+    killed = start(world, "checkpoint_every=2,kill_at=snapshot_taken")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    run_id = only_run(world)
+    store = store_of(world)
+    answer = next(seq for seq, e in store.iter_events(run_id) if e.type == "assistant_message")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM events WHERE run_id = ? AND seq = ?", (run_id, answer))
+    done = pilot(world, "resume", run_id)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout
+    assert f"(seq {answer})" in done.stderr + done.stdout, done.stderr
+    events = store_of(world).load_events(run_id)
+    resumed = [e for e in events if e.type == "run_resumed"][-1]
+    assert resumed.from_checkpoint is not None, "resumed from the checkpoint"
+    assert events[-1].type == "run_finished" and f"(seq {answer})" in events[-1].reason
+    assert not any(e.type == "model_request" for e in events[events.index(resumed) :])

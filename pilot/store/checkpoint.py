@@ -39,7 +39,6 @@ import contextlib
 import copy
 import functools
 import hashlib
-import json
 import os
 import stat
 from collections.abc import Sequence
@@ -90,10 +89,14 @@ def messages_path(directory: Path) -> Path:
     return directory / MESSAGES_FILE_NAME
 
 
+_PLAIN_JSON_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
 def _json_bytes(data: Any) -> bytes:
     """Compact JSON; a value JSON cannot hold is an error, never pickled or stringified (the
-    messages are the chat API's JSON already, so they are written as they are)."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=_refuse).encode()
+    messages are the chat API's JSON already, so they are written as they are). orjson's own
+    conversions of dataclasses and dates are off: ``statecodec`` makes every value."""
+    return orjson.dumps(data, default=_refuse, option=_PLAIN_JSON_ONLY)
 
 
 def _refuse(value: Any) -> Any:
@@ -318,7 +321,7 @@ def _message_loader(store: EventStore, run_id: str, wanted: dict[int, int]) -> s
     ever appended: only a database changed behind Marathon's back can lack one."""
 
     def load(messages: list[Any]) -> None:
-        found = 0
+        missing = set(wanted)
         if wanted:
             for at, payload in queries.message_rows(
                 store, run_id, min(wanted), max(wanted), MESSAGE_EVENTS
@@ -326,11 +329,13 @@ def _message_loader(store: EventStore, run_id: str, wanted: dict[int, int]) -> s
                 position = wanted.get(at)
                 if position is not None:
                     messages[position] = message_of_payload(payload)
-                    found += 1
-        if found != len(wanted):
+                    missing.discard(at)
+        if missing:
+            named = ", ".join(str(seq) for seq in sorted(missing)[:5])
             raise RunError(
-                f"run {run_id} lost {len(wanted) - found} of its events while it ran; its "
-                "database was changed by something other than Marathon"
+                f"run {run_id} lost {len(missing)} of the events its conversation is made of "
+                f"(seq {named}{', ...' if len(missing) > 5 else ''}): its database was changed "
+                "by something other than Marathon; restore it from a backup to resume"
             )
 
     return load
