@@ -363,3 +363,24 @@ def test_references_continued_from_the_last_write_equal_references_made_anew() -
     assert later == checkpoint.message_refs(state)
     compacted = RunState(messages=list(state.messages), message_seqs=list(state.message_seqs))
     assert checkpoint.message_refs(compacted, known) == later  # another list: made anew
+
+
+def test_the_state_codec_round_trips_sets_of_digests_and_refuses_a_cut_one() -> None:
+    from pilot.store import statecodec
+
+    digests = {bytes([i]) * 12 for i in range(200)}
+    for value in (
+        digests | {"feedback:ab"},  # the tracker's: 12-byte digests and a few strings
+        {b"short", b"a longer one", "text"},  # bytes of unequal length: each alone
+        set(),
+        {b""},
+    ):
+        data = json.loads(json.dumps(statecodec.encode(value)))
+        assert statecodec.decode(data) == value
+    data = statecodec.encode(digests)
+    assert data["w"] == 12 and isinstance(data["b"], str), "one text for the digests"
+    cut = {**data, "b": data["b"][:-8]}
+    with pytest.raises(ValueError):
+        statecodec.decode(cut)
+    with pytest.raises(ValueError, match="width"):
+        statecodec.decode({**data, "w": 7})

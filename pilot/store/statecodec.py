@@ -73,9 +73,17 @@ def encode(value: Any) -> Any:
             _known(name, cls)
             return {TAG: "named", "c": name, "v": [encode(v) for v in value]}
         return {TAG: "tuple", "v": [encode(v) for v in value]}
-    if isinstance(value, set | frozenset):  # bytes members (digests) as plain base64 strings
-        raw = [_b64out(v) for v in value if type(v) is bytes]
-        return {TAG: "set", "v": [encode(v) for v in value if type(v) is not bytes], "b": raw}
+    if isinstance(value, set | frozenset):
+        # Bytes members (the progress tracker's digests, a thousand at a thousand steps) as
+        # one base64 text of their concatenation when they are all as long, else each alone.
+        raw = [v for v in value if type(v) is bytes]
+        out = {TAG: "set", "v": [encode(v) for v in value if type(v) is not bytes]}
+        width = len(raw[0]) if raw else 0
+        if width and all(len(v) == width for v in raw):
+            out["w"], out["b"] = width, _b64out(b"".join(raw))
+        else:
+            out["b"] = [_b64out(v) for v in raw]
+        return out
     if isinstance(value, bytes):
         return {TAG: "bytes", "v": _b64out(value)}
     if isinstance(value, datetime):
@@ -114,7 +122,14 @@ def decode(data: Any) -> Any:
             return tuple(decode(v) for v in _list(items))
         case "set":
             members = {_hashable(decode(v)) for v in _list(items)}
-            members.update(_b64(v) for v in _list(data["b"]))
+            width = data.get("w")
+            if width is None:
+                members.update(_b64(v) for v in _list(data["b"]))
+                return members
+            joined = _b64(data["b"])
+            if type(width) is not int or width < 1 or len(joined) % width:
+                raise ValueError("a set's bytes must be whole members of its width")
+            members.update(joined[i : i + width] for i in range(0, len(joined), width))
             return members
         case "bytes":
             return _b64(items)
