@@ -134,6 +134,34 @@ def test_a_compaction_is_checkpointed_and_still_folds_equal(tmp_path: Path) -> N
     assert any("f1.py to f4.py" in str(m["content"]) for m in loaded.messages)
 
 
+def test_a_compaction_after_the_checkpoint_reads_the_messages_in_the_fold(
+    tmp_path: Path,
+) -> None:
+    # The tail's compaction needs what was said: the fold reads the conversation then, while
+    # it is still scanning the tail, and ends equal to folding every event.
+    store, runner, run = start(tmp_path / "m.db", "r1", every=1000)
+    steps(run, 1, 6)
+    run.emit(ev.RunPaused(reason="stopped"))  # a pause writes a checkpoint
+    run.emit(ev.RunResumed(owner=runner.owner))
+    run.emit(
+        ev.Compaction(
+            pinned=[0, 1],
+            replaced_to=10,
+            replaced_count=8,
+            summary="Steps 1 to 4 read f1.py to f4.py.",
+            tokens_before=9000,
+            tokens_after=3000,
+            reason="threshold",
+        )
+    )
+    steps(run, 7, 2)
+    loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
+    compaction = next(s for s, e in store.iter_events("r1") if e.type == "compaction")
+    assert seq is not None and seq < compaction
+    assert essence(loaded) == essence(fold(store.load_events("r1")))
+    assert loaded.message_seqs == fold(store.load_events("r1")).message_seqs
+
+
 def test_an_older_checkpoint_is_ignored_and_its_copy_of_the_context_removed(
     tmp_path: Path,
 ) -> None:
