@@ -122,11 +122,12 @@ def test_a_run_read_straight_from_sqlite_is_the_record_the_statement_gives(
     busy = new_run(store, run_id="busy0002")
     store.append(busy, 1, ev.PhaseStarted(index=0, name="p", prompt="go"), totals={"phase": "p"})
     store.append(busy, 2, ev.ModelRequest(step=1, messages=2), totals={"steps": 1})
+    assert store.held is not None
     with store.engine.connect() as conn:
         for run_id in (bare, busy):
             core = es._records(conn, es._RUN_BY_ID, run_id_=run_id)
-            assert es._sqlite_run_by_id(conn, run_id) == core and len(core) == 1
-        assert es._sqlite_run_by_id(conn, "nope") == []
+            assert es._sqlite_run_by_id(store.held, run_id) == core and len(core) == 1
+    assert es._sqlite_run_by_id(store.held, "nope") == []
     record = store.get_run(busy)
     assert (record.params, record.last_seq, record.phase) == ({"a": 1}, 2, "p")
     assert record.created_at.tzinfo is not None and record.lease_expires_at is not None
@@ -149,9 +150,11 @@ def test_the_lease_taken_straight_from_sqlite_writes_what_the_statement_writes(
         new_run(store, owner=None, run_id=run_id)
     with store.engine.begin() as conn:
         assert conn.execute(es._TAKE_LEASE, {**values, "run_id_": "core0001"}).rowcount == 1
-        assert es._sqlite_take_lease(conn, {**values, "run_id_": "wire0002"}) == 1
-        held = {**values, "run_id_": "wire0002", "owner_": "other:2:c", "lease_owner": "x"}
-        assert es._sqlite_take_lease(conn, held) == 0
+    assert store.held is not None
+    take = es._sqlite_take_lease
+    assert store.held.transaction(lambda c: take(c, {**values, "run_id_": "wire0002"})) == 1
+    held = {**values, "run_id_": "wire0002", "owner_": "other:2:c", "lease_owner": "x"}
+    assert store.held.transaction(lambda c: take(c, held)) == 0
     with sqlite3.connect(tmp_path / "m.db") as raw:
         rows = raw.execute(
             "SELECT lease_owner, lease_expires_at, updated_at FROM runs ORDER BY id"
@@ -374,3 +377,21 @@ def test_server_events_keeps_its_table_and_indexes_for_old_and_new_files(tmp_pat
         ("gemma", "ready", {}),
         ("gemma", "died", {"summary": "exit 137"}),
     ]
+
+
+def test_a_sqlite_resume_path_needs_no_engine(tmp_path: Path) -> None:
+    # Opening an existing file, reading a run, taking its lease, reading and appending its
+    # events: all on the store's held connection; SQLAlchemy's engine is made only when
+    # something else asks for it.
+    from pilot.store import queries
+
+    run_id = new_run(make_store(tmp_path), owner=None)
+    store = make_store(tmp_path)
+    record = store.find_run(run_id)  # the id `pilot run` prints (a prefix asks the engine)
+    store.acquire_lease(record.id, "me:2:b")
+    store.append(run_id, 1, ev.ModelRequest(step=1, messages=2), totals={"steps": 1})
+    assert [seq for seq, _ in queries.events_from(store, run_id, 1)] == [1]
+    assert store.get_run(run_id).steps == 1
+    assert store._engine is None
+    assert [r.id for r in store.list_runs()] == [run_id]  # a Core query: the engine is made
+    assert store._engine is not None

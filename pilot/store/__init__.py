@@ -1,8 +1,9 @@
 """The store wing: where a run's truth is kept, and the only place that speaks SQL.
 
 Modules: ``event_store`` (runs and their append-only events in SQLite or any SQLAlchemy
-URL; leases, the queue's ``SKIP LOCKED`` claim), ``sqlite_append`` (the one-connection
-fast path for an event append), ``queries`` (the named reads of the report, ``pilot show``
+URL; leases, the queue's ``SKIP LOCKED`` claim), ``sqlite_held`` (a SQLite store's own
+connection: what every step and resume does, without the engine), ``sqlite_append`` (the
+event append on it), ``queries`` (the named reads of the report, ``pilot show``
 and retention), ``layout`` (where each run's files live), ``opening`` (a user's store URL
 opened, or an error naming what is wrong with it), ``checkpoint`` and ``statecodec`` (a live
 run's folded state kept beside the database so a resume replays only the events since) and

@@ -14,7 +14,7 @@ import json
 import os
 import secrets
 import socket
-import sqlite3  # noqa: F401  (the driver: see below)
+import sqlite3
 import sys
 import threading
 import time
@@ -64,14 +64,17 @@ from pilot.errors import (
 from pilot.events import Event, RunFinished, event_from_json, event_to_json
 from pilot.private_files import private_file
 from pilot.store.sqlite_append import SqliteAppender
+from pilot.store.sqlite_held import (
+    SQLITE_BUSY_MS,
+    HeldSqlite,
+    apply_pragmas,
+    sqlite_dialect,
+)
 
 # The SQLite dialect above and its driver (``sqlite3``) are imported with this module rather
 # than by the first ``create_engine`` (SQLAlchemy loads a dialect and its driver on first use):
 # every store but a test's opens SQLite, and a resume then spends its open on the file, not on
 # loading code.
-SQLITE_BUSY_MS = 250
-"""How long one SQLite statement waits for a lock inside SQLite (``busy_timeout``); past it
-the store waits in Python (``EventStore.lock_wait``), where a stop request is seen."""
 DEFAULT_LOCK_WAIT = 600.0
 """Seconds a write waits out a database locked by another process before giving up
 (``$MARATHON_DB_LOCK_WAIT`` overrides it)."""
@@ -99,12 +102,6 @@ def lock_wait_from_env() -> float:
 
 
 SCHEMA_VERSION = 2
-SQLITE_PAGE_SIZE = 16384
-SQLITE_WAL_BYTES = 4 * 1024 * 1024
-"""How much WAL a connection lets build up before it checkpoints: SQLite's own default
-(1,000 pages) in bytes. Counted in pages, 16 KiB pages would let it reach 16 MiB, and the
-first connection after a kill reads the whole WAL to rebuild its index: a resume's first
-statement took 3.5 ms for that instead of under 1 (figures in bench/README.md)."""
 ACTIVE_STATUSES = ("running", "paused", "cancelling")
 """Runs that still own their workspace (a queued run has none yet)."""
 
@@ -282,17 +279,12 @@ class _RunValues:
         self.__dict__.update(zip(names, values, strict=True))
 
 
-def _sqlite_run_by_id(conn: Connection, run_id: str) -> list[RunRecord]:
-    """``_records(conn, _RUN_BY_ID, ...)`` on SQLite without SQLAlchemy's statement compiler:
-    a resume's first query of the run is otherwise most of its cost (compiling the select of
-    every column and its two subqueries)."""
-    names, processors, at = _run_processors(conn.dialect)
-    driver = conn.connection.driver_connection
-    cursor = driver.execute(_RUN_BY_ID_SQL, (run_id,))  # type: ignore[union-attr]
-    try:
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
+def _sqlite_run_by_id(held: HeldSqlite, run_id: str) -> list[RunRecord]:
+    """``_records(conn, _RUN_BY_ID, ...)`` on the held connection, without SQLAlchemy's
+    statement compiler: a resume's first query of the run is otherwise most of its cost
+    (compiling the select of every column and its two subqueries)."""
+    names, processors, at = _run_processors(sqlite_dialect())
+    rows = held.rows(_RUN_BY_ID_SQL, (run_id,))
     records = []
     for *values, last_seq, last_at in rows:
         row = _RunValues(
@@ -321,15 +313,15 @@ _TAKE_LEASE_ORDER = (
 )  # fmt: skip
 
 
-def _sqlite_take_lease(conn: Connection, values: dict[str, Any]) -> int:
-    """``_TAKE_LEASE`` on SQLite without SQLAlchemy's statement compiler (the first write of
-    a resume); the dates go through the column type's own bind processor. Rows changed."""
-    stamp = _datetime_processor(conn.dialect)
+def _sqlite_take_lease(connection: sqlite3.Connection, values: dict[str, Any]) -> int:
+    """``_TAKE_LEASE`` on the held connection, without SQLAlchemy's statement compiler (the
+    first write of a resume); the dates go through the column type's own bind processor.
+    Rows changed."""
+    stamp = _datetime_processor(sqlite_dialect())
     parameters = [values[name] for name in _TAKE_LEASE_ORDER]
     for position in (1, 2):
         parameters[position] = stamp(parameters[position]) if stamp else parameters[position]
-    driver = conn.connection.driver_connection
-    cursor = driver.execute(_TAKE_LEASE_SQL, parameters)  # type: ignore[union-attr]
+    cursor = connection.execute(_TAKE_LEASE_SQL, parameters)
     try:
         return cursor.rowcount
     finally:
@@ -416,7 +408,9 @@ def new_run_id() -> str:
 
 
 class EventStore:
-    """Runs and events behind one SQLAlchemy engine. Thread-safe; one transaction per call."""
+    """Runs and events behind one SQLAlchemy engine (on SQLite, what a step and a resume do
+    goes through the store's held connection instead). Thread-safe; one transaction per
+    call."""
 
     def __init__(self, url: str | None = None, *, durability: str = "normal") -> None:
         self.url = url or default_db_url()
@@ -427,39 +421,47 @@ class EventStore:
         """Seconds a write waits out a lock held by another process (then ``StoreBusy``)."""
         self.interrupt = threading.Event()
         """Set (from a signal handler) to stop waiting for a lock at once."""
-        self.engine = self._make_engine()
+        self.is_sqlite = self.url.startswith("sqlite")
+        self._engine: Engine | None = None
+        self._engine_lock = threading.Lock()
+        self.held: HeldSqlite | None = None
+        """On SQLite, the store's own connection (``pilot.store.sqlite_held``): the appends,
+        a run's row, its lease and its events; everything else goes through ``engine``."""
+        if self.is_sqlite:
+            made = sqlite_url(self.url)
+            self.held = (
+                HeldSqlite.of_file(str(made.database), durability)
+                if isinstance(made, URL)
+                else HeldSqlite(  # an in-memory or otherwise spelled URL: the engine's own
+                    lambda: self.engine.raw_connection(), lambda pooled: pooled.close()
+                )
+            )
         self._migrate()
         self._sqlite_appender = (
-            SqliteAppender(self.engine, _INSERT_EVENT, _UPDATE_RUN, "run_id_")
-            if self.is_sqlite
+            SqliteAppender(self.held, _INSERT_EVENT, _UPDATE_RUN, "run_id_")
+            if self.held is not None
             else None
         )
 
     @property
-    def is_sqlite(self) -> bool:
-        return self.engine.dialect.name == "sqlite"
+    def engine(self) -> Engine:
+        """SQLAlchemy's engine, made on first use (a SQLite resume's path never needs it)."""
+        if self._engine is None:
+            with self._engine_lock:
+                if self._engine is None:
+                    self._engine = self._make_engine()
+        return self._engine
 
     def _make_engine(self) -> Engine:
-        if self.url.startswith("sqlite"):
+        if self.is_sqlite:
             engine = create_engine(
                 sqlite_url(self.url), connect_args={"timeout": SQLITE_BUSY_MS / 1000}
             )
-            synchronous = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}[self.durability]
+            durability = self.durability
 
             @event.listens_for(engine, "connect")
             def _pragmas(dbapi_connection: Any, _record: Any) -> None:
-                cursor = dbapi_connection.cursor()
-                # Pages of 16 KiB for a new file (no effect on an existing one): an event of a
-                # few KB (a tool result) fits several to a page instead of leaving half of a
-                # 4 KiB page empty (figures in bench/README.md).
-                cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
-                cursor.execute("PRAGMA journal_mode=WAL")
-                cursor.execute(f"PRAGMA synchronous={synchronous}")
-                cursor.execute("PRAGMA foreign_keys=ON")
-                cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
-                (page_size,) = cursor.execute("PRAGMA page_size").fetchone()
-                cursor.execute(f"PRAGMA wal_autocheckpoint={SQLITE_WAL_BYTES // page_size}")
-                cursor.close()
+                apply_pragmas(dbapi_connection, durability)
 
             return engine
         return create_engine(self.url, pool_pre_ping=True)
@@ -534,24 +536,20 @@ class EventStore:
         so opening an existing store skips ``create_all``'s check of each table and the ORM's
         first use; a new, older or partly made file (and any other database) takes the full
         path, with its migrations and its retried creation race."""
-        if not self.is_sqlite:
+        if self.held is None:
             return False
-        with self.engine.connect() as conn:
-            found = conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'index')"
-            )
-            if not _schema_names() <= {name for (name,) in found}:
-                return False
-            version = conn.exec_driver_sql(
-                f"SELECT version FROM {SchemaMeta.__tablename__} WHERE id = 1"
-            ).scalar()
-        return version == SCHEMA_VERSION
+        found = self.held.rows("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")
+        if not _schema_names() <= {name for (name,) in found}:
+            return False
+        version = self.held.rows(f"SELECT version FROM {SchemaMeta.__tablename__} WHERE id = 1")
+        return bool(version) and version[0][0] == SCHEMA_VERSION
 
     def close(self) -> None:
         """Release every connection (the store stays usable: they are reopened on demand)."""
-        if self._sqlite_appender is not None:
-            self._sqlite_appender.close()
-        self.engine.dispose()
+        if self.held is not None:
+            self.held.close()
+        if self._engine is not None:
+            self._engine.dispose()
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -600,24 +598,24 @@ class EventStore:
                     raise
         raise RuntimeError("could not allocate a unique run id")
 
-    def _run_by_id(self, conn: Connection, run_id: str) -> list[RunRecord]:
-        if self.is_sqlite:
-            return _sqlite_run_by_id(conn, run_id)
-        return _records(conn, _RUN_BY_ID, run_id_=run_id)
+    def _run_by_id(self, run_id: str) -> list[RunRecord]:
+        if self.held is not None:
+            return _sqlite_run_by_id(self.held, run_id)
+        with self.engine.connect() as conn:
+            return _records(conn, _RUN_BY_ID, run_id_=run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
-        with self.engine.connect() as conn:
-            records = self._run_by_id(conn, run_id)
+        records = self._run_by_id(run_id)
         if not records:
             raise RunNotFound(run_id)
         return records[0]
 
     def find_run(self, prefix: str) -> RunRecord:
         """Any unambiguous prefix of a run id names the run."""
+        exact = self._run_by_id(prefix)
+        if exact:
+            return exact[0]
         with self.engine.connect() as conn:
-            exact = self._run_by_id(conn, prefix)
-            if exact:
-                return exact[0]
             records = _records(
                 conn, _RECORDS.where(_RUNS.c.id.startswith(prefix, autoescape=True)).limit(10)
             )
@@ -845,14 +843,14 @@ class EventStore:
             "lease_expires_at": now + timedelta(seconds=seconds),
             "updated_at": now,
         }
-        with self.engine.begin() as conn:
-            if self.is_sqlite:
-                taken = _sqlite_take_lease(conn, values)
-            else:
+        if self.held is not None:
+            taken = self.held.transaction(lambda connection: _sqlite_take_lease(connection, values))
+        else:
+            with self.engine.begin() as conn:
                 taken = conn.execute(_TAKE_LEASE, values).rowcount
-            if taken != 1:
-                fresh = self.get_run(run_id)
-                raise LeaseHeld(run_id, fresh.lease_owner or "?", fresh.lease_expires_at)
+        if taken != 1:
+            fresh = self.get_run(run_id)
+            raise LeaseHeld(run_id, fresh.lease_owner or "?", fresh.lease_expires_at)
         return note
 
     @_waits_out_locks

@@ -239,17 +239,13 @@ def message_rows(
 def _payload_rows(
     store: EventStore, sql: str, args: tuple[Any, ...], statement: Any, params: dict[str, Any]
 ) -> Iterator[tuple[int, str]]:
-    """``(seq, payload)`` rows: on SQLite straight from sqlite3 with ``sql`` (neither column has
-    a result processor, and a resume reads thousands of these rows: SQLAlchemy's result rows
-    cost more than the read), elsewhere the Core ``statement``."""
+    """``(seq, payload)`` rows: on SQLite from the store's held connection with ``sql``
+    (neither column has a result processor, and a resume reads thousands of these rows:
+    SQLAlchemy's result rows cost more than the read), elsewhere the Core ``statement``."""
+    if store.held is not None:
+        yield from store.held.rows(sql, args)
+        return
     with store.engine.connect() as conn:
-        if store.is_sqlite:
-            cursor = conn.connection.driver_connection.execute(sql, args)  # type: ignore[union-attr]
-            try:
-                yield from cursor
-            finally:
-                cursor.close()
-            return
         yield from ((at, payload) for at, payload in conn.execute(statement, params))
 
 

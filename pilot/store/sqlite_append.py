@@ -1,11 +1,11 @@
-"""The event append on SQLite, on one DBAPI connection held for the store's life.
+"""The event append on SQLite, on the store's held connection (``pilot.store.sqlite_held``).
 
 An append is one small transaction: INSERT the events, UPDATE the run's totals if they
 changed, COMMIT. Through SQLAlchemy's ``engine.begin()`` + ``execute`` that is a pool checkout,
 connection events, two statement-cache lookups, result objects and a checkin: many times the
 SQLite work itself, several times per agent step (figures in bench/README.md). This keeps
 the SQL SQLAlchemy compiles from the ORM tables and the bind processors of their column types,
-and runs them on a held ``sqlite3`` connection instead.
+and runs them on the held ``sqlite3`` connection instead.
 Errors are re-raised as the SQLAlchemy exceptions the rest of the pilot handles
 (``OperationalError`` for a full disk or a lock held too long, ``IntegrityError`` for a
 duplicate ``seq``).
@@ -15,14 +15,14 @@ PostgreSQL keeps the engine path: there the round trip dominates, not the Python
 
 from __future__ import annotations
 
-import threading
+import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import Insert, Update
+
+from pilot.store.sqlite_held import HeldSqlite, sqlite_dialect
 
 
 class _Statement:
@@ -47,23 +47,20 @@ class _Statement:
 
 class SqliteAppender:
     """``append`` = INSERT into ``events`` (one or more rows) + UPDATE ``runs`` (when there are
-    values to set) in one transaction, on a held connection. Thread-safe (a lock around each
-    transaction); ``close`` returns the connection to the engine's pool."""
+    values to set) in one transaction, on the held connection (thread-safe: its lock)."""
 
     def __init__(
-        self, engine: Engine, insert_event: Insert, update_run: Update, run_key: str
+        self, held: HeldSqlite, insert_event: Insert, update_run: Update, run_key: str
     ) -> None:
-        self._engine = engine
+        self._held = held
         self._insert_event = insert_event
         self._update_run = update_run
         self._run_key = run_key
-        self._lock = threading.Lock()
-        self._connection: PoolProxiedConnection | None = None
         self._insert: _Statement | None = None
         self._updates: dict[tuple[str, ...], _Statement] = {}
 
     def _compile(self, statement: Insert | Update, keys: Sequence[str]) -> _Statement:
-        dialect = self._engine.dialect
+        dialect = sqlite_dialect()
         compiled = statement.compile(dialect=dialect, column_keys=list(keys))
         names = compiled.positiontup or ()
         processors = [
@@ -81,7 +78,7 @@ class SqliteAppender:
         """INSERT every row of ``event_rows``, then UPDATE the run (unless ``run_values`` is
         empty), then COMMIT."""
         keys = tuple(sorted(run_values))
-        with self._lock:
+        with self._held.lock:
             if self._insert is None:
                 self._insert = self._compile(self._insert_event, tuple(event_rows[0]))
             insert = self._insert
@@ -91,32 +88,22 @@ class SqliteAppender:
                 if update is None:
                     update = self._updates[keys] = self._compile(self._update_run, keys)
                 update_parameters = update.parameters({self._run_key: run_id, **run_values})
-            if self._connection is None:
-                self._connection = self._engine.raw_connection()
-            connection = self._connection.dbapi_connection
-            assert connection is not None
             statement: str = insert.sql
             parameters: Any = [insert.parameters(row) for row in event_rows]
-            try:
-                with connection:  # commits, or rolls back when a statement fails
-                    if len(parameters) == 1:
-                        connection.execute(statement, parameters[0])
-                    else:
-                        connection.executemany(statement, parameters)
-                    if update is not None:
-                        statement, parameters = update.sql, update_parameters
-                        connection.execute(statement, parameters)
-            except self._engine.dialect.loaded_dbapi.Error as exc:
-                raise DBAPIError.instance(
-                    statement,
-                    parameters,
-                    exc,
-                    self._engine.dialect.loaded_dbapi.Error,
-                    dialect=self._engine.dialect,
-                ) from exc
 
-    def close(self) -> None:
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+            def write(connection: sqlite3.Connection) -> None:
+                nonlocal statement, parameters
+                if len(parameters) == 1:
+                    connection.execute(statement, parameters[0])
+                else:
+                    connection.executemany(statement, parameters)
+                if update is not None:
+                    statement, parameters = update.sql, update_parameters
+                    connection.execute(statement, parameters)
+
+            try:
+                self._held.transaction(write)
+            except DBAPIError as exc:  # named with the statement that failed
+                raise DBAPIError.instance(
+                    statement, parameters, exc.orig, sqlite3.Error, dialect=sqlite_dialect()
+                ) from exc.orig
