@@ -163,6 +163,9 @@ def supervised_exit(base: Path, steps: int, clean_tree: str, every: int) -> Faul
         model="chaos-model",
         port=port,
         max_model_len=32768,
+        # As a served tool-calling model must be: vLLM refuses "auto" tool choice without them.
+        enable_auto_tool_choice=True,
+        tool_call_parser="hermes",
         env={"BRAIN_SIM_POLICY": f"script:{script}", "BRAIN_SIM_FAULTS": f"exit@{every}"},
         timeouts={"load_timeout_s": 60, "stop_timeout_s": 5},
     )

@@ -95,3 +95,17 @@ def test_two_concurrent_resumes_never_both_run(tmp_path: Path) -> None:
     assert race.unclear == 0
     assert race.exactly_one == 2 and race.completed == 2
     assert race.integrity_failures == 0
+
+
+@pytest.mark.timeout(240)
+def test_a_server_the_supervisor_restarts_mid_run_loses_nothing(tmp_path: Path) -> None:
+    # A real sim process served as a tool-calling model is (auto tool choice and a parser),
+    # exiting at every 4th chat request and started again by the brain's Supervisor.
+    results = fault_matrix(
+        steps=10, refuse_seconds=1, base=tmp_path, quick=True, only=[], supervised=True
+    )
+    clean, exiting = results
+    assert clean.completed and clean.lost is False
+    assert exiting.completed and exiting.integrity, exiting
+    assert exiting.lost is False and exiting.duplicates == 0, exiting
+    assert exiting.note.startswith(("1 restarts", "2 restarts", "3 restarts")), exiting.note
