@@ -108,4 +108,4 @@ def test_a_server_the_supervisor_restarts_mid_run_loses_nothing(tmp_path: Path) 
     assert clean.completed and clean.lost is False
     assert exiting.completed and exiting.integrity, exiting
     assert exiting.lost is False and exiting.duplicates == 0, exiting
-    assert exiting.note.startswith(("1 restarts", "2 restarts", "3 restarts")), exiting.note
+    assert int(exiting.note.split()[0]) >= 1, f"the server was never restarted: {exiting.note}"

@@ -68,6 +68,21 @@ def steps(run: RunSession, first: int, count: int, tag: str = "") -> None:
         run.emit(ev.ToolFinished(call_id=call.id, name=call.name, output=f"contents {step}{tag}"))
 
 
+def compact_first_steps(run: RunSession) -> None:
+    """A compaction of steps 1 to 4 into a summary, the system and phase prompts kept."""
+    run.emit(
+        ev.Compaction(
+            pinned=[0, 1],
+            replaced_to=10,
+            replaced_count=8,
+            summary="Steps 1 to 4 read f1.py to f4.py.",
+            tokens_before=9000,
+            tokens_after=3000,
+            reason="threshold",
+        )
+    )
+
+
 def essence(state: RunState) -> dict[str, Any]:
     """What the loop acts on: equal essences mean the resume goes on exactly the same way."""
     phase = state.phase
@@ -115,17 +130,7 @@ def test_the_checkpoint_refers_to_the_events_instead_of_copying_the_context(
 def test_a_compaction_is_checkpointed_and_still_folds_equal(tmp_path: Path) -> None:
     store, runner, run = start(tmp_path / "m.db", "r1")
     steps(run, 1, 6)
-    run.emit(
-        ev.Compaction(
-            pinned=[0, 1],
-            replaced_to=10,
-            replaced_count=8,
-            summary="Steps 1 to 4 read f1.py to f4.py.",
-            tokens_before=9000,
-            tokens_after=3000,
-            reason="threshold",
-        )
-    )
+    compact_first_steps(run)
     steps(run, 7, 4)
     loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     assert seq is not None and seq > 26
@@ -143,17 +148,7 @@ def test_a_compaction_after_the_checkpoint_reads_the_messages_in_the_fold(
     steps(run, 1, 6)
     run.emit(ev.RunPaused(reason="stopped"))  # a pause writes a checkpoint
     run.emit(ev.RunResumed(owner=runner.owner))
-    run.emit(
-        ev.Compaction(
-            pinned=[0, 1],
-            replaced_to=10,
-            replaced_count=8,
-            summary="Steps 1 to 4 read f1.py to f4.py.",
-            tokens_before=9000,
-            tokens_after=3000,
-            reason="threshold",
-        )
-    )
+    compact_first_steps(run)
     steps(run, 7, 2)
     loaded, seq = load_run_state(store, "r1", runner.checkpoint_dir("r1"))
     compaction = next(s for s, e in store.iter_events("r1") if e.type == "compaction")
