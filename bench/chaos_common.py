@@ -391,7 +391,7 @@ def run_id_of(db: Path) -> str:
 
 def load_run(db: Path, run_id: str) -> tuple[list[Any], Any]:
     """The run's events and folded state."""
-    from pilot.state import fold
+    from pilot.agent.state import fold
     from pilot.store.event_store import EventStore
 
     store = EventStore(f"sqlite:///{db}")

@@ -191,7 +191,7 @@ def workflow_files(
     texts: list[str], base: Path, subprocess_sample: int
 ) -> tuple[InputCases, InputCases]:
     from pilot.errors import WorkflowError
-    from pilot.launch import tool_names
+    from pilot.run.launch import tool_names
     from pilot.workflow import parse_workflow_text
 
     started = time.monotonic()
@@ -240,7 +240,7 @@ def workflow_files(
 
 
 def _executor(root: Path, base: Path) -> Any:
-    from pilot.executor import RegistryExecutor
+    from pilot.workspace.executor import RegistryExecutor
     from tools.registry import default_registry
 
     return RegistryExecutor(

@@ -9,7 +9,7 @@ never queues: ideally K runs take as long as one. The tools are the real
 registry's (``RegistryExecutor``: the 12 default tools' schemas in every request, every call
 validated), with ``read_file`` answering a fixed short text without I/O; nothing mutates, so no
 git snapshots. The figure is the pilot's own overhead: the loop, the event store, the registry,
-the token counting and the HTTP client. Runs go through ``pilot.runner``'s ``RunSession.emit``
+the token counting and the HTTP client. Runs go through ``pilot.run.runner``'s ``RunSession.emit``
 (append, committed, then fold) and ``AgentLoop``, like ``pilot run``, minus git workspace setup
 and the lease-renewal task (``LEFT_OUT``, printed with the figures).
 
@@ -110,16 +110,16 @@ def pilot_child(
     runs: int, steps: int, base_url: str, db: str, out: str, stream_interval: int | None = None
 ) -> None:
     from pilot import events as ev
-    from pilot.context import ServerCounts
-    from pilot.executor import RegistryExecutor
+    from pilot.agent.context import ServerCounts
+    from pilot.agent.loop import AgentLoop
+    from pilot.agent.state import RunState
     from pilot.heap import settle_startup_heap
-    from pilot.loop import AgentLoop
     from pilot.model.client import OpenAIModelClient
     from pilot.model.settings import ClientSettings
-    from pilot.runner import Runner, RunSession, progress_limits
-    from pilot.state import RunState
+    from pilot.run.runner import Runner, RunSession, progress_limits
     from pilot.store.event_store import EventStore
     from pilot.workflow.plan import ModelPlan, PhasePlan, RunPlan
+    from pilot.workspace.executor import RegistryExecutor
     from tools.base import ToolResult
     from tools.registry import ToolRegistry, default_registry
 

@@ -244,7 +244,7 @@ def run_once(steps: int, window: int, kv_tokens: int, replay: Path | None) -> di
         "wall_s": wall,
     }
     if replay is not None:
-        from pilot.replay_export import export_run, write_replay
+        from pilot.front.replay_export import export_run, write_replay
         from pilot.store.event_store import EventStore
 
         lines = export_run(

@@ -84,8 +84,8 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float]:
 
 
 def measure(root: Path, files: int, steps: int) -> dict[str, Any]:
-    from pilot.executor import GitWorkspace, RegistryExecutor
-    from pilot.snapshot import ensure_repository, start_work_branch, take_snapshot
+    from pilot.workspace.executor import GitWorkspace, RegistryExecutor
+    from pilot.workspace.snapshot import ensure_repository, start_work_branch, take_snapshot
     from tools.registry import default_registry
 
     run_id = "bench0001"

@@ -9,7 +9,7 @@ tools no-I/O lookups. Each repeat of a config runs two fresh processes:
 2. **resume**: a fresh interpreter opens the same database, loads the latest state, runs step
    N+1 and the final answer, and exits.
 
-Marathon goes through the path ``pilot run`` and ``pilot resume`` take: ``pilot.launch``'s
+Marathon goes through the path ``pilot run`` and ``pilot resume`` take: ``pilot.run.launch``'s
 ``start_run`` / ``resume_run`` on the real ``Runner`` (lease, git workspace, the default
 registry's 12 tools with their argument validation, the workflow's durability), with a no-I/O
 model client behind the ``ModelClient`` protocol and the workload's ``read_file`` /
@@ -179,7 +179,7 @@ LEFT_OUT = (
     "the workload says; they keep the real names, descriptions and argument models, so the "
     "registry validates every call; snapshot cost: python -m bench.snapshots)",
     "the CLI's argument parsing and live view (typer, rich): the children call "
-    "pilot.launch.start_run / resume_run, as `pilot run` / `pilot resume` do",
+    "pilot.run.launch.start_run / resume_run, as `pilot run` / `pilot resume` do",
 )
 """What the Marathon configs do not run of a real ``pilot run``, printed with the figures."""
 
@@ -241,11 +241,11 @@ def marathon_child(
     started = time.perf_counter()
     import asyncio
 
-    import pilot.runner as runner_module
+    import pilot.run.runner as runner_module
     from pilot.heap import settle_startup_heap
-    from pilot.launch import load_for_run, resume_run, start_run
     from pilot.model.types import ChatRequest, ModelResponse, ServedModel, ToolCallOut, Usage
-    from pilot.runner import Runner
+    from pilot.run.launch import load_for_run, resume_run, start_run
+    from pilot.run.runner import Runner
     from pilot.store.event_store import EventStore
 
     imported = time.perf_counter()
@@ -806,10 +806,10 @@ def open_profile_child(db: Path, run_id: str) -> dict[str, float]:
     started = time.perf_counter()
     import asyncio
 
-    import pilot.launch as launch
-    import pilot.runner as runner_module
+    import pilot.run.launch as launch
+    import pilot.run.runner as runner_module
     from pilot.heap import settle_startup_heap
-    from pilot.runner import Runner
+    from pilot.run.runner import Runner
     from pilot.store.event_store import EventStore
     from tools.registry import default_registry
 

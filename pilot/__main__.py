@@ -1,5 +1,5 @@
 """``python -m pilot`` is the ``pilot`` command."""
 
-from pilot.cli import app
+from pilot.front.cli import app
 
 app()

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from pilot.images import ImageRef
+from pilot.agent.images import ImageRef
 from pilot.model.types import Usage, WaitEvent
 from tools.base import Artifact
 
@@ -81,7 +81,7 @@ class ModelRequest(_Event):
     bound proves the request fits and no ``/tokenize`` round trip is made."""
     temperature: float | None = None
     """Set when the request was sampled hotter than the workflow's temperature, because the
-    model repeated the same call with the same result (``pilot.progress.hotter``)."""
+    model repeated the same call with the same result (``pilot.agent.progress.hotter``)."""
 
 
 class ToolCall(BaseModel):

@@ -19,9 +19,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import chaos_common
 
-from pilot.launch import load_for_run, resume_run, start_run
-from pilot.runner import Runner, RunOutcome
-from pilot.state import RunState, fold
+from pilot.agent.state import RunState, fold
+from pilot.run.launch import load_for_run, resume_run, start_run
+from pilot.run.runner import Runner, RunOutcome
 from pilot.store.event_store import EventStore
 
 GIT_ENV = chaos_common.GIT_ENV

@@ -26,8 +26,8 @@ from brain.sim.policy import SimChatRequest, SimTurn
 from brain.sim.script_policy import ScriptPolicy
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.replay_export import export_run, write_replay
-from pilot.state import RunState
+from pilot.agent.state import RunState
+from pilot.front.replay_export import export_run, write_replay
 from pilot.store.event_store import EventStore
 
 LONG_ANSWER = ScriptPolicy.from_dict({"default": {"content": "word " * 400}})
@@ -252,7 +252,7 @@ def test_one_run_at_a_time_each_requests_cache_hits_come_from_the_counters(
 def test_pilot_replay_export_writes_the_file_and_refuses_an_unknown_run(
     recorded, tmp_path: Path
 ) -> None:
-    from pilot.cli import app
+    from pilot.front.cli import app
 
     db, _, run_id = recorded
     url = f"sqlite:///{db}"

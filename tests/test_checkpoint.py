@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from pilot import events as ev
+from pilot.agent.state import RunState, fold
 from pilot.errors import RunError
-from pilot.runner import Runner, RunSession
-from pilot.state import RunState, fold
+from pilot.front.ui import event_line
+from pilot.run.runner import Runner, RunSession
 from pilot.store import checkpoint
 from pilot.store.checkpoint import checkpoint_path, load_run_state
 from pilot.store.event_store import EventStore
-from pilot.ui import event_line
 
 
 def start(

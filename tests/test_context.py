@@ -1,4 +1,4 @@
-"""The context budget and compaction planning (pilot.context).
+"""The context budget and compaction planning (pilot.agent.context).
 
 Pure parts are tested directly; token counting and the "every request fits" property are tested
 against the simulated vLLM over real loopback HTTP (its tokenizer is ceil(bytes/4) over a
@@ -21,7 +21,7 @@ from brain.sim.config import SimConfig
 from brain.sim.policy import SimTurn
 from brain.sim.server import running_sim
 from brain.sim.tokenizer import count_chat
-from pilot.context import (
+from pilot.agent.context import (
     SUMMARY_HEADER,
     Budget,
     ServerCounts,
@@ -212,7 +212,7 @@ async def test_far_from_the_limit_a_new_step_costs_no_tokenize_call() -> None:
 def test_a_step_with_the_same_tool_list_does_not_hash_its_schemas_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import pilot.context as context_module
+    import pilot.agent.context as context_module
 
     hashed: list[Any] = []
     real = context_module.message_key
@@ -693,7 +693,7 @@ def test_one_giant_line_is_cut_by_characters() -> None:
 async def test_the_identity_cache_is_bounded_and_an_evicted_message_still_counts_the_same(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import pilot.context as context
+    import pilot.agent.context as context
 
     monkeypatch.setattr(context, "IDENTITY_CACHE", 8)
     calls = CountingCalls(sim_tokenizer)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pilot.context import TokenCounter
+from pilot.agent.context import TokenCounter
 from pilot.errors import BadRequest
 
 FIX = Path(__file__).parent / "fixtures" / "vllm-0.26" / "http"

@@ -13,11 +13,11 @@ from sqlalchemy import insert, update
 
 from brain.events import server_events
 from pilot import events as ev
-from pilot.runner import Runner
-from pilot.snapshot import GitRepo, take_snapshot
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore, RunRow
 from pilot.store.layout import artifacts_dir
 from pilot.store.retention import database_bytes, describe, gc
+from pilot.workspace.snapshot import GitRepo, take_snapshot
 
 NOW = datetime(2025, 7, 1, 8, 0, tzinfo=UTC)
 
@@ -242,7 +242,7 @@ def test_pilot_gc_command_dry_run_then_real(store: EventStore, repo: GitRepo) ->
     import typer
     from typer.testing import CliRunner
 
-    from pilot.report.cli import register
+    from pilot.front.report_cli import register
 
     app = typer.Typer()
     register(app)

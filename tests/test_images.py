@@ -20,7 +20,7 @@ from brain.sim.tokenizer import IMAGE_TOKENS, count_chat
 from brain.spec import ServerSpec
 from brain.spec_paths import VolumeSpec
 from pilot import events as ev
-from pilot.images import (
+from pilot.agent.images import (
     ImageRef,
     Materializer,
     MediaPlan,
@@ -29,7 +29,7 @@ from pilot.images import (
     has_images,
     refs_from_artifacts,
 )
-from pilot.state import fold
+from pilot.agent.state import fold
 from tools.base import ToolContext
 from tools.registry import default_registry
 from tools.workspace import Workspace

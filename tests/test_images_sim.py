@@ -36,9 +36,9 @@ from brain.sim.server import running_sim
 from brain.sim.tokenizer import IMAGE_TOKENS, count_chat
 from brain.spec import ServerSpec
 from pilot import events as ev
-from pilot.images import MediaPlan
-from pilot.launch import resume_run
-from pilot.runner import Runner
+from pilot.agent.images import MediaPlan
+from pilot.run.launch import resume_run
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 
 KEY = "images-e2e"

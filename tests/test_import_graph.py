@@ -160,10 +160,17 @@ def test_graph_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     source = tmp_path / "mod.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from pilot import runner\n"
+        "if TYPE_CHECKING:\n    from pilot.run import runner\n"
         "def later():\n    from pilot.store import event_store\n"
         "from . import events as ev\n"
     )
-    modules = {"pilot.loop": source, "pilot.store.event_store": source, "pilot.events": source}
-    modules["pilot.runner"] = source
-    assert imports_of("pilot.loop", source, modules) == {"pilot.store.event_store", "pilot.events"}
+    modules = {
+        "pilot.agent.loop": source,
+        "pilot.store.event_store": source,
+        "pilot.events": source,
+    }
+    modules["pilot.run.runner"] = source
+    assert imports_of("pilot.agent.loop", source, modules) == {
+        "pilot.store.event_store",
+        "pilot.events",
+    }

@@ -9,8 +9,8 @@ import io
 from rich.console import Console
 
 from pilot import events as ev
-from pilot.state import RunState
-from pilot.ui import LiveView, event_line, line_width
+from pilot.agent.state import RunState
+from pilot.front.ui import LiveView, event_line, line_width
 
 STARTED = ev.RunStarted(
     workflow="wf",
@@ -126,7 +126,7 @@ def test_every_event_type_prints_something() -> None:
 
 
 def test_the_matrix_view_keeps_each_runs_last_phase() -> None:
-    from pilot.ui import MultiRunView
+    from pilot.front.ui import MultiRunView
 
     console, _ = terminal()
     view = MultiRunView(console)

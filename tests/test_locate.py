@@ -1,4 +1,4 @@
-"""pilot.locate over real pytest and doctest output: the functions a failure calls, found by
+"""pilot.tactics.locate over real pytest and doctest output: the functions a failure calls, found by
 their def outside the tests, shown as they are in the file."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pilot.locate import (
+from pilot.tactics.locate import (
     called_as_method,
     definition_block,
     definition_search,

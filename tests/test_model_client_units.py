@@ -395,7 +395,7 @@ def test_importing_the_model_wing_loads_no_http_stack():
     """The loop and a resume import ``pilot.model`` and pay for the SDK only at the first
     request: neither the package nor the loop may pull in openai or httpx."""
     code = (
-        "import sys, pilot.model, pilot.model.types, pilot.model.servers, pilot.loop; "
+        "import sys, pilot.model, pilot.model.types, pilot.model.servers, pilot.agent.loop; "
         "print(sorted(m for m in ('openai', 'httpx', 'httpx2', 'aiohttp') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -453,7 +453,7 @@ def test_no_two_things_share_a_class_name():
 def test_runs_share_a_client_exactly_when_their_client_settings_agree(tmp_path):
     """The runner's client cache keys on (endpoint, ClientSettings): a setting that differs
     makes another client, and that client was made with the setting."""
-    from pilot.runner import Runner
+    from pilot.run.runner import Runner
     from pilot.store.event_store import EventStore
     from pilot.workflow.plan import ModelPlan, RunPlan
 

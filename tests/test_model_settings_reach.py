@@ -23,8 +23,8 @@ from brain.sim.policies import load_policy
 from brain.sim.policy import Policy, SimChatRequest, SimTurn
 from brain.sim.server import running_sim
 from pilot.errors import ConfigurationError
-from pilot.launch import build_plan, load_for_run, start_run
-from pilot.runner import Runner
+from pilot.run.launch import build_plan, load_for_run, start_run
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 from pilot.workflow.plan import RunPlan
 from pilot.workflow.schema import ModelSettings

@@ -14,7 +14,7 @@ from pilot_harness import call, make_repo, run_in_process, write_script, write_w
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot.errors import WorkflowError
-from pilot.notify import notify_queue_end
+from pilot.run.notify import notify_queue_end
 from pilot.workflow import parse_workflow_text
 
 KEY = "notify-flow"

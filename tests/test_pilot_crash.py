@@ -100,7 +100,7 @@ def progress(store: EventStore, run_id: str) -> tuple:
 
 
 def final_state_from(store: EventStore, run_id: str):
-    from pilot.state import fold
+    from pilot.agent.state import fold
 
     return fold(store.load_events(run_id))
 

@@ -19,8 +19,8 @@ from pilot_harness import (
 from brain.sim.config import FaultRule, SimConfig, Timing
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.launch import load_for_run, start_run
-from pilot.runner import Runner, RunOutcome
+from pilot.run.launch import load_for_run, start_run
+from pilot.run.runner import Runner, RunOutcome
 from pilot.store.event_store import EventStore
 
 

@@ -90,7 +90,7 @@ def test_a_resume_from_a_checkpoint_on_postgres_reads_its_messages_on_first_use(
 ) -> None:
     from test_checkpoint import essence, start, steps
 
-    from pilot.state import fold
+    from pilot.agent.state import fold
     from pilot.store.checkpoint import load_run_state
 
     monkeypatch.setenv("MARATHON_HOME", str(tmp_path / "home"))  # a server's checkpoints

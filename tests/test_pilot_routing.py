@@ -37,17 +37,17 @@ from brain.sim.process import SimProcess
 from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.errors import WorkflowError
-from pilot.launch import build_plan, load_for_run, split_endpoints, start_run
+from pilot.front.ui import event_line
 from pilot.model.client import OpenAIModelClient
 from pilot.model.router import Router
 from pilot.model.settings import ClientSettings
 from pilot.model.types import ChatRequest, ModelResponse, RetryPolicy, WaitEvent
-from pilot.queue import enqueue
 from pilot.report.build import build_report
 from pilot.report.markdown import render_markdown
-from pilot.runner import Runner, RunOutcome
+from pilot.run.launch import build_plan, load_for_run, split_endpoints, start_run
+from pilot.run.queue import enqueue
+from pilot.run.runner import Runner, RunOutcome
 from pilot.store.event_store import EventStore
-from pilot.ui import event_line
 from pilot.workflow import parse_workflow_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -576,7 +576,7 @@ def test_the_live_view_of_routed_runs_shows_each_servers_load(tmp_path: Path) ->
 
     from rich.console import Console
 
-    from pilot.ui import MultiRunView, short_endpoint
+    from pilot.front.ui import MultiRunView, short_endpoint
 
     script = steps_script(tmp_path / "s.yaml", 1)
     with running_sim(sim_config(script)) as a, running_sim(sim_config(script)) as b:

@@ -1,4 +1,4 @@
-"""Runaway and stuck detection (pilot.progress), on transcripts shaped like real runs."""
+"""Runaway and stuck detection (pilot.agent.progress), on transcripts shaped like real runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pilot import events as ev
-from pilot.progress import (
+from pilot.agent.progress import (
     QUESTION_REPLY,
     CallObs,
     FeedbackObs,
@@ -377,7 +377,7 @@ def test_a_test_run_failing_the_same_way_again_is_a_repeat_whatever_its_timing()
 def test_durations_are_blanked_as_the_python_pattern_would_on_ascii_text() -> None:
     import re
 
-    from pilot.progress import DURATION_PATTERN, _untimed
+    from pilot.agent.progress import DURATION_PATTERN, _untimed
 
     assert _untimed("1 failed in 0.12s") == _untimed("1 failed in 0.14s")
     assert _untimed("took 250 ms, then 3 seconds") == "took <duration>, then <duration>"
@@ -391,7 +391,7 @@ def test_durations_are_blanked_as_the_python_pattern_would_on_ascii_text() -> No
 
 
 def test_each_repeat_samples_hotter_up_to_one() -> None:
-    from pilot.progress import ProgressTracker, hotter
+    from pilot.agent.progress import ProgressTracker, hotter
 
     tracker = ProgressTracker()
     assert tracker.repeats == 0

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pilot.repair import (
+from pilot.tactics.repair import (
     extract_text_tool_calls,
     parse_gemma4_arguments,
     repair_arguments,

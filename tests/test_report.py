@@ -14,13 +14,13 @@ from sqlalchemy import insert
 
 from brain.events import server_events
 from pilot import events as ev
+from pilot.front.report_cli import parse_age, parse_since
 from pilot.report.build import build_report, is_test_command
-from pilot.report.cli import parse_age, parse_since
 from pilot.report.html import render_html
 from pilot.report.markdown import render_markdown
-from pilot.snapshot import GitRepo, start_work_branch, take_snapshot
 from pilot.store.event_store import EventRow, EventStore
 from pilot.store.queries import stored_events
+from pilot.workspace.snapshot import GitRepo, start_work_branch, take_snapshot
 
 T0 = datetime(2025, 6, 1, 22, 0, 0, tzinfo=UTC)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -483,7 +483,7 @@ def test_pilot_report_command_writes_markdown_and_html(
     import typer
     from typer.testing import CliRunner
 
-    from pilot.report.cli import register
+    from pilot.front.report_cli import register
 
     app = typer.Typer()
     register(app)
@@ -553,10 +553,10 @@ def test_the_report_reads_its_counts_from_the_state_fold(
     store: EventStore, workspace: GitRepo
 ) -> None:
     """One fold: the report's steps, tokens, phase counts and driven time are the state's
-    (``pilot.state.fold``, what a resume continues from), not counted a second time."""
+    (``pilot.agent.state.fold``, what a resume continues from), not counted a second time."""
     import ast
 
-    from pilot.state import fold
+    from pilot.agent.state import fold
 
     w = RunWriter(store, run_id="abab1212")
     w.add(0, one_phase_start(workspace, "b", "h:1:a"))

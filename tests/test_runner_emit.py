@@ -16,9 +16,9 @@ from sqlalchemy.exc import OperationalError
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.launch import load_for_run, start_run
-from pilot.runner import Runner, RunSession
-from pilot.state import RunState
+from pilot.agent.state import RunState
+from pilot.run.launch import load_for_run, start_run
+from pilot.run.runner import Runner, RunSession
 from pilot.store.event_store import EventStore
 
 

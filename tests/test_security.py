@@ -16,8 +16,8 @@ from pilot_harness import _closing, call, make_repo, pilot_cmd, write_script, wr
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.launch import load_for_run, start_run
-from pilot.runner import Runner
+from pilot.run.launch import load_for_run, start_run
+from pilot.run.runner import Runner
 from pilot.store import checkpoint
 from pilot.store.event_store import EventStore
 
@@ -260,10 +260,10 @@ def test_secrets_in_the_pilots_environment_are_not_readable_through_proc(tmp_pat
 def test_a_printed_database_url_never_shows_its_password(tmp_path: Path) -> None:
     from rich.console import Console
 
+    from pilot.agent.state import RunState
     from pilot.environ import db_option
-    from pilot.outcome import print_outcome
-    from pilot.runner import RunOutcome
-    from pilot.state import RunState
+    from pilot.front.outcome import print_outcome
+    from pilot.run.runner import RunOutcome
 
     url = "postgresql+psycopg://u:SECRET@db.example:5432/marathon"
     assert db_option(url) == " --db postgresql+psycopg://u:***@db.example:5432/marathon"
@@ -356,7 +356,7 @@ def test_a_report_prints_the_database_url_masked(tmp_path: Path) -> None:
 def test_a_background_run_gets_its_database_url_through_the_environment() -> None:
     """`pilot run --detach --db URL` starts a child whose command line every user can read
     (ps): the URL goes to it as MARATHON_DB instead."""
-    from pilot.cli import _db_to_environment
+    from pilot.front.cli import _db_to_environment
 
     url = "postgresql+psycopg://u:SECRET@db/x"
     for argv in (["run", "w.yaml", "--db", url, "-p", "a=1"], ["run", "w.yaml", f"--db={url}"]):
@@ -369,7 +369,7 @@ def test_pages_kept_for_the_model_never_follow_a_link_the_agent_planted(tmp_path
     """The agent's (sandboxed) commands can write the workspace and its .git; the pilot, which
     keeps long results there for paging, must not write through their links to files
     outside (a ~/.bashrc overwritten with a tool's output would be an escape)."""
-    from pilot.executor import RegistryExecutor
+    from pilot.workspace.executor import RegistryExecutor
     from tools.registry import default_registry
 
     repo = make_repo(tmp_path / "repo")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pilot.errors import ConfigurationError
-from pilot.snapshot import (
+from pilot.workspace.snapshot import (
     GitRepo,
     diff_snapshots,
     ensure_repository,
@@ -131,7 +131,7 @@ def test_non_repository_is_refused_or_initialised(tmp_path: Path) -> None:
 
 
 def _executor(repo: GitRepo, tmp_path: Path):
-    from pilot.executor import GitWorkspace, RegistryExecutor
+    from pilot.workspace.executor import GitWorkspace, RegistryExecutor
     from tools.registry import default_registry
 
     executor = RegistryExecutor(
@@ -235,7 +235,7 @@ def test_files_over_the_size_cap_are_left_out_of_snapshots_and_left_alone_by_res
 ) -> None:
     """A huge file a command wrote is never hashed into the repository at every step: it is
     named in the snapshot's message, and a restore neither deletes nor rewrites it."""
-    from pilot import snapshot
+    from pilot.workspace import snapshot
 
     monkeypatch.setattr(snapshot, "MAX_FILE_BYTES", 1024 * 1024)
     base = take_snapshot(repo, "r1", "base")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from pilot import events as ev
-from pilot.state import fold
+from pilot.agent.state import fold
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from pilot.state import assistant_message, tool_message
-from pilot.text_turns import as_text_turns, has_text_calls, text_call_id
+from pilot.agent.state import assistant_message, tool_message
+from pilot.tactics.text_turns import as_text_turns, has_text_calls, text_call_id
 
 
 def test_text_calls_are_sent_back_as_the_text_the_model_should_write() -> None:

@@ -601,7 +601,7 @@ def test_a_huge_workflow_params_or_matrix_file_is_refused_before_it_is_read(
 ) -> None:
     """A 60 MB workflow was accepted and stored with its run: the inputs are capped, with an
     error that names the file and says what to do."""
-    from pilot.queue import load_matrix
+    from pilot.run.queue import load_matrix
     from pilot.workflow.load import load_params_file, load_workflow
 
     big = tmp_path / "big.yaml"
@@ -614,7 +614,7 @@ def test_a_huge_workflow_params_or_matrix_file_is_refused_before_it_is_read(
 
 
 def test_a_matrix_alias_bomb_is_refused(tmp_path: Path) -> None:
-    from pilot.queue import load_matrix
+    from pilot.run.queue import load_matrix
 
     lines = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]']
     for i in range(1, 9):

@@ -9,7 +9,7 @@ over the size limits (Pillow needed for that; without Pillow an oversized image 
 error), and stores the bytes to send in the run's artifacts under their sha256, so the same
 bytes can be sent again after a resume. The result carries the stored file as an artifact with
 an ``image/*`` media type; the pilot turns that into an image content part of the next request
-(``pilot.images`` decides how it travels). Must not import ``pilot`` or ``brain``.
+(``pilot.agent.images`` decides how it travels). Must not import ``pilot`` or ``brain``.
 
 Settings (``tools: [{view_image: {...}}]`` in a workflow): ``max_bytes`` (default 2,000,000:
 larger images are re-encoded), ``max_side`` (default 2048 pixels: larger images are scaled

@@ -139,8 +139,8 @@ def run_marathon(
     max_tokens: int = 512,
     context_window: int | None = None,
 ) -> AgentResult:
-    from pilot.launch import load_for_run, start_run
-    from pilot.runner import Runner
+    from pilot.run.launch import load_for_run, start_run
+    from pilot.run.runner import Runner
     from pilot.store.event_store import EventStore
 
     spec = marathon_workflow(

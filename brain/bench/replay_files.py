@@ -57,7 +57,7 @@ def _open_text(path: Path) -> list[str]:
 
 
 def load_replay(path: Path) -> ReplayRun:
-    """One replay file (``pilot replay-export``'s format, see ``pilot/replay_export.py``)."""
+    """One replay file (``pilot replay-export``'s format, see ``pilot/front/replay_export.py``)."""
     head: dict[str, Any] | None = None
     messages: dict[int, dict[str, Any]] = {}
     tools: dict[int, list[dict[str, Any]]] = {}

@@ -5,7 +5,7 @@ from git (the work branch's commits and the snapshots' diff). Nothing is asked o
 nothing the model said about itself is taken as an outcome: a phase "succeeded" because a
 ``phase_finished`` event says so after its check passed, not because the model claimed it.
 
-The run's events are folded once, by ``pilot.state`` (the fold the loop resumes from), and its
+The run's events are folded once, by ``pilot.agent.state`` (the fold the loop resumes from), and its
 counts are read from that state; this module adds only the report's lists of what happened.
 ``build_report`` returns ``pilot.report.facts.Report``; ``pilot.report.markdown`` and
 ``pilot.report.html`` write it out. This module must not write to the store or the workspace.
@@ -23,6 +23,8 @@ from typing import Any
 
 from pilot import environ
 from pilot import events as ev
+from pilot.agent.state import RunState
+from pilot.front.ui import format_duration
 from pilot.report.facts import (
     QUESTION,
     CheckResult,
@@ -39,11 +41,9 @@ from pilot.report.facts import (
     ToolStats,
     hms,
 )
-from pilot.state import RunState
 from pilot.store import queries
 from pilot.store.event_store import EventStore, RunRecord, lease_holder_gone
 from pilot.store.queries import StoredEvent
-from pilot.ui import format_duration
 
 TEST_COMMAND = re.compile(
     r"(?:\S*/)?(?:"
@@ -435,7 +435,7 @@ def _brain_events(store: EventStore, report: RunReport) -> None:
 
 
 def _git_facts(started: ev.RunStarted, head: str | None, snapshot: str | None) -> GitFacts:
-    from pilot.snapshot import GitError, GitRepo, snapshot_diff
+    from pilot.workspace.snapshot import GitError, GitRepo, snapshot_diff
 
     facts = GitFacts(
         workspace=started.workspace, branch=started.branch, base_head=started.base_head, head=head

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from html import escape
 
+from pilot.front.ui import format_duration
 from pilot.report.facts import (
     OVERVIEW_COLUMNS,
     Interval,
@@ -23,7 +24,6 @@ from pilot.report.facts import (
     plural,
     stamp,
 )
-from pilot.ui import format_duration
 
 _CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto;

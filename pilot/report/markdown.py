@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from pilot.front.ui import format_duration
 from pilot.report.facts import (
     COMPACTION,
     LOOP_DETECTED,
@@ -17,7 +18,6 @@ from pilot.report.facts import (
     plural,
     stamp,
 )
-from pilot.ui import format_duration
 
 
 def _md(text: object) -> str:

@@ -14,7 +14,7 @@ it: full, locked, gone) are SQLAlchemy's, named here so that no module outside t
 imports SQLAlchemy.
 
 It must not know what a step means: events go in and come out; folding them is
-``pilot.state``'s job.
+``pilot.agent.state``'s job.
 """
 
 from __future__ import annotations

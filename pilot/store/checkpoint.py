@@ -48,12 +48,12 @@ from typing import Any
 import orjson
 
 from pilot import events as ev
-from pilot import progress, state
+from pilot.agent import progress, state
+from pilot.agent.progress import ProgressLimits
+from pilot.agent.state import RunState, assistant_message, fold, tool_message
 from pilot.errors import RunError
 from pilot.private_files import inside, private_dirs, write_private
-from pilot.progress import ProgressLimits
 from pilot.redact import redactor_for
-from pilot.state import RunState, assistant_message, fold, tool_message
 from pilot.store import queries, statecodec
 from pilot.store.event_store import EventStore
 

@@ -162,7 +162,7 @@ def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool, delete_branch:
     if not root.is_dir():
         run.notes.append(f"workspace {root} is gone; no ref to remove")
         return
-    from pilot.snapshot import GitError, GitRepo, snapshot_ref
+    from pilot.workspace.snapshot import GitError, GitRepo, snapshot_ref
 
     repo = GitRepo(root)
     try:
@@ -186,7 +186,7 @@ def _clean_files(store: EventStore, run: GcRun, *, dry_run: bool, delete_branch:
 def _clean_worktree(run: GcRun, *, dry_run: bool, delete_branch: bool) -> None:
     """A run's own worktree: its files and git's record of it, the snapshot ref, and the
     branch when asked. The user's checkout (HEAD, index, branches) is not touched."""
-    from pilot.snapshot import GitError, GitRepo, remove_worktree, snapshot_ref
+    from pilot.workspace.snapshot import GitError, GitRepo, remove_worktree, snapshot_ref
 
     source = GitRepo(Path(run.repository))
     if not Path(run.repository).is_dir() or not source.is_repo():

@@ -4,8 +4,8 @@ A state checkpoint is read back by a later process; whatever format it is in mus
 to run code when it is read (pickle can: a planted file would execute inside ``pilot
 resume``). This codec writes JSON and, when reading, builds nothing but JSON values and the
 classes the state is made of (the dataclasses, named tuples and pydantic models of
-``pilot.state``, ``pilot.progress``, ``pilot.events`` and ``pilot.images``); pydantic models
-are validated as a stored event is. Anything else is a ``ValueError``.
+``pilot.agent.state``, ``pilot.agent.progress``, ``pilot.events`` and ``pilot.agent.images``);
+pydantic models are validated as a stored event is. Anything else is a ``ValueError``.
 
 JSON has no tuples, sets, bytes, dates or non-string keys, so those travel as small tagged
 objects (``{"__t": "set", "v": [...]}``); a plain dict that happens to have a ``__t`` key is
@@ -29,7 +29,8 @@ TAG = "__t"
 @functools.cache
 def _classes() -> dict[str, type]:
     """The classes a state may hold, by name (built once, on first use)."""
-    from pilot import events, images, progress, state
+    from pilot import events
+    from pilot.agent import images, progress, state
 
     found: dict[str, type] = {}
     for module in (state, progress, events, images):

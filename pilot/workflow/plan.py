@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from pilot.agent.images import MediaPlan
 from pilot.errors import ConfigurationError
-from pilot.images import MediaPlan
 from pilot.model.settings import ClientSettings
 from pilot.workflow.load import LoadedWorkflow
 from pilot.workflow.render import render_run
@@ -65,7 +65,7 @@ class PhasePlan:
     """Rendered ``context:`` commands, run as the phase starts; their output goes in its
     prompt."""
     locate: bool = False
-    """Show the functions the context commands' failures call (see ``pilot.locate``)."""
+    """Show the functions the context commands' failures call (see ``pilot.tactics.locate``)."""
     require_change: bool = False
     """The phase is done only if the workspace differs from the phase's start (and the check
     passes): a phase whose job is to change code cannot succeed by doing nothing."""
@@ -116,7 +116,7 @@ class ModelPlan:
 
 @dataclass(frozen=True)
 class NotifyPlan:
-    """The command run when a run ends (``pilot.notify``), and for which endings."""
+    """The command run when a run ends (``pilot.run.notify``), and for which endings."""
 
     command: str
     on: tuple[str, ...] = ("succeeded", "failed", "limit", "cancelled", "paused")
@@ -131,8 +131,8 @@ class RunPlan:
     tools: list[str]
     model: ModelPlan
     workspace: str
-    """Where the run works: its own worktree (``pilot.snapshot.add_worktree``) or, in place,
-    the checkout itself."""
+    """Where the run works: its own worktree (``pilot.workspace.snapshot.add_worktree``) or, in
+    place, the checkout itself."""
     branch: str
     init_workspace: bool = False
     source: str = ""
@@ -147,7 +147,7 @@ class RunPlan:
     redact: list[str] = field(default_factory=list)
     """The workflow's own redaction regexes, on top of pilot.redact's defaults."""
     media: MediaPlan = field(default_factory=MediaPlan)
-    """How images reach the server (see ``pilot.images``)."""
+    """How images reach the server (see ``pilot.agent.images``)."""
     notify: NotifyPlan | None = None
     """The workflow's end-of-run command; None: the user's ``$MARATHON_NOTIFY``, if any."""
 
@@ -257,7 +257,7 @@ def build_plan(
 def media_plan(vision: bool | None, server: ServerSpec | None) -> MediaPlan:
     """What the run knows about images: the workflow's ``model.vision``, else the profile's
     (``limit_mm_per_prompt: {image: 0}`` means none); the ServerSpec when the brain manages
-    the server, so file:// paths can be mapped into it (see ``pilot.images``)."""
+    the server, so file:// paths can be mapped into it (see ``pilot.agent.images``)."""
     if server is None:
         return MediaPlan(vision=vision)
     limits = server.limit_mm_per_prompt or {}

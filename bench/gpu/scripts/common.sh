@@ -68,7 +68,7 @@ make_bins() {
     printf '#!/bin/sh\nexec %s -m vllm.entrypoints.cli.main "$@"\n' "$PY" > $R/bin/vllm
   fi
   printf '#!%s\nimport sys\nfrom brain.cli import app\nsys.exit(app())\n' "$PY" > $R/bin/brain
-  printf '#!%s\nimport sys\nfrom pilot.cli import app\nsys.exit(app())\n' "$PY" > $R/bin/pilot
+  printf '#!%s\nimport sys\nfrom pilot.front.cli import app\nsys.exit(app())\n' "$PY" > $R/bin/pilot
   chmod +x $R/bin/*
 }
 # assemble: vLLM + wheels + the project + the model config from the stash (c1 from g1, c2 here)

@@ -24,8 +24,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from pilot import __version__
-from pilot.cli_errors import UserErrorGroup
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
+from pilot.front.cli_errors import UserErrorGroup
 from pilot.store.opening import DURABILITIES, NoDatabase, open_store
 
 app = typer.Typer(
@@ -103,7 +103,7 @@ def _user_errors() -> Iterator[None]:
 def _endpoints(values: list[str]) -> list[str] | None:
     """``--endpoint`` given any number of times, each maybe a comma-separated list; each must
     be an http(s) URL (a ConfigurationError says which is not)."""
-    from pilot.launch import split_endpoints
+    from pilot.run.launch import split_endpoints
     from pilot.workflow.schema import check_endpoint_url
 
     urls = split_endpoints(values)
@@ -121,7 +121,7 @@ def _notes(console: Console, json_lines: bool) -> Console:
 
 
 def _store(db: str | None, durability: str = "normal", *, create: bool = True):
-    """The store, or a ConfigurationError naming what is wrong (see ``pilot.cli_errors``)."""
+    """The store, or a ConfigurationError naming what is wrong (see ``pilot.front.cli_errors``)."""
     from pilot.environ import protect_environment
 
     store = open_store(db, durability, create=create)
@@ -162,7 +162,7 @@ def run(
     admission: bool = ADMISSION_OPTION,
 ) -> None:
     """Start a run of WORKFLOW and drive it until it ends (Ctrl-C pauses; resume later)."""
-    from pilot.launch import DryRun, check_workflow_file, load_for_run, preflight, start_run
+    from pilot.run.launch import DryRun, check_workflow_file, load_for_run, preflight, start_run
 
     console = _console()
     if detach:
@@ -195,8 +195,8 @@ def run(
                 server_wait=loaded.workflow.model.server_wait,
             )
         else:
-            from pilot.launch import build_plan
-            from pilot.queue import load_many, preflight_many, run_many
+            from pilot.run.launch import build_plan
+            from pilot.run.queue import load_many, preflight_many, run_many
 
             many = load_many(workflow, param, params_file, matrix)
             checked = preflight_many(many, store, endpoint=target)
@@ -297,7 +297,7 @@ def resume(
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
     """Continue a paused or interrupted run exactly where it stopped."""
-    from pilot.launch import DryRun, is_dry_run, resume_run
+    from pilot.run.launch import DryRun, is_dry_run, resume_run
 
     console = _console()
     with _user_errors():
@@ -344,7 +344,7 @@ def _plain_lines(console: Console, *, with_run_id: bool) -> Any:
     matrix run's) holds every event up to the moment its process was killed."""
     from rich.text import Text
 
-    from pilot.ui import event_line, line_width
+    from pilot.front.ui import event_line, line_width
 
     width = line_width(console)
 
@@ -369,9 +369,9 @@ def _observed(
 ) -> Any:
     """``start(runner)`` on a fresh ``Runner``, with the signals handled and the events shown
     (JSON lines, ``live_view()`` on a terminal, plain lines elsewhere); what it returns."""
+    from pilot.front.ui import event_json
     from pilot.heap import settle_startup_heap
-    from pilot.runner import Runner
-    from pilot.ui import event_json
+    from pilot.run.runner import Runner
 
     stop = asyncio.Event()
     runner = Runner(store, stop=stop)
@@ -406,9 +406,9 @@ def _drive_many(
     endpoints: Sequence[str] = (),
 ) -> int:
     """Drive several runs in this process; the exit code is the worst outcome's."""
-    from pilot.notify import notify_queue_end
-    from pilot.outcome import print_outcome
-    from pilot.ui import MultiRunView
+    from pilot.front.outcome import print_outcome
+    from pilot.front.ui import MultiRunView
+    from pilot.run.notify import notify_queue_end
 
     def view() -> MultiRunView:
         return MultiRunView(console, endpoints=endpoints)
@@ -432,12 +432,12 @@ def _admission(
     json_lines: bool,
     history: tuple[Any, set[str]] | None = None,
 ) -> Any:
-    """The KV-aware admission of these runs (``pilot.admission``), None when it is off; its
+    """The KV-aware admission of these runs (``pilot.run.admission``), None when it is off; its
     status lines (a run waiting for room, and why) go to stderr with --json. ``history``: the
     store and the workflows whose earlier runs seed a run's expected size."""
     if not enabled or not endpoints:
         return None
-    from pilot.admission import Admission, MetricsKvSource, peak_history
+    from pilot.run.admission import Admission, MetricsKvSource, peak_history
 
     def tell(message: str) -> None:
         if json_lines:
@@ -456,7 +456,7 @@ def _admission(
 def _queued_targets(store: Any) -> list[str]:
     """The endpoints of the oldest queued run's workflow (a worker without --endpoint)."""
     from pilot.errors import MarathonError
-    from pilot.launch import build_plan, load_stored
+    from pilot.run.launch import build_plan, load_stored
 
     queued = [r for r in store.list_runs(limit=200) if r.status == "queued"]
     if not queued:
@@ -476,8 +476,8 @@ def _drive(
     server_wait: float | None = None,
 ) -> int:
     """Drive one run with signal handling and a view; returns the exit code."""
-    from pilot.outcome import print_outcome
-    from pilot.ui import LiveView
+    from pilot.front.outcome import print_outcome
+    from pilot.front.ui import LiveView
 
     def view() -> LiveView:
         return LiveView(console, server_wait=server_wait)
@@ -498,8 +498,8 @@ def list_runs(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""
+    from pilot.front.ui import format_duration, local_time
     from pilot.store.event_store import shown_status
-    from pilot.ui import format_duration, local_time
 
     records = _records(db, lambda store: store.list_runs(limit=limit))
     columns = ("id", "workflow", "status", "phase", "steps", "tokens", "started", "elapsed")
@@ -597,7 +597,7 @@ def show(
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
     """The run's timeline, from its events."""
-    from pilot.ui import event_json, event_line, line_width
+    from pilot.front.ui import event_json, event_line, line_width
 
     console = _console()
     with _user_errors():
@@ -660,7 +660,7 @@ def logs(
     """Print the run's events (with -f, follow them as another process appends them)."""
     import time
 
-    from pilot.ui import event_line, line_width
+    from pilot.front.ui import event_line, line_width
 
     console = _console()
     with _user_errors():
@@ -687,7 +687,7 @@ def cancel(
     db: str | None = DB_OPTION,
 ) -> None:
     """Cancel a run (a running one is asked to stop; it ends as cancelled)."""
-    from pilot.runner import request_cancel
+    from pilot.run.runner import request_cancel
 
     with _user_errors():
         store = _store(db, create=False)
@@ -702,8 +702,8 @@ def diff(
     stat: bool = typer.Option(False, "--stat", help="Only the diffstat."),
 ) -> None:
     """What the run changed in its workspace (from its first to its latest snapshot)."""
-    from pilot.snapshot import GitRepo, diff_snapshots
-    from pilot.state import fold
+    from pilot.agent.state import fold
+    from pilot.workspace.snapshot import GitRepo, diff_snapshots
 
     with _user_errors():
         store = _store(db, create=False)
@@ -735,7 +735,7 @@ def queue_add(
     db: str | None = DB_OPTION,
 ) -> None:
     """Validate WORKFLOW now and queue a run of it for `pilot worker`."""
-    from pilot.queue import enqueue
+    from pilot.run.queue import enqueue
 
     with _user_errors():
         run_id = enqueue(_store(db), workflow, param, params_file)
@@ -748,7 +748,7 @@ def queue_ls(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """Queued runs and queue runs still in progress."""
-    from pilot.ui import local_time
+    from pilot.front.ui import local_time
 
     records = _records(db, lambda store: store.list_queue())
     columns = ("id", "workflow", "status", "phase", "steps", "worker", "added")
@@ -780,7 +780,7 @@ def worker(
     admission: bool = ADMISSION_OPTION,
 ) -> None:
     """Claim queued (and paused or orphaned queue) runs and drive them; SIGTERM pauses them."""
-    from pilot.queue import work
+    from pilot.run.queue import work
 
     console = _console()
     with _user_errors():
@@ -821,7 +821,7 @@ def validate(
     param: list[str] = typer.Option([], "--param", "-p", help="Also check these params."),
 ) -> None:
     """Check a workflow file; every problem is reported with file, line and field."""
-    from pilot.launch import validate_workflow
+    from pilot.run.launch import validate_workflow
 
     with _user_errors():
         summary = validate_workflow(workflow, param)
@@ -837,8 +837,8 @@ def schema() -> None:
 
 
 def _register_more() -> None:
-    from pilot.replay_export import register as register_replay
-    from pilot.report.cli import register
+    from pilot.front.replay_export import register as register_replay
+    from pilot.front.report_cli import register
 
     register(app)
     register_replay(app)

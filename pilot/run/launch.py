@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from pilot.environ import state_dir
-from pilot.runner import Runner, RunOutcome
+from pilot.run.runner import Runner, RunOutcome
 from pilot.store.event_store import EventStore, RunRecord
 from pilot.workflow import (
     LoadedWorkflow,
@@ -130,8 +130,8 @@ def preflight(
     """Refuse a run that cannot start (its plan does not render, its workspace is missing, not
     a git repository, used by a live run, or a checkout with uncommitted changes its worktree
     would not see) before any record of it is written."""
-    from pilot.snapshot import check_repository, refuse_uncommitted
     from pilot.store.event_store import new_run_id
+    from pilot.workspace.snapshot import check_repository, refuse_uncommitted
 
     ticket = Preflight(new_run_id(), datetime.now().astimezone().isoformat(timespec="seconds"))
     plan = build_plan(loaded, ticket.run_id, started_at=ticket.started_at, endpoint=endpoint)

@@ -7,10 +7,10 @@ from pathlib import Path
 from rich.console import Console
 
 from pilot.environ import db_option
-from pilot.runner import RunOutcome
-from pilot.snapshot import GitRepo, diff_snapshots
+from pilot.front.ui import format_duration
+from pilot.run.runner import RunOutcome
 from pilot.store.event_store import EventStore
-from pilot.ui import format_duration
+from pilot.workspace.snapshot import GitRepo, diff_snapshots
 
 
 def print_outcome(console: Console, store: EventStore, outcome: RunOutcome) -> None:

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from brain.urls import server_root
 from pilot import events as ev
-from pilot.state import RunState
+from pilot.agent.state import RunState
 
 
 def event_line(event: ev.Event, *, width: int = 110) -> Text:

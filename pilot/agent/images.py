@@ -28,7 +28,7 @@ that do not decode here either (:func:`undecodable`), each replaced by a note; w
 decodes here, a recognised decoding error leaves all images out, as above.
 
 Pure but for the clearly marked I/O helpers (:func:`refs_from_artifacts`, :class:`Materializer`).
-Must not import ``pilot.events`` or ``pilot.state`` (they import this module).
+Must not import ``pilot.events`` or ``pilot.agent.state`` (they import this module).
 """
 
 from __future__ import annotations

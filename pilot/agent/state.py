@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pilot.context import apply_compaction
+from pilot.agent.context import apply_compaction
+from pilot.agent.images import ImageRef, image_message, prompt_content
+from pilot.agent.progress import FeedbackObs, ProgressLimits, ProgressTracker, Verdict
 from pilot.events import (
     AssistantMessage,
     AttemptRestarted,
@@ -41,8 +43,6 @@ from pilot.events import (
     WorkspaceRestored,
     WorkspaceSnapshot,
 )
-from pilot.images import ImageRef, image_message, prompt_content
-from pilot.progress import FeedbackObs, ProgressLimits, ProgressTracker, Verdict
 
 CHECK_FAILED_PREFIX = "Check failed:"
 
@@ -164,7 +164,7 @@ class RunState:
     usage_estimated: bool = False
     """Some token counts are estimates (the server sent no usage)."""
     images: dict[str, ImageRef] = field(default_factory=dict)
-    """Every image the conversation refers to, by sha256 (see ``pilot.images``)."""
+    """Every image the conversation refers to, by sha256 (see ``pilot.agent.images``)."""
     images_data_only: bool = False
     """The server refused a file:// image: every image travels as a data URL from now on."""
     images_refused: str | None = None

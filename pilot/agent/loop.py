@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from pilot import events as ev
-from pilot.context import (
+from pilot.agent.context import (
     SUMMARY_MAX_TOKENS,
     Budget,
     PromptCount,
@@ -35,14 +35,7 @@ from pilot.context import (
     plan_compaction,
     summary_request,
 )
-from pilot.errors import (
-    BadRequest,
-    ConfigurationError,
-    ContextOverflow,
-    ModelNotFound,
-    ServerUnavailable,
-)
-from pilot.images import (
+from pilot.agent.images import (
     PHASE_IMAGE_TOOL,
     Materializer,
     choose_transport,
@@ -51,7 +44,18 @@ from pilot.images import (
     refused_output,
     undecodable,
 )
-from pilot.locate import (
+from pilot.agent.progress import QUESTION_REPLY, detect_question, empty_turn_action, hotter
+from pilot.agent.state import RunState, check_failed_message
+from pilot.errors import (
+    BadRequest,
+    ConfigurationError,
+    ContextOverflow,
+    ModelNotFound,
+    ServerUnavailable,
+)
+from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
+from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage, WaitEvent
+from pilot.tactics.locate import (
     MAX_LINES,
     called_as_method,
     definition_block,
@@ -60,10 +64,7 @@ from pilot.locate import (
     first_hit,
     focus,
 )
-from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
-from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage, WaitEvent
-from pilot.progress import QUESTION_REPLY, detect_question, empty_turn_action, hotter
-from pilot.repair import (
+from pilot.tactics.repair import (
     DEFINITION_TOOL,
     addition_target,
     example_path,
@@ -73,8 +74,7 @@ from pilot.repair import (
     repair_arguments,
     resolve_tool_name,
 )
-from pilot.state import RunState, check_failed_message
-from pilot.text_turns import as_text_turns, has_text_calls, text_call_id
+from pilot.tactics.text_turns import as_text_turns, has_text_calls, text_call_id
 from pilot.workflow.plan import Limits, PhasePlan, RunPlan
 
 _T = TypeVar("_T")
@@ -696,8 +696,8 @@ class AgentLoop:
 
     def text_mode(self, messages: list[dict[str, Any]]) -> bool:
         """Whether the model writes its calls as text (any call so far was recovered from
-        text): its history is then sent back as text (``pilot.text_turns``). Scanned once per
-        process, then kept up to date by ``record_response``."""
+        text): its history is then sent back as text (``pilot.tactics.text_turns``). Scanned
+        once per process, then kept up to date by ``record_response``."""
         if self._text_mode is None:
             self._text_mode = has_text_calls(messages)
         return self._text_mode
@@ -834,7 +834,7 @@ class AgentLoop:
     # -- images ---------------------------------------------------------------------------
 
     def request_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The messages as sent: image placeholders replaced by their URLs (pilot.images)."""
+        """The messages as sent: image placeholders replaced by their URLs (pilot.agent.images)."""
         if not self.state.images or not has_images(messages):  # no image yet: skip the scan
             return list(messages)
         state = self.state
@@ -898,7 +898,7 @@ class AgentLoop:
         return sections
 
     async def located_code(self, index: int, output: str, prompt: str) -> list[str]:
-        """The source of each function the failures in ``output`` call (``pilot.locate``),
+        """The source of each function the failures in ``output`` call (``pilot.tactics.locate``),
         those the phase's prompt names when it names any."""
         sections = []
         for k, name in enumerate(focus(failing_names(output), prompt)):

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
-from pilot.launch import EndpointOverride, Preflight, build_plan, load_for_run
-from pilot.runner import Runner, RunOutcome
+from pilot.run.launch import EndpointOverride, Preflight, build_plan, load_for_run
+from pilot.run.runner import Runner, RunOutcome
 from pilot.store.event_store import EventStore, RunRecord
 from pilot.workflow import LoadedWorkflow
 
 if TYPE_CHECKING:
-    from pilot.admission import Admission
+    from pilot.run.admission import Admission
 
 
 def load_matrix(path: Path) -> list[dict[str, Any]]:
@@ -65,7 +65,7 @@ def preflight_many(
 ) -> list[Preflight]:
     """Every row checked as a single run is (``launch.preflight``) before any is recorded: one
     row that cannot start refuses the matrix, naming the row."""
-    from pilot.launch import preflight
+    from pilot.run.launch import preflight
 
     checked = []
     for index, item in enumerate(loaded):
@@ -87,8 +87,8 @@ async def run_many(
 ) -> list[RunOutcome]:
     """Start every run, at most ``parallel`` at a time, in this process (with the ids and
     start times ``checked`` by ``preflight_many``, when given; with an ``admission``, only
-    while their contexts fit the server's KV cache: ``pilot.admission``)."""
-    from pilot.launch import start_run
+    while their contexts fit the server's KV cache: ``pilot.run.admission``)."""
+    from pilot.run.launch import start_run
 
     gate = asyncio.Semaphore(max(1, parallel))
     tickets: Sequence[Preflight | None] = checked or [None] * len(loaded)
@@ -138,7 +138,7 @@ async def drive_claimed(
     """Start a queued run, or resume one that was paused or orphaned."""
     from datetime import datetime
 
-    from pilot.launch import load_stored, resume_run
+    from pilot.run.launch import load_stored, resume_run
 
     if record.last_seq > 0:
         return await resume_run(runner, record, endpoint=endpoint)
@@ -171,7 +171,7 @@ async def work(
     """Claim and drive runs until stopped (SIGTERM pauses every run cleanly, then returns).
 
     With an ``admission``, a run is claimed only while the runs' contexts fit the server's KV
-    cache (``pilot.admission``); until then it stays queued and the worker says why."""
+    cache (``pilot.run.admission``); until then it stays queued and the worker says why."""
     stop = runner.stop
     assert stop is not None, "a worker needs a stop event"
     outcomes: list[RunOutcome] = []
@@ -227,6 +227,6 @@ async def _safe(runner: Runner, record: RunRecord, endpoint: EndpointOverride) -
         with contextlib.suppress(Exception):
             runner.store.release_lease(record.id, runner.owner)
         runner.store.set_status(record.id, "failed", str(exc))
-        from pilot.state import RunState
+        from pilot.agent.state import RunState
 
         return RunOutcome(record.id, "failed", str(exc), RunState())

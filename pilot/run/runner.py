@@ -24,31 +24,21 @@ from typing import Any
 import re2  # noqa: F401  (the progress tracker's engine: see below)
 
 from pilot import events as ev
-from pilot.context import ServerCounts
+from pilot.agent.context import ServerCounts
+from pilot.agent.loop import AgentLoop, StopRequested
+from pilot.agent.progress import ProgressLimits
+from pilot.agent.state import RunState, fold
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
-from pilot.executor import GitWorkspace, RegistryExecutor
 from pilot.failpoints import (
     checkpoint_every_from_env,
     die_now,
     kill_after_seq_from_env,
     kill_at,
 )
-from pilot.loop import AgentLoop, StopRequested
 from pilot.model.types import ModelClient, WaitEvent
-from pilot.notify import notify_run_end
 from pilot.private_files import private_dirs
-from pilot.progress import ProgressLimits
 from pilot.redact import redact_for_storage
-from pilot.snapshot import (
-    GitRepo,
-    add_worktree,
-    clear_stale_locks,
-    ensure_repository,
-    restore_snapshot,
-    start_work_branch,
-    take_snapshot,
-)
-from pilot.state import RunState, fold
+from pilot.run.notify import notify_run_end
 from pilot.store import StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
@@ -64,9 +54,19 @@ from pilot.store.event_store import (
     lease_owner_id,
 )
 from pilot.workflow.plan import RunPlan
+from pilot.workspace.executor import GitWorkspace, RegistryExecutor
+from pilot.workspace.snapshot import (
+    GitRepo,
+    add_worktree,
+    clear_stale_locks,
+    ensure_repository,
+    restore_snapshot,
+    start_work_branch,
+    take_snapshot,
+)
 from tools.registry import ToolRegistry, default_registry
 
-# RE2 (``pilot.progress._duration_re``) is imported with the runner: the fold of a resume and
+# RE2 (``pilot.agent.progress._duration_re``) is imported with the runner: the fold of a resume and
 # every step's tool result use it, so a run loads it with its code, not inside its first fold.
 Observer = Callable[[str, int, ev.Event, RunState], None]
 

@@ -67,7 +67,7 @@ def render(report: Report, fmt: str) -> str:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    from pilot.cli_errors import fail
+    from pilot.front.cli_errors import fail
 
     return fail(message, code)
 

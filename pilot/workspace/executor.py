@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from pilot import events as ev
+from pilot.agent.images import refs_from_artifacts
+from pilot.agent.loop import CheckOutcome
 from pilot.failpoints import kill_at
-from pilot.images import refs_from_artifacts
-from pilot.loop import CheckOutcome
 from pilot.private_files import inside, make_private, write_private
 from pilot.redact import redact_file, redact_text
-from pilot.snapshot import GitRepo, restore_snapshot, snapshot_diff, take_snapshot
+from pilot.workspace.snapshot import GitRepo, restore_snapshot, snapshot_diff, take_snapshot
 from tools.base import ToolContext, ToolResult, tool_blocks, tool_known_writes
 from tools.registry import ToolRegistry
 from tools.workspace import Workspace
