@@ -78,6 +78,7 @@ class Case:
 
 
 P, B = "pilot", "brain"
+CLI_MODULES = {P: "pilot.front.cli", B: "brain.cli"}
 CASES = [
     # -- the store's URL and environment
     Case("db-unknown-dialect", [P, "runs", "--db", "notadb://x"], ["notadb", "sqlite:///"]),
@@ -302,7 +303,7 @@ def run_case(case: Case, folder: Path) -> Result:
 
     env = {"MARATHON_HOME": str(folder / "home"), "MARATHON_DB": None, "COLUMNS": "200"}
     env.update({k: v.replace("{tmp}", str(folder)) for k, v in case.env.items()})
-    app = importlib.import_module(f"{case.argv[0]}.cli").app
+    app = importlib.import_module(CLI_MODULES[case.argv[0]]).app
     here = os.getcwd()
     os.chdir(folder)
     try:
@@ -326,7 +327,7 @@ def run_process(case: Case, folder: Path) -> subprocess.CompletedProcess[str]:
     command = (
         [str(script)]
         if script.exists()
-        else [sys.executable, "-c", f"from {case.argv[0]}.cli import app; app()"]
+        else [sys.executable, "-c", f"from {CLI_MODULES[case.argv[0]]} import app; app()"]
     )
     env = {**os.environ, "MARATHON_HOME": str(folder / "home"), "COLUMNS": "200"}
     env.pop("MARATHON_DB", None)

@@ -162,7 +162,7 @@ def test_graph_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from pilot.run import runner\n"
         "def later():\n    from pilot.store import event_store\n"
-        "from . import events as ev\n"
+        "from .. import events as ev\n"
     )
     modules = {
         "pilot.agent.loop": source,
