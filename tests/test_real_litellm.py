@@ -158,5 +158,5 @@ def test_a_workflow_wanting_more_than_max_input_tokens_is_refused_at_start(
     outcome = run_in_process(wf, repo, tmp_path / "m.db")
     print(outcome.reason)
     assert outcome.status == "failed"
-    assert "gives 8192 tokens (LiteLLM /v1/models max_input_tokens)" in outcome.reason
+    assert "gives 8192 tokens (from LiteLLM /v1/models max_input_tokens)" in outcome.reason
     assert "model_info.max_input_tokens" in outcome.reason

@@ -154,9 +154,9 @@ def check_window_fits(served: ServedModel, window: int, need: WindowNeed, endpoi
     if room >= MIN_OUTPUT:
         fixes.append(f"lower model.max_tokens to {room}")
     raise ConfigurationError(
-        f"the model server at {endpoint} gives {window} tokens{slot} ({source}), and this "
-        f"workflow needs {need.total}: {need.prompt} for the system prompt, tools and phase "
-        f"'{need.phase}''s prompt ({how}), {need.output} for model.max_tokens and "
+        f"the model server at {endpoint} gives {window} tokens{slot} (from {source}), and "
+        f"this workflow needs {need.total}: {need.prompt} for the system prompt, the tools and "
+        f"the prompt of phase '{need.phase}' ({how}), {need.output} for model.max_tokens and "
         f"{need.margin} of margin. Fix: {'; or '.join(fixes)}."
     )
 
