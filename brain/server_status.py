@@ -1,6 +1,8 @@
 """What ``brain status`` says about a server, as data: health, vLLM version, served models and
 context, requests running and waiting, KV cache use and speculative decoding's acceptance
-over a short window of ``/metrics``.
+over a short window of ``/metrics``. A llama.cpp ``llama-server`` is told by its ``/props``:
+its slots (``--parallel``), each slot's window, the busy ones (``/slots``) and its
+``llamacpp:`` metrics (``--metrics``).
 
 ``status_facts`` asks the server (any OpenAI-compatible one: the brain need not have started
 it); ``status_rows`` turns the facts into the table people read, and ``--json`` prints the
@@ -46,11 +48,17 @@ def status_facts(base: str, api_key: str | None, interval: float) -> dict[str, A
     models_code = getattr(models, "status_code", 0)
     if models_code == 200:
         facts["models"] = [
-            {"id": m.get("id"), "max_model_len": m.get("max_model_len")}
+            {
+                "id": m.get("id"),
+                # llama-server's cards: the slot's window in meta.n_ctx
+                "max_model_len": m.get("max_model_len") or (m.get("meta") or {}).get("n_ctx"),
+            }
             for m in models.json().get("data") or []
         ]
     elif models_code == 401:
         facts["models_error"] = "the server wants an API key (--api-key or OPENAI_API_KEY)"
+    if "vllm_version" not in facts and _llama_cpp_facts(base, api_key, facts):
+        return facts
     try:
         before = asyncio.run(fetch_metrics(base))
         time.sleep(interval)
@@ -83,6 +91,77 @@ def status_facts(base: str, api_key: str | None, interval: float) -> dict[str, A
     return facts
 
 
+def _json_of(response: Any) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _llama_cpp_facts(base: str, api_key: str | None, facts: dict[str, Any]) -> bool:
+    """llama-server's slots and metrics into ``facts``; False when ``/props`` says the server
+    is not llama-server (tools/server: ``total_slots``, ``default_generation_settings.n_ctx``,
+    ``/slots`` and ``/metrics`` answering 501 when turned off)."""
+    from brain.metrics import parse_prometheus_text
+
+    props = _get(f"{base}/props", api_key)
+    body = _json_of(props) if getattr(props, "status_code", 0) == 200 else None
+    if not isinstance(body, dict) or "total_slots" not in body:
+        return False
+    facts["server"] = "llama.cpp"
+    facts["slots"] = body.get("total_slots")
+    facts["slot_n_ctx"] = (body.get("default_generation_settings") or {}).get("n_ctx")
+    slots = _get(f"{base}/slots", api_key)
+    listed = _json_of(slots) if getattr(slots, "status_code", 0) == 200 else None
+    if isinstance(listed, list):
+        facts["slots_busy"] = sum(1 for slot in listed if slot.get("is_processing"))
+    else:
+        facts["slots_busy"] = None
+    metrics = _get(f"{base}/metrics", api_key)
+    if getattr(metrics, "status_code", 0) != 200:
+        facts["metrics_error"] = "off (start llama-server with --metrics)"
+        return True
+    try:
+        samples = parse_prometheus_text(metrics.text)
+    except ValueError as exc:
+        facts["metrics_error"] = str(exc)
+        return True
+
+    def value(name: str) -> float:
+        return samples.get((f"llamacpp:{name}", frozenset()), 0.0)
+
+    facts["requests_running"] = value("requests_processing")
+    facts["requests_waiting"] = value("requests_deferred")
+    facts["prompt_tokens"] = value("prompt_tokens_total")
+    facts["generated_tokens"] = value("tokens_predicted_total")
+    return True
+
+
+def _llama_cpp_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    busy = facts.get("slots_busy")
+    rows = [
+        (
+            "slots",
+            f"{facts['slots']} x {facts['slot_n_ctx']} tokens (the window is one slot's)"
+            + (f", {busy} busy" if busy is not None else ", /slots off (--slots)"),
+        )
+    ]
+    if "metrics_error" in facts:
+        return [*rows, ("metrics", facts["metrics_error"])]
+    return [
+        *rows,
+        (
+            "requests",
+            f"processing {facts['requests_running']:g}, deferred {facts['requests_waiting']:g}",
+        ),
+        (
+            "tokens",
+            f"prompt {facts['prompt_tokens']:g}, generated {facts['generated_tokens']:g} "
+            "(since start)",
+        ),
+    ]
+
+
 def status_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
     """The table rows of ``brain status`` for :func:`status_facts`' data."""
     code = facts["health_status"]
@@ -102,6 +181,8 @@ def status_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("model", f"{m['id']}  max_model_len {m['max_model_len']}"))
     if "models_error" in facts:
         rows.append(("model", facts["models_error"]))
+    if facts.get("server") == "llama.cpp":
+        return rows + _llama_cpp_rows(facts)
     if "metrics_error" in facts:
         rows.append(("metrics", f"unavailable ({facts['metrics_error']})"))
         return rows

@@ -28,6 +28,7 @@ from pilot.model.errors import (
     _model_not_found,
     _no_auto_tool_choice,
     _no_such_route,
+    _other_server_overflow,
     _output_over_window,
     _unavailable,
     is_transient,
@@ -210,12 +211,53 @@ def test_max_tokens_over_the_window_is_an_overflow_naming_the_window(message, li
     assert (err.max_model_len, err.max_tokens) == (limit, output)
 
 
+@pytest.mark.parametrize(
+    ("message", "window", "prompt", "output"),
+    [
+        (  # llama-server (tools/server/server-context.cpp), the prompt over its slot
+            "request (2210 tokens) exceeds the available context size (2048 tokens), try "
+            "increasing it",
+            2048,
+            2210,
+            None,
+        ),
+        (  # llama-server, a prompt that cannot be split into batches
+            "input (5000 tokens) is larger than the max context size (4096 tokens). skipping",
+            4096,
+            5000,
+            None,
+        ),
+        (  # SGLang, prompt and output over the window
+            "Requested token count exceeds the model's maximum context length of 32768 tokens. "
+            "You requested a total of 34000 tokens: 30000 tokens from the input messages and "
+            "4000 tokens for the completion.",
+            32768,
+            30000,
+            4000,
+        ),
+        (  # SGLang, the prompt alone
+            "The input (41000 tokens) is longer than the model's context length (32768 tokens).",
+            32768,
+            41000,
+            None,
+        ),
+    ],
+)
+def test_other_servers_overflow_texts_are_overflows_naming_the_window(
+    message, window, prompt, output
+):
+    err = map_vllm_error(400, message)
+    assert isinstance(err, ContextOverflow)
+    assert (err.max_model_len, err.prompt_tokens, err.max_tokens) == (window, prompt, output)
+
+
 def test_every_row_of_the_table_is_reachable():
     """Each row matches something no earlier row takes (an unreachable row is a silent bug)."""
     samples = {
         _api_key: (401, "Unauthorized"),
         _model_not_found: (404, "The model `x` does not exist."),
         _no_such_route: (404, "Not Found"),
+        _other_server_overflow: (400, "request (9 tokens) exceeds the available context size"),
         _context_overflow: (400, "This model's maximum context length is 8 tokens."),
         _output_over_window: (400, "max_tokens=9 cannot be greater than max_model_len=8."),
         _no_auto_tool_choice: (400, '"auto" tool choice requires --enable-auto-tool-choice'),

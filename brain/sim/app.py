@@ -167,6 +167,7 @@ def create_app(
             flavour=config.flavour,
             model=config.served_names[0],
             max_model_len=config.max_model_len,
+            slots=config.max_num_seqs,
         )
 
     @app.get("/health")

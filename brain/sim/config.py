@@ -148,8 +148,12 @@ class SimConfig(BaseModel):
         None, description="Directory file:// images must lie under (vLLM's flag of that name)."
     )
     log_requests: bool = False
-    flavour: Literal["vllm", "llama-cpp-python", "llama.cpp", "ollama"] = Field(
-        "vllm", description="Answer as this server does where it differs from vLLM (flavours.py)."
+    flavour: Literal["vllm", "llama-cpp-python", "llama.cpp", "ollama", "lmstudio", "sglang"] = (
+        Field(
+            "vllm",
+            description="Answer as this server does where it differs from vLLM (flavours.py); "
+            "for llama.cpp, max_num_seqs is its slots and max_model_len one slot's window.",
+        )
     )
     stream_interval: int = Field(
         1,

@@ -13,12 +13,15 @@ server's own source, named below; see README's compatibility table):
   prompt over the window (``llama.py`` ``_create_completion``: "Requested tokens (N) exceed
   context window of W", raised once the stream has begun) cuts a streamed answer after its
   first chunk and is a 400 ``context_length_exceeded`` (``server/errors.py``) unstreamed.
-- ``llama.cpp`` (ggml-org/llama.cpp ``tools/server``): the window in ``GET /props``
-  (``default_generation_settings.n_ctx``), ``/health`` answers ``{"status": "ok"}``,
-  ``/v1/models`` without ``max_model_len``.
+- ``llama.cpp`` (ggml-org/llama.cpp ``tools/server``): its own routes and texts in
+  ``flavour_answers.py``; ``/health`` answers ``{"status": "ok"}``; the batch capacity
+  (``max_num_seqs``) is its slots (``--parallel``) and ``max_model_len`` one slot's window.
 - ``ollama`` (ollama/ollama ``server/routes.go``, ``openai/openai.go``): ``GET /`` says
   "Ollama is running", no ``/health``; the loaded runner's window in ``GET /api/ps``
   (``context_length``); ``/v1/models`` cards of id/object/created/owned_by only.
+- ``lmstudio`` (LM Studio's REST API documentation): no ``/health``, ``/metrics`` nor
+  ``/tokenize``; the loaded window in ``GET /api/v0/models`` (``loaded_context_length``).
+- ``sglang``: vLLM's wire but for its cards' ``owned_by`` and its overflow text.
 
 Imports nothing of the pilot's; a flavour is a server's config (``SimConfig.flavour``).
 """
@@ -27,30 +30,36 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, get_args
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from brain.sim import flavour_answers as answers
 from brain.sim.tokenizer import count_text
 
-Flavour = Literal["vllm", "llama-cpp-python", "llama.cpp", "ollama"]
-FLAVOURS: tuple[str, ...] = ("vllm", "llama-cpp-python", "llama.cpp", "ollama")
+Flavour = Literal["vllm", "llama-cpp-python", "llama.cpp", "ollama", "lmstudio", "sglang"]
+FLAVOURS: tuple[str, ...] = get_args(Flavour)
 
 _NOT_FOUND = {
     "llama-cpp-python": {"/health", "/metrics", "/tokenize", "/detokenize", "/version"},
     "llama.cpp": {"/version"},
     "ollama": {"/health", "/metrics", "/tokenize", "/detokenize", "/version"},
+    "lmstudio": {"/health", "/metrics", "/tokenize", "/detokenize", "/version"},
 }
 
 
 class FlavourMiddleware:
     """Makes the simulated vLLM answer as another server would, where they differ."""
 
-    def __init__(self, app: ASGIApp, flavour: str, model: str, max_model_len: int) -> None:
+    def __init__(
+        self, app: ASGIApp, flavour: str, model: str, max_model_len: int, slots: int = 1
+    ) -> None:
         self.app = app
         self.flavour = flavour
         self.model = model
         self.max_model_len = max_model_len
+        self.slots = slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.flavour == "vllm":
@@ -60,7 +69,7 @@ class FlavourMiddleware:
         if path in _NOT_FOUND.get(self.flavour, set()):
             await _json(send, 404, {"detail": "Not Found"})
             return
-        own = self._own_route(path, method)
+        own = self._own_route(path, method, scope)
         if own is not None:
             body = await _read_body(receive) if method == "POST" else b""
             status, payload = own(body)
@@ -69,7 +78,19 @@ class FlavourMiddleware:
             )
             return
         if path == "/v1/models" and method == "GET":
-            await self.app(scope, receive, _ModelsRewrite(send, self.flavour))
+            window = self.max_model_len
+            rewrite = _Rewrite(send, lambda body: self._cards(body, window))
+            await self.app(scope, receive, rewrite)
+            return
+        if self.flavour == "llama.cpp" and path == "/metrics" and method == "GET":
+            text = _Rewrite(send, lambda b: answers.llama_cpp_metrics(b.decode()).encode())
+            await self.app(scope, receive, text)
+            return
+        if self.flavour == "llama.cpp" and path == "/tokenize" and method == "POST":
+            await self._llama_cpp_tokenize(scope, receive, send)
+            return
+        if self.flavour == "llama.cpp" and path == "/v1/chat/completions/input_tokens":
+            await self._llama_cpp_count(scope, receive, send)
             return
         if path == "/v1/chat/completions" and method == "POST":
             body = await _read_body(receive)
@@ -79,22 +100,92 @@ class FlavourMiddleware:
                 return
             if self.flavour == "llama-cpp-python":
                 send = _PromptOverWindow(send, body, self.max_model_len)
+            elif self.flavour in ("llama.cpp", "sglang"):
+                await self._overflow_as_own(scope, body, receive, send)
+                return
             await self.app(_with_length(scope, body), _replay(body, receive), send)
             return
         await self.app(scope, receive, send)
 
-    def _own_route(self, path: str, method: str):  # type: ignore[no-untyped-def]
+    def _cards(self, body: bytes, window: int) -> bytes:
+        try:
+            data = json.loads(body)
+            data["data"] = [
+                answers.models_card(card, self.flavour, window) for card in data.get("data", [])
+            ]
+            return json.dumps(data).encode()
+        except (ValueError, AttributeError, TypeError):
+            return body
+
+    async def _llama_cpp_tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """llama-server tokenizes a ``content`` text (no model, no messages): a chat body
+        gets ``{"tokens": []}``."""
+        body = await _read_body(receive)
+        try:
+            content = json.loads(body or b"{}").get("content")
+        except (ValueError, AttributeError):
+            content = None
+        if not isinstance(content, str):
+            await _json(send, 200, {"tokens": []})
+            return
+        request = json.dumps({"model": self.model, "prompt": content}).encode()
+        rewrite = _Rewrite(
+            send, lambda b: json.dumps({"tokens": json.loads(b).get("tokens", [])}).encode()
+        )
+        await self.app(*_post(scope, "/tokenize", request, receive), rewrite)
+
+    async def _llama_cpp_count(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The chat body's prompt counted by the sim's ``/tokenize``, as ``input_tokens``."""
+        body = await _read_body(receive)
+        try:
+            request = json.loads(body or b"{}")
+            request = {
+                "model": self.model,
+                "messages": request["messages"],
+                **({"tools": request["tools"]} if request.get("tools") else {}),
+            }
+        except (ValueError, KeyError, TypeError):
+            await _json(send, 400, {"error": {"code": 400, "message": "messages is required"}})
+            return
+
+        def count(answer: bytes) -> bytes:
+            n = json.loads(answer).get("count", 0)
+            return json.dumps({"input_tokens": n, "object": "response.input_tokens"}).encode()
+
+        encoded = json.dumps(request).encode()
+        await self.app(*_post(scope, "/tokenize", encoded, receive), _Rewrite(send, count))
+
+    async def _overflow_as_own(
+        self, scope: Scope, body: bytes, receive: Receive, send: Send
+    ) -> None:
+        """vLLM's overflow 400 in this server's words."""
+        held = _Held(send)
+        await self.app(_with_length(scope, body), _replay(body, receive), held)
+        if held.status != 400:
+            return
+        own = (
+            answers.llama_cpp_overflow(held.body)
+            if self.flavour == "llama.cpp"
+            else answers.sglang_overflow(held.body)
+        )
+        if own is None:
+            await held.release()
+            return
+        await _json(send, 400, own)
+
+    def _own_route(self, path: str, method: str, scope: Scope):  # type: ignore[no-untyped-def]
         if self.flavour == "llama-cpp-python" and path == "/extras/tokenize/count":
             return self._count
-        if self.flavour == "llama.cpp" and path == "/props" and method == "GET":
-            return lambda _body: (
-                200,
-                {
-                    "default_generation_settings": {"n_ctx": self.max_model_len},
-                    "total_slots": 1,
-                    "model_alias": self.model,
-                },
-            )
+        if self.flavour == "llama.cpp" and method == "GET":
+            if path == "/props":
+                props = answers.llama_cpp_props(self.model, self.max_model_len, self.slots)
+                return lambda _body: (200, props)
+            if path == "/slots":
+                running = _engine_running(scope)
+                slots = answers.llama_cpp_slots(self.max_model_len, self.slots, running)
+                return lambda _body: (200, slots)
+        if self.flavour == "lmstudio" and path == "/api/v0/models" and method == "GET":
+            return lambda _body: (200, answers.lm_studio_models(self.model, self.max_model_len))
         if self.flavour == "ollama" and path == "/" and method in ("GET", "HEAD"):
             return lambda _body: (200, "Ollama is running")
         if self.flavour == "ollama" and path == "/api/ps" and method == "GET":
@@ -148,12 +239,13 @@ def _llama_cpp_python_error(detail: str) -> dict[str, Any]:
     }
 
 
-class _ModelsRewrite:
-    """Buffers ``/v1/models`` and sends it back with the cards this server would give."""
+class _Rewrite:
+    """Buffers an answer and sends it back through ``transform`` (status and headers kept,
+    its length set anew)."""
 
-    def __init__(self, send: Send, flavour: str) -> None:
+    def __init__(self, send: Send, transform: Callable[[bytes], bytes]) -> None:
         self.send = send
-        self.flavour = flavour
+        self.transform = transform
         self.start: Message | None = None
         self.chunks: list[bytes] = []
 
@@ -165,22 +257,59 @@ class _ModelsRewrite:
         if message.get("more_body"):
             return
         body = b"".join(self.chunks)
-        try:
-            data = json.loads(body)
-            for card in data.get("data", []):
-                for key in ("max_model_len", "root", "parent", "permission"):
-                    card.pop(key, None)
-                card["owned_by"] = {"ollama": "library", "llama.cpp": "llamacpp"}.get(
-                    self.flavour, "me"
-                )
-            body = json.dumps(data).encode()
-        except (ValueError, AttributeError):
-            pass
         assert self.start is not None
+        if self.start["status"] == 200:
+            try:
+                body = self.transform(body)
+            except (ValueError, AttributeError, TypeError):
+                pass
         headers = [(k, v) for k, v in self.start.get("headers", []) if k != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
         await self.send({**self.start, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
+
+
+class _Held:
+    """Holds a 400 answer back for a second look; anything else passes through at once."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status: int | None = None
+        self.messages: list[Message] = []
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.messages[1:])
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        if self.status == 400:
+            self.messages.append(message)
+        else:
+            await self.send(message)
+
+    async def release(self) -> None:
+        for message in self.messages:
+            await self.send(message)
+        self.messages = []
+
+
+def _engine_running(scope: Scope) -> int:
+    """Requests the simulated engine is running (the slots busy), 0 when it cannot say."""
+    app = scope.get("app")
+    sim = getattr(getattr(app, "state", None), "sim", None)
+    return int(getattr(getattr(sim, "engine", None), "num_running", 0) or 0)
+
+
+def _post(scope: Scope, path: str, body: bytes, receive: Receive) -> tuple[Scope, Receive]:
+    """The scope and receive of a JSON POST to another of the sim's routes."""
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k, v) for k, v in scope.get("headers", []) if k == b"authorization"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    inner = {**scope, "path": path, "raw_path": path.encode(), "method": "POST"}
+    inner["headers"] = headers
+    return inner, _replay(body, receive)
 
 
 _PROMPT_TOKENS = re.compile(r"prompt contains (?:at least )?(\d+) input tokens")

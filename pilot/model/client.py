@@ -41,7 +41,16 @@ from pilot.model.errors import (
     map_vllm_error,
     wants_served_models,
 )
-from pilot.model.servers import PROBE_TIMEOUT_S, probe_context_window, server_root, server_up
+from pilot.model.servers import (
+    LLAMA_CPP_COUNT_PATH,
+    PROBE_TIMEOUT_S,
+    card_window,
+    counts_text_only,
+    probe_context_window,
+    server_root,
+    server_up,
+    token_count,
+)
 from pilot.model.settings import ClientSettings
 from pilot.model.sse import SSEDecoder
 from pilot.model.streaming import StreamAccumulator
@@ -164,6 +173,7 @@ class OpenAIModelClient:
             http_client=self._http,
         )
         self._tokenize_supported: bool | None = None
+        self._count_path = "/tokenize"  # llama-server counts a chat at LLAMA_CPP_COUNT_PATH
         self._takes_stream_interval: asyncio.Future[bool] | None = None
         self._models_in_flight: asyncio.Future[list[ServedModel]] | None = None
         self._models_seen: tuple[float, list[ServedModel]] | None = None
@@ -485,17 +495,27 @@ class OpenAIModelClient:
         page = await self._client.models.list()
         served: list[ServedModel] = []
         for item in page.data:
-            extra = getattr(item, "model_extra", None) or {}
-            limit = extra.get("max_model_len")
+            card = getattr(item, "model_extra", None) or {}
+            stated = card_window({**card, "owned_by": item.owned_by})
             served.append(
-                ServedModel(id=item.id, max_model_len=int(limit) if limit is not None else None)
+                ServedModel(
+                    id=item.id,
+                    max_model_len=stated.tokens if stated else None,
+                    window_source=stated.source or None if stated else None,
+                    server=stated.server if stated else None,
+                )
             )
         if served and served[0].max_model_len is None:  # not vLLM or SGLang: ask its own way
             window = await probe_context_window(
                 self._http_client(), server_root(self.base_url), served[0].id, self._api_key
             )
             served[0] = served[0].model_copy(
-                update={"max_model_len": window.tokens, "window_source": window.source}
+                update={
+                    "max_model_len": window.tokens,
+                    "window_source": window.source,
+                    "server": window.server,
+                    "slots": window.slots,
+                }
             )
         return served
 
@@ -542,7 +562,7 @@ class OpenAIModelClient:
     async def _tokenize_once(self, payload: dict[str, Any]) -> int | None:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         response = await self._http_client().post(
-            f"{server_root(self.base_url)}/tokenize",
+            f"{server_root(self.base_url)}{self._count_path}",
             json=payload,
             headers=headers,
             timeout=self._request_timeout,
@@ -558,15 +578,20 @@ class OpenAIModelClient:
             raise await self._typed_status(
                 response.status_code, message, payload.get("model"), response.text
             )
-        if isinstance(body, dict) and isinstance(body.get("count"), int):
+        count = token_count(body)
+        if count is not None:
             self._tokenize_supported = True
-            return int(body["count"])
+            return count
+        if self._count_path == "/tokenize" and counts_text_only(body):
+            self._count_path = LLAMA_CPP_COUNT_PATH  # llama-server: ask where it counts chats
+            return await self._tokenize_once(payload)
         return None
 
     async def count_tokens(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> int | None:
-        """The prompt's size from the server's own tokenizer (``POST /tokenize`` at the root).
+        """The prompt's size from the server's own tokenizer (``POST /tokenize`` at the root;
+        llama-server's chat count where its ``/tokenize`` shows it is one).
 
         Returns None when the server has no /tokenize (remembered, so it is asked once).
         """

@@ -267,6 +267,21 @@ def _context_overflow(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     return ContextOverflow(message, max_model_len=limit, prompt_tokens=prompt, max_tokens=output)
 
 
+def _other_server_overflow(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
+    """llama-server's and SGLang's overflow texts (the window named in each)."""
+    message = answer.message
+    return ContextOverflow(
+        message,
+        max_model_len=_int(r"context size \((\d+) tokens\)", message)
+        or _int(r"max context size \((\d+) tokens\)", message)
+        or _int(r"maximum context length of (\d+) tokens", message)
+        or _int(r"context length \((\d+) tokens\)", message),
+        prompt_tokens=_int(r"(?:request|input) \((\d+) tokens\)", message)
+        or _int(r"(\d+) tokens from the input", message),
+        max_tokens=_int(r"(\d+) tokens for the completion", message),
+    )
+
+
 def _output_over_window(answer: ErrorAnswer, match: re.Match[str]) -> MarathonError:
     return ContextOverflow(
         answer.message,
@@ -307,6 +322,20 @@ VLLM_ERRORS: tuple[ErrorRule, ...] = (
     _MODEL_NOT_FOUND,
     # Any other 404: the route itself is missing (a base URL without /v1).
     ErrorRule(_no_such_route, statuses=frozenset({404})),
+    # llama-server 400 exceed_context_size_error: "request (P tokens) exceeds the available
+    # context size (N tokens), try increasing it" (or "input (P tokens) is larger than the max
+    # context size (N tokens). skipping"; tools/server/server-context.cpp); SGLang 400
+    # "Requested token count exceeds the model's maximum context length of N tokens. You
+    # requested a total of T tokens: P tokens from the input messages and C tokens for the
+    # completion." or "The input (P tokens) is longer than the model's context length (N
+    # tokens)." (as its users quote them; SGLang is not run here).
+    ErrorRule(
+        _other_server_overflow,
+        pattern=re.compile(
+            r"exceeds the available context size|larger than the max context size"
+            r"|exceeds the model's maximum context length|longer than the model's context length"
+        ),
+    ),
     # 400 "This model's maximum context length is N tokens. However, you requested M output
     # tokens and your prompt contains at least P input tokens ..." and its older wordings.
     ErrorRule(_context_overflow, pattern=re.compile("maximum context length", re.IGNORECASE)),

@@ -89,6 +89,10 @@ class ServedModel(BaseModel):
     max_model_len: int | None = None
     window_source: str | None = None
     """Where the window was read, when not from ``/v1/models`` (see ``pilot.model.servers``)."""
+    server: str | None = None
+    """Which server said so ("vLLM", "llama.cpp", "Ollama"...), when its answers tell."""
+    slots: int | None = None
+    """llama-server's slots (``--parallel``): the window is one slot's."""
 
 
 class WaitEvent(BaseModel):

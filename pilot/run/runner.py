@@ -609,6 +609,12 @@ class RunSession:
             window, source = self.state.max_model_len, None  # learnt from a context error
         if served.id != self.state.model or window != self.state.max_model_len:
             self.emit(ev.ModelResolved(model=served.id, max_model_len=window, window_source=source))
+            from pilot.model.window_fit import refuse_small_window
+
+            resolved = served.model_copy(update={"max_model_len": window, "window_source": source})
+            await refuse_small_window(
+                client, resolved, self.plan, self.runner.registry.openai_tools
+            )
 
     def _cancel_requested(self) -> bool:
         return self.store.get_run(self.run_id).status == "cancelling"
