@@ -114,34 +114,32 @@ def _batches(spans: list[ReadableSpan]) -> Iterator[list[ReadableSpan]]:
         yield spans[start : start + BATCH]
 
 
-_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+def otlp_json(request: Any) -> dict[str, Any]:
+    """An ``ExportTraceServiceRequest`` (protobuf) in OTLP's JSON encoding: protobuf's JSON
+    mapping, enums as integers, and the ids in hex where that mapping writes bytes as base64
+    (only the spans' and their links' ids are bytes: the attributes hold none)."""
+    from base64 import b64decode
 
+    from google.protobuf.json_format import MessageToDict
 
-def _hex_ids(node: Any) -> None:
-    """protobuf's JSON mapping writes bytes as base64; OTLP's JSON wants the ids in hex."""
-    import base64
-
-    if isinstance(node, list):
-        for item in node:
-            _hex_ids(item)
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            if key in _ID_FIELDS and isinstance(value, str):
-                node[key] = base64.b64decode(value).hex()
-            else:
-                _hex_ids(value)
+    data = MessageToDict(request, use_integers_for_enums=True)
+    for resource in data.get("resourceSpans", ()):
+        for scope in resource.get("scopeSpans", ()):
+            for span in scope.get("spans", ()):
+                for holder in (span, *span.get("links", ())):
+                    for key in ("traceId", "spanId", "parentSpanId"):
+                        if key in holder:
+                            holder[key] = b64decode(holder[key]).hex()
+    return data
 
 
 def json_lines(trace: RunTrace) -> Iterator[str]:
     """The trace as OTLP JSON lines (each an ``ExportTraceServiceRequest``, no newline)."""
     spans = readable_spans(trace)
-    from google.protobuf.json_format import MessageToDict
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     for batch in _batches(spans):
-        request = MessageToDict(encode_spans(batch), use_integers_for_enums=True)
-        _hex_ids(request)
-        yield json.dumps(request, separators=(",", ":"), ensure_ascii=False)
+        yield json.dumps(otlp_json(encode_spans(batch)), separators=(",", ":"), ensure_ascii=False)
 
 
 def write_json_lines(trace: RunTrace, stream: IO[str]) -> int:
