@@ -259,6 +259,10 @@ def test_a_resumed_run_re_exports_every_span_it_had_closed_unchanged(tmp_path: P
         assert again.get("parentSpanId") == span.get("parentSpanId")
     cut = [s for s in closed if s["attrs"].get("error.type") == "run_paused"]
     assert [s["name"] for s in cut] == ["chat test-model"], "the request the outage cut short"
+    assert {e["name"] for e in cut[0]["events"]} == {"server_unavailable"}
+    [paused_in] = [s for s in opened if s["name"].startswith("phase ")]
+    marks = [e["name"] for e in after[paused_in["spanId"]]["events"]]
+    assert [m for m in marks if m.startswith("run_")] == ["run_paused", "run_resumed"]
     assert "marathon.span.open" not in after[next(iter(after))]["attrs"]
 
 
@@ -308,6 +312,18 @@ def test_a_tool_a_kill_interrupted_ends_where_the_process_stopped_and_its_rerun_
             (60, ev.RunResumed(owner="o2")),
             (61, ev.ToolStarted(call_id="call-1", name="run", mutates=True)),
             (65, ev.ToolFinished(call_id="call-1", name="run", output="exit code: 0")),
+            (
+                70,
+                ev.Compaction(
+                    pinned=[0],
+                    replaced_to=3,
+                    replaced_count=2,
+                    summary="s",
+                    tokens_before=900,
+                    tokens_after=300,
+                    reason="threshold",
+                ),
+            ),
         ],
     )
     result = invoke("trace", run_id, "--db", f"sqlite:///{tmp_path / 'm.db'}", "-o", "-")
@@ -320,6 +336,9 @@ def test_a_tool_a_kill_interrupted_ends_where_the_process_stopped_and_its_rerun_
     assert (int(rerun["endTimeUnixNano"]) - int(rerun["startTimeUnixNano"])) == 4 * 10**9
     [chat] = [s for s in spans if s["name"] == "chat"]
     assert chat["attrs"]["server.address"] == "h" and chat["attrs"]["server.port"] == 9
+    [compaction] = [s for s in spans if s["name"] == "compaction"]  # its summary request's time
+    assert int(compaction["endTimeUnixNano"]) - int(compaction["startTimeUnixNano"]) == 5 * 10**9
+    assert compaction["attrs"]["marathon.compaction.tokens_after"] == 300
     [phase] = [s for s in spans if s["name"] == "phase p"]
     assert phase["attrs"]["marathon.span.open"] is True
     assert [e["name"] for e in phase["events"]] == ["run_resumed"]
@@ -339,7 +358,7 @@ class _Receiver(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
-        type(self).received.append((self.path, self.headers["Content-Type"], request))
+        type(self).received.append((self.path, self.headers, request))
         answer = ExportTraceServiceResponse().SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
@@ -366,20 +385,60 @@ def receiver() -> Iterator[tuple[str, list[Any]]]:
 
 @needs_otel
 def test_endpoint_gets_the_same_spans_over_otlp_http(
-    finished_run: tuple[Path, str, int], tmp_path: Path, receiver: tuple[str, list[Any]]
+    finished_run: tuple[Path, str, int],
+    tmp_path: Path,
+    receiver: tuple[str, list[Any]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     db, run_id, _ = finished_run
     url, received = receiver
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=marathon")
     result = invoke("trace", run_id, "--db", f"sqlite:///{db}", "--endpoint", url)
     assert result.exit_code == 0, result.output
-    [(path, content_type, request)] = received
-    assert (path, content_type) == ("/v1/traces", "application/x-protobuf")
+    [(path, headers, request)] = received
+    assert path == "/v1/traces"
+    assert (headers["Content-Type"], headers["x-team"]) == ("application/x-protobuf", "marathon")
     export(db, run_id, tmp_path / "t.jsonl")
     [line] = (tmp_path / "t.jsonl").read_text().splitlines()
     assert otlp_json(request) == json.loads(line), "the file holds what the wire carried"
     assert len(spans_of(line)) == sum(
         len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans
     )
+
+
+@needs_otel
+def test_without_endpoint_nothing_is_sent_whatever_the_otel_variables_say(
+    finished_run: tuple[Path, str, int],
+    tmp_path: Path,
+    receiver: tuple[str, list[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db, run_id, _ = finished_run
+    url, received = receiver
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.setenv(name, url)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("trace", run_id, "--db", f"sqlite:///{db}")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / f"{run_id}.otlp.jsonl").stat().st_size > 0, "the default file"
+    assert received == []
+
+
+@needs_otel
+def test_the_file_is_what_opentelemetrys_own_otlp_json_codec_reads_and_writes(
+    finished_run: tuple[Path, str, int], tmp_path: Path
+) -> None:
+    codec = pytest.importorskip("opentelemetry.proto_json.collector.trace.v1.trace_service")
+    db, run_id, _ = finished_run
+    spans = export(db, run_id, tmp_path / "t.jsonl")
+    [line] = (tmp_path / "t.jsonl").read_text().splitlines()
+    request = codec.ExportTraceServiceRequest.from_json(line)
+    assert request.to_dict() == json.loads(line)
+    decoded = [span for r in request.resource_spans for s in r.scope_spans for span in s.spans]
+    assert [(d.span_id.hex(), d.trace_id.hex(), d.name) for d in decoded] == [
+        (s["spanId"], hex_trace_id(run_id), s["name"]) for s in spans
+    ]
 
 
 @needs_otel

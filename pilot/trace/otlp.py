@@ -188,7 +188,7 @@ def _listening() -> Iterator[_Complaints]:
 
 def send(trace: RunTrace, endpoint: str, *, timeout: float = 10.0) -> int:
     """Send the trace to the OTLP/HTTP receiver at ``endpoint`` (protobuf); returns how many
-    requests were sent. ``OTEL_EXPORTER_OTLP_HEADERS`` and the TLS variables apply."""
+    requests were sent. ``OTEL_EXPORTER_OTLP_HEADERS`` applies (the exporter reads it)."""
     url = traces_url(endpoint)
     spans = readable_spans(trace)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
