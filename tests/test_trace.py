@@ -524,3 +524,44 @@ def test_pilot_help_does_not_import_opentelemetry() -> None:
     )
     assert "trace" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_command_help_names_the_extra() -> None:
+    result = invoke("trace", "--help")
+    assert result.exit_code == 0
+    assert "pip install" in result.output and "'marathon[otel]'" in result.output
+
+
+@needs_otel
+def test_a_run_with_no_events_yet_has_nothing_to_trace(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path / 'm.db'}")
+    run_id = store.create_run(
+        workflow_name="wf",
+        workflow_path="wf.yaml",
+        workflow_text="",
+        params={},
+        workspace="",
+        owner=None,
+        status="queued",
+    )
+    result = invoke("trace", run_id, "--db", f"sqlite:///{tmp_path / 'm.db'}")
+    assert result.exit_code == 2
+    assert "has no events yet" in result.output and "Traceback" not in result.output
+
+
+@needs_otel
+def test_the_export_bench_runs_and_reports_sane_figures(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    bench = ["bench.trace_export", "--events", "300", "--repeat", "1", "--json", str(out)]
+    subprocess.run(
+        [sys.executable, "-m", *bench],
+        cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
+    [row] = json.loads(out.read_text())["rows"]
+    assert 290 <= row["events"] <= 310 and row["spans"] > row["events"] / 3
+    for key in ("read_ms_per_1k", "build_ms_per_1k", "encode+write_ms_per_1k", "command_s"):
+        assert 0 < row[key] < 1e6, (key, row)
+    assert row["file_bytes_per_event"] > 100

@@ -46,7 +46,8 @@ def register(app: typer.Typer) -> None:
         calls and checks as spans with the GenAI semantic conventions' attributes.
 
         Built from the stored events only: a finished run exports the same trace every time,
-        and a resumed one keeps the spans it had. Needs the extra: pip install 'marathon[otel]'.
+        and a resumed one keeps the spans it had. Needs the extra: pip install
+        'marathon\\[otel]'.
         """
         from rich.console import Console
 
