@@ -124,6 +124,27 @@ def plot_parallel(results: Sequence[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_trace_export(rows: Sequence[dict[str, Any]], stages: Sequence[str], path: Path) -> None:
+    """``pilot trace``'s milliseconds per 1000 stored events, one stacked bar per run size."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels = [f"{r['events']:,} events" for r in rows]
+    bottom = [0.0] * len(rows)
+    for index, stage in enumerate(stages):
+        values = [r[f"{stage}_ms_per_1k"] for r in rows]
+        ax.bar(labels, values, bottom=bottom, color=f"C{index}", label=stage)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    for x, total in enumerate(bottom):
+        ax.annotate(f"{total:.0f}", (x, total), ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("ms per 1000 events")
+    ax.set_title("pilot trace: the cost of an export (one process, median of repeats)")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_tasks(rows: Sequence[dict[str, Any]], path: Path) -> None:
     """The task suite: each task's successes out of its tries, one bar per agent, and each
     agent's overall rate in the legend."""

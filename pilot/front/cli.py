@@ -839,9 +839,11 @@ def schema() -> None:
 def _register_more() -> None:
     from pilot.front.replay_export import register as register_replay
     from pilot.front.report_cli import register
+    from pilot.front.trace_cli import register as register_trace
 
     register(app)
     register_replay(app)
+    register_trace(app)
 
 
 _register_more()
