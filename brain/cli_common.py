@@ -23,7 +23,7 @@ from rich.markup import escape
 from brain.errors import BrainError, SpecError
 from brain.launchers import make_launcher
 from brain.launchers.base import Launcher, ServerHandle
-from brain.spec import ServerSpec
+from brain.spec import Backend, ServerSpec
 from brain.state import Registry, ServerRecord
 
 DEFAULT_PROFILE = "gemma4-e4b-mtp"
@@ -33,14 +33,54 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
 """Tables written to a pipe or file are as wide as their cells: nothing is cut or wrapped."""
 err = Console(stderr=True, highlight=False)
 
+
+def complete_profile(incomplete: str) -> list[str]:
+    """Shell completion of a profile argument: the built-in profiles (a path is left to the
+    shell, which completes file names when this offers none)."""
+    from brain.profiles import list_profiles
+
+    return [name for name in list_profiles() if name.startswith(incomplete)]
+
+
+def complete_preset(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of ``--preset``: the presets and their descriptions."""
+    from brain.profiles import list_presets
+
+    return [(n, d) for n, d in list_presets().items() if n.startswith(incomplete)]
+
+
+def complete_server(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of a server name: the servers and fleets the brain started."""
+    records = Registry().servers()
+    names = {r.name: r.backend for r in records} | {r.fleet: "fleet" for r in records if r.fleet}
+    return [(n, what) for n, what in sorted(names.items()) if n.startswith(incomplete)]
+
+
 # The options that say which server: profile, then preset, then --backend/--no-gpu, then --set.
 ProfileArg = Annotated[
-    str, typer.Argument(help=f"Profile name or YAML file (default: {DEFAULT_PROFILE}).")
+    str,
+    typer.Argument(
+        help=f"Profile name or YAML file (default: {DEFAULT_PROFILE}).",
+        metavar="PROFILE",
+        autocompletion=complete_profile,
+    ),
 ]
 """No square brackets in help texts: typer reads them as rich markup and drops them."""
-SetOpt = Annotated[list[str], typer.Option("--set", help="Override a spec key: key=value.")]
-PresetOpt = Annotated[str, typer.Option("--preset", help="Apply a preset (brain profiles).")]
-BackendOpt = Annotated[str, typer.Option("--backend", help="docker, process or sim.")]
+SetOpt = Annotated[
+    list[str], typer.Option("--set", metavar="KEY=VALUE", help="Override a spec key.")
+]
+PresetOpt = Annotated[
+    str,
+    typer.Option(
+        "--preset",
+        metavar="PRESET",
+        help="Apply a preset (brain profiles lists them).",
+        autocompletion=complete_preset,
+    ),
+]
+BackendOpt = Annotated[
+    Backend, typer.Option("--backend", help="Where it runs (the profile's by default).")
+]
 NoGpuOpt = Annotated[bool, typer.Option("--no-gpu", help="Docker: leave out the GPU request.")]
 
 

@@ -24,6 +24,7 @@ from brain.cli_common import (
     ProfileArg,
     SetOpt,
     build_spec,
+    complete_server,
     expected_errors,
     fmt_age,
     launcher_for_record,
@@ -93,7 +94,10 @@ def up(
         None, "--replicas", help="Start N copies, each on its own GPU (group) and port."
     ),
     gpus: str = typer.Option(
-        None, "--gpus", help="GPUs for the replicas, e.g. 0,1,2,3 (split in TP-sized groups)."
+        None,
+        "--gpus",
+        metavar="IDS",
+        help="GPUs for the replicas: indexes or UUIDs, e.g. 0,1,2,3 (split in TP-sized groups).",
     ),
     fleet: str = typer.Option(
         None, "--fleet", help="A fleet file: servers (profile, gpus, port) started together."
@@ -201,7 +205,11 @@ def _print_ready(spec: ServerSpec, info: Any) -> None:
 
 @expected_errors
 def down(
-    name: str = typer.Argument(None, help="Server or fleet name (default: the only one)."),
+    name: str = typer.Argument(
+        None,
+        help="Server or fleet name (default: the only one).",
+        autocompletion=complete_server,
+    ),
 ) -> None:
     """Stop a server the brain started (and its supervisor, if any), or every replica of a
     fleet."""
@@ -219,7 +227,11 @@ def down(
 
 
 @expected_errors
-def restart(name: str = typer.Argument(None, help="Server name (default: the only one).")) -> None:
+def restart(
+    name: str = typer.Argument(
+        None, help="Server name (default: the only one).", autocompletion=complete_server
+    ),
+) -> None:
     """Restart a server; with a live weight-cache daemon for it, load from the daemon."""
     registry = Registry()
     rec = _pick(registry, name)
@@ -326,7 +338,9 @@ def _ps_json(registry: Registry) -> list[str]:
 @expected_errors
 def status(
     name: str = typer.Argument(
-        None, help="Server name (default: the only one), or the URL of any OpenAI server."
+        None,
+        help="Server name (default: the only one), or the URL of any OpenAI server.",
+        autocompletion=complete_server,
     ),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between metric samples."),
     api_key: str = typer.Option(
@@ -390,7 +404,9 @@ def _print_status(facts: dict[str, Any], server: str, json_out: bool) -> None:
 
 @expected_errors
 def logs(
-    name: str = typer.Argument(None, help="Server name (default: the only one)."),
+    name: str = typer.Argument(
+        None, help="Server name (default: the only one).", autocompletion=complete_server
+    ),
     follow: bool = typer.Option(False, "-f", "--follow", help="Keep printing new lines."),
     tail: int = typer.Option(0, "--tail", help="Only the last N lines (0: all)."),
 ) -> None:
@@ -419,27 +435,48 @@ def doctor(
     preset: PresetOpt = None,
     backend: BackendOpt = None,
     no_gpu: NoGpuOpt = False,
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object: the server, ok, and each check."
+    ),
 ) -> None:
     """Check everything a start needs; each line ok or what to do. Exit 1 if any fails."""
     from brain.doctor import run_checks
 
     spec = build_spec(profile, set_, preset, backend, no_gpu)
     results = run_checks(spec)
+    failed = any(r.level == "fail" for r in results)
+    if json_out:
+        import json
+
+        checks = [{"level": r.level, "check": r.name, "message": r.message} for r in results]
+        facts = {"server": spec.name, "backend": spec.backend, "ok": not failed}
+        print(json.dumps(facts | {"checks": checks}))
+        if failed:
+            raise typer.Exit(1)
+        return
     table = Table("", "check", "result")
     marks = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
     for r in results:
         table.add_row(marks[r.level], r.name, r.message)
     out.print(f"doctor: {spec.name} ({spec.backend})")
     out.print(table)
-    if any(r.level == "fail" for r in results):
+    if failed:
         raise typer.Exit(1)
 
 
 @expected_errors
-def profiles() -> None:
+def profiles(
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object per profile and per preset."
+    ),
+) -> None:
     """Built-in profiles and presets, one line each."""
     from brain.profiles import list_presets, list_profiles, load_profile
 
+    if json_out:
+        for line in _profiles_json():
+            print(line)
+        return
     out.print("profiles (brain up PROFILE):")
     for name in list_profiles():
         try:
@@ -451,6 +488,28 @@ def profiles() -> None:
     out.print("presets (--preset NAME):")
     for name, desc in list_presets().items():
         out.print(f"  {name:<26} {desc}", markup=False, soft_wrap=True)
+
+
+def _profiles_json() -> list[str]:
+    """Each built-in profile (``kind: profile``, or its error when it does not load) and each
+    preset (``kind: preset``), as JSON lines."""
+    import json
+
+    from brain.profiles import list_presets, list_profiles, load_profile
+
+    lines = []
+    for name in list_profiles():
+        try:
+            s = load_profile(name)
+        except SpecError as exc:
+            lines.append(json.dumps({"kind": "profile", "name": name, "error": str(exc)}))
+            continue
+        facts = {"kind": "profile", "name": name, "backend": s.backend, "model": s.model}
+        facts |= {"port": s.port, "description": s.description, "error": None}
+        lines.append(json.dumps(facts))
+    for name, desc in list_presets().items():
+        lines.append(json.dumps({"kind": "preset", "name": name, "description": desc}))
+    return lines
 
 
 # --------------------------------------------------------------------------- preload

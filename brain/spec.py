@@ -40,6 +40,10 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _MEM_RE = re.compile(r"^\d+(\.\d+)?[bkmgBKMG]?$")
 
 
+Backend = Literal["docker", "process", "sim"]
+"""Where a server runs: a container, a process on this host, or the simulated vLLM."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
@@ -167,7 +171,7 @@ class ServerSpec(_Strict):
 
     name: str
     description: str = ""
-    backend: Literal["docker", "process", "sim"] = "docker"
+    backend: Backend = "docker"
     image: str = DEFAULT_IMAGE
     tag: str = DEFAULT_TAG
     gpus: list[int | str] | Literal["all"] = "all"

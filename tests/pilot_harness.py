@@ -155,3 +155,14 @@ def queued(store: EventStore, n: int) -> list[str]:
         )
         for _ in range(n)
     ]
+
+
+async def read_request(reader: asyncio.StreamReader) -> None:
+    """Read one request (head and ``content-length`` body) off a hand-written server's socket."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from brain.metrics import (
@@ -15,6 +17,9 @@ from brain.metrics import (
     parse_prometheus_text,
     spec_decode_delta,
 )
+from brain.sim.config import SimConfig, Speculative
+from brain.sim.script_policy import ScriptPolicy
+from brain.sim.server import running_sim
 
 L = 'engine="0",model_name="gemma4-e4b"'
 
@@ -111,3 +116,45 @@ def test_fetch_metrics_over_a_transport():
             return await fetch_metrics("http://127.0.0.1:8000/v1", c)
 
     assert asyncio.run(go()).spec_drafts == 1
+
+
+def _library_samples(text: str) -> dict:
+    """The same text read by prometheus_client's parser, in our parser's shape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _same(ours: dict, theirs: dict) -> bool:
+    both = set(ours) | set(theirs)
+    return set(ours) == set(theirs) and all(
+        ours[k] == theirs[k] or (math.isnan(ours[k]) and math.isnan(theirs[k])) for k in both
+    )
+
+
+RECORDED = Path(__file__).parent / "fixtures" / "vllm-0.26" / "http" / "metrics_after.txt"
+
+
+def test_our_reader_reads_real_vllm_pages_as_prometheus_client_does():
+    """The brain keeps its own reader for speed (brain/metrics.py says by how much); the
+    library is the oracle: a real vLLM 0.26 page, and the sim's page after traffic with its
+    escapes, _created gauges and every histogram, read the same sample for sample."""
+    real = RECORDED.read_text()
+    ours = parse_prometheus_text(real)
+    assert len(ours) > 500 and _same(ours, _library_samples(real))
+    config = SimConfig(model='we"ird\\name', speculative=Speculative(num_tokens=2))
+    policy = ScriptPolicy.from_dict({"conversations": [], "default": {"content": "word " * 30}})
+    with running_sim(config, policy=policy) as sim:
+        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="x", max_retries=0)
+        client.chat.completions.create(
+            model='we"ird\\name', messages=[{"role": "user", "content": "hi"}]
+        )
+        text = httpx.get(sim.base_url + "/metrics").text
+    assert 'model_name="we\\"ird\\\\name"' in text
+    ours = parse_prometheus_text(text)
+    assert _same(ours, _library_samples(text))
+    assert MetricsSnapshot.from_samples(ours).spec_drafts > 0

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pilot_harness import read_request
 
 from brain.sim.config import FaultRule, SimConfig, Speculative
 from brain.sim.script_policy import ScriptPolicy
@@ -592,17 +593,6 @@ def stream_body(*deltas: dict[str, Any], finish: str = "stop") -> str:
         for choice in choices
     ]  # fmt: skip
     return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-
-
-async def read_request(reader: asyncio.StreamReader) -> None:
-    """Read one request (head and ``content-length`` body) off a hand-written server's socket."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":")[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    await reader.readexactly(length)
 
 
 @contextlib.asynccontextmanager

@@ -378,10 +378,24 @@ def test_since_report_has_a_summary_table_of_every_run_active_in_the_window(
     text = render_markdown(report)
     assert "1 failed, 1 succeeded" in text
     assert (
-        "| aaaa1111 | refactor | failed | 1/2 | 7 | 2 ok / 2 failed | 1 | 1 file +1 -1 | "
+        "| aaaa1111 | refactor | failed | 1/2 | 7 | 2 passed, 2 failed | 1 | 1 file +1 -1 | "
         f"1000 / 100 | 17m00s | 1m00s | pilot show aaaa1111 --db {store.url} |"
     ) in text
     assert "| dddd4444 | refactor | succeeded | 0/1 | 0 | - | - | - | 0 / 0 | 5s | 0s |  |" in text
+
+
+def test_the_overview_counts_test_runs_not_tests(store: EventStore, workspace: GitRepo) -> None:
+    """Four runs of test commands (two by the model, two phase checks), each holding tests of
+    its own: the cell counts the runs, under a header that says so ("tests 2 ok" read as two
+    tests)."""
+    write_failed_run(store, workspace)
+    report = build_report(store, since=at(-60), now=at(2000))
+    (run,) = report.runs
+    assert [t.passed for t in run.tests] == [False, False, True, True]
+    text = render_markdown(report)
+    assert "| run | workflow | outcome | phases ok | steps | test runs | commits |" in text
+    assert "| 2 passed, 2 failed |" in text and " ok / " not in text
+    assert "<th>test runs</th>" in render_html(report)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -113,3 +114,50 @@ def test_waiting_gauge_counts_requests_beyond_batch_capacity():
     assert metric_value(during, "vllm:num_requests_waiting") == 2
     assert metric_value(after, "vllm:num_requests_waiting") == 0
     assert metric_value(after, "vllm:request_success_total", finished_reason="stop") == 3
+
+
+RECORDED = Path(__file__).parent / "fixtures" / "vllm-0.26" / "http" / "metrics_after.txt"
+_SERIES = ("_bucket", "_count", "_sum", "_created", "_total")
+
+
+def _vllm_lines(text: str) -> dict[str, list[tuple[str, ...]]]:
+    """Each ``vllm:`` sample name -> the label names of its lines, in the order written."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:"):
+            name, _, rest = line.partition("{")
+            keys = tuple(part.split("=", 1)[0] for part in rest.rsplit("}", 1)[0].split('",'))
+            out.setdefault(name, []).append(keys)
+    return out
+
+
+def _family(sample_name: str) -> str:
+    for suffix in _SERIES:
+        sample_name = sample_name.removesuffix(suffix)
+    return sample_name
+
+
+def test_the_text_is_written_as_vllms_own_prometheus_client_writes_it():
+    config = SimConfig(model="smol", max_model_len=4096, speculative=Speculative(num_tokens=2))
+    with running_sim(config, policy=POLICY) as sim:
+        openai.OpenAI(
+            base_url=sim.openai_base_url, api_key="x", max_retries=0
+        ).chat.completions.create(model="smol", messages=MESSAGES)
+        plain = httpx.get(sim.base_url + "/metrics", headers={"Accept-Encoding": "identity"})
+        zipped = httpx.get(sim.base_url + "/metrics", headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in plain.headers
+    assert plain.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert zipped.headers["content-encoding"] == "gzip"
+    sim_lines, real_lines = _vllm_lines(plain.text), _vllm_lines(RECORDED.read_text())
+    served = {_family(name) for name in sim_lines}
+    # every series real vLLM writes for a family the sim serves, the sim writes too: the
+    # counters' and histograms' _created gauges included
+    missing = {n for n in real_lines if _family(n) in served} - set(sim_lines)
+    assert not missing
+    assert "vllm:prompt_tokens_created" in sim_lines
+    # labels in sorted order on every line, as prometheus_client writes them (engine, le,
+    # model_name), and the same label names as the recording's wherever both write a series
+    for name, label_sets in sim_lines.items():
+        assert all(list(keys) == sorted(keys) for keys in label_sets), name
+        if name in real_lines and not name.startswith("vllm:cache_config_info"):
+            assert set(label_sets) == set(real_lines[name]), name

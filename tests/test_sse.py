@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pilot.model.sse import SSEDecoder
+from brain.sse import SSEDecoder
 
 
 def decode(*chunks: bytes) -> list[bytes]:

@@ -10,13 +10,14 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from brain.bench.models import BenchConfig, BenchPrompt
+from brain.sse import SSEDecoder
 
 
 def apportion_tokens(total: int, weights: Sequence[int]) -> list[int]:
@@ -136,6 +137,15 @@ def chat_body(model: str, prompt: BenchPrompt, config: BenchConfig) -> dict[str,
     return body
 
 
+async def _events(resp: httpx.Response) -> AsyncIterator[bytes]:
+    """The ``data`` of each event of the stream, as it completes (``brain.sse``: the pilot's
+    reader too; an event the stream did not close is never read)."""
+    decoder = SSEDecoder()
+    async for chunk in resp.aiter_bytes():
+        for data in decoder.feed(chunk):
+            yield data
+
+
 async def send_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> RequestResult:
     """POST one streamed chat completion and time every text-carrying chunk."""
     result = RequestResult(max_tokens=int(body.get("max_tokens") or 0))
@@ -148,11 +158,8 @@ async def send_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -
             if resp.status_code != 200:
                 result.error = error_text(resp.status_code, await resp.aread())
                 return result
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            async for data in _events(resp):
+                if data.strip() == b"[DONE]":
                     done = True
                     break
                 now = time.perf_counter()

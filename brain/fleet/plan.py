@@ -17,6 +17,7 @@ vLLM's utilization is a per-instance budget (its docs: two instances on one GPU 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,11 @@ def replica_name(fleet: str, index: int) -> str:
 # --------------------------------------------------------------------------- GPUs and ports
 
 
+_GPU_ID = re.compile(r"\d+|(?:GPU|MIG)-[\w/-]+")
+"""What CUDA_VISIBLE_DEVICES and Docker's ``--gpus device=`` take: an index, or a GPU's or a
+MIG instance's UUID (``nvidia-smi -L``)."""
+
+
 def parse_gpus(value: str | int | Sequence[int | str]) -> list[str]:
     """``"0,1,2,3"``, ``4`` or ``[0, 1]`` -> ``["0", "1", ...]``; ids may be GPU UUIDs.
 
@@ -78,6 +84,14 @@ def parse_gpus(value: str | int | Sequence[int | str]) -> list[str]:
     gpus = [g.strip() for g in items if g.strip()]
     if not gpus:
         raise SpecError("the GPU list is empty.", field="--gpus", hint="e.g. --gpus 0,1,2,3")
+    if bad := [g for g in gpus if not _GPU_ID.fullmatch(g)]:
+        raise SpecError(
+            f"{', '.join(map(repr, bad))} {'is not a GPU' if len(bad) == 1 else 'are not GPUs'}: "
+            "--gpus takes device indexes or UUIDs (GPU-..., MIG-...), separated by "
+            "commas.",
+            field="--gpus",
+            hint="e.g. --gpus 0,1,2,3 or --gpus GPU-5e1a0c2b,GPU-77f3d9e0 (nvidia-smi -L)",
+        )
     return gpus
 
 

@@ -25,8 +25,9 @@ from typing import Any, Protocol
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, PrivateAttr
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from brain.sim import errors, validation
@@ -38,6 +39,7 @@ from brain.sim.flavours import FlavourMiddleware
 from brain.sim.kv import prompt_block_hashes
 from brain.sim.logs import LogFn, silent_log, vllm_line
 from brain.sim.media import check_images
+from brain.sim.metrics_text import METRICS_PATH
 from brain.sim.policies import load_policy
 from brain.sim.policy import Policy, SimChatRequest
 from brain.sim.shaping import Emission, OutputToken, shape_turn
@@ -185,11 +187,9 @@ def create_app(
             "data": [_model_card(state, name) for name in config.served_names],
         }
 
-    @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(
-            state.engine.render_metrics(), media_type="text/plain; version=0.0.4; charset=utf-8"
-        )
+    metrics = Mount("/metrics", app=state.engine.metrics.asgi_app())
+    metrics.path_regex = METRICS_PATH
+    app.router.routes.append(metrics)
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:

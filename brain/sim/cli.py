@@ -16,7 +16,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from brain.sim.config import SimConfig, load_config_file
+from brain.sim.config import SimConfig, VllmFlavour, load_config_file
 from brain.sim.faults import parse_fault_spec
 from brain.sim.logs import stdout_log
 from brain.sim.server import SimServer, run_on_server_loop
@@ -62,7 +62,9 @@ def sim_command(
         None, "--model", "--served-model-name", help="Model name served and reported."
     ),
     max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context length."),
-    policy: str | None = typer.Option(None, "--policy", help="demo | script:PATH"),
+    policy: str | None = typer.Option(
+        None, "--policy", metavar="demo|script:PATH", help="Where the answers come from."
+    ),
     api_key: list[str] | None = typer.Option(
         None, "--api-key", help="Require this Bearer key on /v1."
     ),
@@ -85,6 +87,7 @@ def sim_command(
     fault: list[str] | None = typer.Option(
         None,
         "--fault",
+        metavar="SPEC",
         help="Fault spec, repeatable, e.g. http_503@3 or stream_cut%2,after_chunks=4.",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seed for faults and acceptance draws."),
@@ -92,10 +95,10 @@ def sim_command(
         None, "--fatal-log", help="Print this during load, exit 1."
     ),
     log_requests: bool | None = typer.Option(None, "--log-requests/--no-log-requests"),
-    vllm_version: str | None = typer.Option(
+    vllm_version: VllmFlavour | None = typer.Option(
         None,
         "--vllm-version",
-        help="The vLLM release to answer as where releases differ: 0.33 (default) or 0.26.",
+        help="The vLLM release to answer as where releases differ (default 0.33).",
     ),
     config: Path | None = typer.Option(
         None, "--config", help="YAML file of SimConfig fields.", exists=True

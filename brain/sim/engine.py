@@ -138,6 +138,7 @@ class SimEngine:
             "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
             "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
             "gauge",
+            labels=("reason",),
         )
         for reason in ("capacity", "deferred"):
             reg.ensure("vllm:num_requests_waiting_by_reason", {"reason": reason})
@@ -147,6 +148,7 @@ class SimEngine:
             "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
             "level 2.",
             "gauge",
+            labels=("sleep_state",),
         )
         for state in ("awake", "weights_offloaded", "discard_all"):
             reg.set(
@@ -183,7 +185,12 @@ class SimEngine:
         for name, text in counters:
             reg.declare(name, text, "counter")
             reg.ensure(name)
-        reg.declare("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", "counter")
+        reg.declare(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            "counter",
+            labels=("source",),
+        )
         for source in PROMPT_SOURCES:
             reg.ensure("vllm:prompt_tokens_by_source", {"source": source})
         reg.declare(
@@ -199,18 +206,25 @@ class SimEngine:
             "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
             "vllm:external_prefix_cache_hits.",
             "counter",
+            labels=("source",),
         )
         for source in CACHE_HIT_SOURCES:
             reg.ensure("vllm:prompt_tokens_cached_by_source", {"source": source})
         reg.declare("vllm:generation_tokens", "Number of generation tokens processed.", "counter")
         reg.ensure("vllm:generation_tokens")
-        reg.declare("vllm:request_success", "Count of successfully processed requests.", "counter")
+        reg.declare(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            "counter",
+            labels=("finished_reason",),
+        )
         for reason in FINISH_REASONS:
             reg.ensure("vllm:request_success", {"finished_reason": reason})
         reg.declare(
             "vllm:admission_rejections",
             "Number of admission attempts rejected by a queue limit, by reason.",
             "counter",
+            labels=("model_name", "reason"),
             base=False,
         )
         for reason in ADMISSION_REASONS:
@@ -290,22 +304,20 @@ class SimEngine:
         for name, text, buckets in histograms:
             reg.declare(name, text, "histogram", buckets)
             reg.ensure(name)
+        cache_info = {
+            "block_size": str(config.block_size),
+            "enable_prefix_caching": str(config.enable_prefix_caching),
+            "num_gpu_blocks": str(config.num_kv_blocks),
+            "engine": "0",
+        }
         reg.declare(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
             "gauge",
+            labels=tuple(cache_info),
             base=False,
         )
-        reg.set(
-            "vllm:cache_config_info",
-            1.0,
-            {
-                "block_size": str(config.block_size),
-                "enable_prefix_caching": str(config.enable_prefix_caching),
-                "num_gpu_blocks": str(config.num_kv_blocks),
-                "engine": "0",
-            },
-        )
+        reg.set("vllm:cache_config_info", 1.0, cache_info)
         spec = config.speculative
         if spec.enabled:
             reg.declare("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", "counter")
@@ -317,6 +329,7 @@ class SimEngine:
                 "vllm:spec_decode_num_accepted_tokens_per_pos",
                 "Accepted tokens per draft position.",
                 "counter",
+                labels=("position",),
             )
             for name in (
                 "vllm:spec_decode_num_drafts",
@@ -326,19 +339,23 @@ class SimEngine:
                 reg.ensure(name)
             for pos in range(spec.num_tokens):
                 reg.ensure("vllm:spec_decode_num_accepted_tokens_per_pos", {"position": str(pos)})
+        self._track_gauges(reg)
         return reg
 
     def render_metrics(self) -> str:
-        self._refresh_gauges()
+        """The Prometheus text a plain scrape of ``/metrics`` gets."""
         return self.metrics.render()
 
-    def _refresh_gauges(self) -> None:
-        self.metrics.set("vllm:num_requests_running", len(self._running))
-        self.metrics.set("vllm:num_requests_waiting", len(self._waiting))
-        self.metrics.set(
-            "vllm:num_requests_waiting_by_reason", len(self._waiting), {"reason": "capacity"}
+    def _track_gauges(self, reg: MetricsRegistry) -> None:
+        """The scheduler's gauges, read from its queues at each scrape."""
+        reg.track("vllm:num_requests_running", lambda: len(self._running))
+        reg.track("vllm:num_requests_waiting", lambda: len(self._waiting))
+        reg.track(
+            "vllm:num_requests_waiting_by_reason",
+            lambda: len(self._waiting),
+            {"reason": "capacity"},
         )
-        self.metrics.set("vllm:kv_cache_usage_perc", self.kv.usage)
+        reg.track("vllm:kv_cache_usage_perc", lambda: self.kv.usage)
 
     @property
     def num_running(self) -> int:

@@ -1,55 +1,36 @@
-"""Prometheus text exposition, written and read back, for the sim's ``/metrics``.
+"""The sim's ``/metrics``: its families in a ``prometheus_client`` registry of their own, served
+by ``prometheus_client``'s own ASGI app, as vLLM serves its registry (``make_asgi_app`` mounted
+at ``/metrics`` in ``vllm/v1/metrics/prometheus.py``).
 
-The sim must look like vLLM on the wire (``vllm:`` names, ``model_name``/``engine`` labels,
-counters exposed with ``_total``, histograms as ``_bucket``/``_sum``/``_count``) without pulling
-in prometheus_client. ``parse_metrics`` is the small reader the sim's own tests use; the brain
-has its own reader in ``brain/metrics.py`` and must not depend on this module.
+So the wire is vLLM's by construction, not by imitation: counters with ``_total`` and their
+``_created`` gauges, histograms as ``_bucket``/``_count``/``_sum``/``_created``, labels in
+sorted order, Go-style numbers (``1.5e+09``), OpenMetrics for a client that asks for it, gzip
+for one that accepts it. ``parse_metrics`` (what the sim's tests read with) is
+``prometheus_client``'s parser, a reader independent of the brain's (``brain/metrics.py``).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-Labels = tuple[tuple[str, str], ...]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.asgi import make_asgi_app
+from prometheus_client.parser import text_string_to_metric_families
 
-
-def _fmt(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
-def _labels_text(labels: Labels) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-@dataclass
-class _Family:
-    name: str
-    help: str
-    kind: str  # "counter" | "gauge" | "histogram"
-    buckets: tuple[float, ...] = ()
-    values: dict[Labels, float] = field(default_factory=dict)
-    hist: dict[Labels, list[float]] = field(default_factory=dict)  # bucket counts + [sum, count]
-    base: bool = True  # the registry's base labels come first (False: the family names its own)
+_KINDS: dict[str, Any] = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 
 
 class MetricsRegistry:
-    """A few metric families, kept in the order they were declared (as prometheus_client does)."""
+    """Metric families by name, each with the registry's base labels (``model_name``,
+    ``engine``) first unless it names its own, kept in the order they were declared."""
 
     def __init__(self, base_labels: Mapping[str, str]):
-        self._base: Labels = tuple(base_labels.items())
-        self._families: dict[str, _Family] = {}
+        self.registry = CollectorRegistry()
+        self._base = dict(base_labels)
+        self._families: dict[str, tuple[Any, bool]] = {}
 
     def declare(
         self,
@@ -58,17 +39,29 @@ class MetricsRegistry:
         kind: str,
         buckets: Sequence[float] = (),
         *,
+        labels: Sequence[str] = (),
         base: bool = True,
     ) -> None:
-        self._families[name] = _Family(name, help_text, kind, tuple(buckets), base=base)
+        """A family ``kind`` (counter, gauge, histogram); ``labels`` are the ones it adds to
+        the base labels (or, with ``base=False``, all of its labels)."""
+        names = [*self._base, *labels] if base else list(labels)
+        options: dict[str, Any] = {"buckets": tuple(buckets)} if kind == "histogram" else {}
+        family = _KINDS[kind](name, help_text, labelnames=names, registry=self.registry, **options)
+        self._families[name] = (family, base)
 
-    def _key(self, family: _Family, extra: Mapping[str, str] | None) -> Labels:
-        own = tuple((extra or {}).items())
-        return self._base + own if family.base else own
+    def _series(self, name: str, labels: Mapping[str, str] | None) -> Any:
+        family, base = self._families[name]
+        values = {**self._base, **(labels or {})} if base else dict(labels or {})
+        return family.labels(**values) if values else family
 
     def set(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
-        family = self._families[name]
-        family.values[self._key(family, labels)] = float(value)
+        self._series(name, labels).set(value)
+
+    def track(
+        self, name: str, read: Callable[[], float], labels: Mapping[str, str] | None = None
+    ) -> None:
+        """A gauge read from ``read()`` at each scrape (what the scheduler has now)."""
+        self._series(name, labels).set_function(read)
 
     def inc(
         self,
@@ -76,52 +69,27 @@ class MetricsRegistry:
         amount: float = 1.0,
         labels: Mapping[str, str] | None = None,
     ) -> None:
-        family = self._families[name]
-        key = self._key(family, labels)
-        family.values[key] = family.values.get(key, 0.0) + float(amount)
+        self._series(name, labels).inc(amount)
 
     def observe(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
-        family = self._families[name]
-        key = self._key(family, labels)
-        slots = family.hist.setdefault(key, [0.0] * (len(family.buckets) + 2))
-        for i, bound in enumerate(family.buckets):
-            if value <= bound:
-                slots[i] += 1
-        slots[-2] += value
-        slots[-1] += 1
+        self._series(name, labels).observe(value)
 
     def ensure(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """Make a series exist at zero, so scrapers see it before the first event."""
-        family = self._families[name]
-        key = self._key(family, labels)
-        if family.kind == "histogram":
-            family.hist.setdefault(key, [0.0] * (len(family.buckets) + 2))
-        else:
-            family.values.setdefault(key, 0.0)
+        self._series(name, labels)
 
     def render(self) -> str:
-        lines: list[str] = []
-        for family in self._families.values():
-            exposed = family.name + ("_total" if family.kind == "counter" else "")
-            lines.append(f"# HELP {exposed} {family.help}")
-            lines.append(f"# TYPE {exposed} {family.kind}")
-            if family.kind != "histogram":
-                for labels, value in family.values.items():
-                    lines.append(f"{exposed}{_labels_text(labels)} {_fmt(value)}")
-                continue
-            for labels, slots in family.hist.items():
-                for bound, count in zip(family.buckets, slots, strict=False):
-                    le = (*labels, ("le", _fmt(bound)))
-                    lines.append(f"{family.name}_bucket{_labels_text(le)} {_fmt(count)}")
-                inf = (*labels, ("le", "+Inf"))
-                lines.append(f"{family.name}_bucket{_labels_text(inf)} {_fmt(slots[-1])}")
-                lines.append(f"{family.name}_count{_labels_text(labels)} {_fmt(slots[-1])}")
-                lines.append(f"{family.name}_sum{_labels_text(labels)} {_fmt(slots[-2])}")
-        return "\n".join(lines) + "\n"
+        """The Prometheus text a plain scrape gets."""
+        return generate_latest(self.registry).decode()
+
+    def asgi_app(self) -> Any:
+        """``/metrics`` as vLLM serves it: ``prometheus_client``'s ASGI app on this registry."""
+        return make_asgi_app(registry=self.registry)
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+METRICS_PATH = re.compile("^/metrics(?P<path>.*)$")
+"""What the mount matches: ``/metrics`` itself too, where Starlette's mount would redirect it
+to ``/metrics/`` (vLLM mounts with the same pattern)."""
 
 
 @dataclass(frozen=True)
@@ -132,21 +100,12 @@ class Sample:
 
 
 def parse_metrics(text: str) -> list[Sample]:
-    """Every sample line of a Prometheus text exposition (comments skipped)."""
-    samples: list[Sample] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            raise ValueError(f"not a Prometheus sample line: {line!r}")
-        labels = {
-            k: v.replace('\\"', '"').replace("\\\\", "\\")
-            for k, v in _LABEL.findall(match.group(3) or "")
-        }
-        samples.append(Sample(match.group(1), labels, float(match.group(4))))
-    return samples
+    """Every sample of a Prometheus text exposition, read by ``prometheus_client``'s parser."""
+    return [
+        Sample(sample.name, dict(sample.labels), sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
 
 
 def metric_value(samples: Sequence[Sample], name: str, **labels: str) -> float:

@@ -4,7 +4,8 @@ Modules: ``types`` (the requests, responses and the ``ModelClient`` protocol, th
 loop depends on), ``settings`` (``ClientSettings``: how a client talks to its server, one
 frozen value), ``client`` (the OpenAI-compatible client: streaming, retries while the server
 is away), ``errors`` (which failures are waited out, and the one table mapping vLLM's error
-answers to ``pilot.errors``), ``sse`` and ``streaming`` (the wire, reassembled), ``servers``
+answers to ``pilot.errors``), ``streaming`` (the wire, reassembled; its events are split by
+``brain.sse``, the project's one event-stream reader), ``servers``
 (what each local server tells about itself: its root, whether it is up, its window) and
 ``router`` (several servers of one model, one run pinned to one of them).
 

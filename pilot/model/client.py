@@ -27,6 +27,7 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception
 from tenacity.wait import wait_exponential_jitter
 
+from brain.sse import SSEDecoder
 from pilot.errors import MarathonError, ServerUnavailable, StreamInterrupted
 from pilot.model.errors import (
     SAME_500_LIMIT,
@@ -52,7 +53,6 @@ from pilot.model.servers import (
     token_count,
 )
 from pilot.model.settings import ClientSettings
-from pilot.model.sse import SSEDecoder
 from pilot.model.streaming import StreamAccumulator
 from pilot.model.types import (
     ChatRequest,

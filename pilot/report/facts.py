@@ -242,12 +242,13 @@ def _tokens(count: int) -> str:
 
 
 def tests_text(run: RunReport) -> str:
-    """ "3 ok / 1 failed" over every test command and check run (or "-")."""
+    """The "test runs" cell: ``3 passed, 1 failed`` counts runs of test commands (the model's
+    and the phase checks), not the tests inside them; "-" when there were none."""
     if not run.tests:
         return "-"
     passed = sum(1 for t in run.tests if t.passed)
     failed = len(run.tests) - passed
-    return f"{passed} ok / {failed} failed" if failed else f"{passed} ok"
+    return f"{passed} passed, {failed} failed" if failed else f"{passed} passed"
 
 
 def change_text(run: RunReport) -> str:
@@ -298,7 +299,7 @@ OVERVIEW_COLUMNS = [
     "outcome",
     "phases ok",
     "steps",
-    "tests",
+    "test runs",
     "commits",
     "changes",
     "tokens in / out",

@@ -222,11 +222,21 @@ def _stream_usage(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[
 
 
 def _families(text: str) -> set[str]:
-    out = set()
+    """The families a /metrics text declares, by their registered names. A ``X_created`` gauge
+    next to counter ``X_total`` or histogram ``X`` is not one: prometheus_client writes it for
+    each (vLLM's own /metrics has them, ``tests/fixtures/vllm-0.26/http/metrics_after.txt``)."""
+    types = {}
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split()
-            out.add(name.removesuffix("_total") if kind == "counter" else name)
+            types[name] = kind
+    out = set()
+    for name, kind in types.items():
+        owner = name.removesuffix("_created")
+        companion = types.get(f"{owner}_total") == "counter" or types.get(owner) == "histogram"
+        if kind == "gauge" and owner != name and companion:
+            continue
+        out.add(name.removesuffix("_total") if kind == "counter" else name)
     return out
 
 
