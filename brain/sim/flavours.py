@@ -84,7 +84,10 @@ class FlavourMiddleware:
             return
         if self.flavour == "llama.cpp" and path == "/metrics" and method == "GET":
             text = _Rewrite(send, lambda b: answers.llama_cpp_metrics(b.decode()).encode())
-            await self.app(scope, receive, text)
+            # vLLM's page is rewritten as text: asked for plain, never gzip (llama-server
+            # compresses nothing).
+            plain = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
+            await self.app({**scope, "headers": plain}, receive, text)
             return
         if self.flavour == "llama.cpp" and path == "/tokenize" and method == "POST":
             await self._llama_cpp_tokenize(scope, receive, send)
