@@ -58,12 +58,6 @@ def speculative_config(spec: ServerSpec) -> dict[str, Any] | None:
     return cfg
 
 
-def speculative_config_json(spec: ServerSpec) -> str | None:
-    """``speculative_config`` as compact JSON, keys in a stable order."""
-    cfg = speculative_config(spec)
-    return None if cfg is None else _json(cfg)
-
-
 def model_loader_extra_config(spec: ServerSpec) -> dict[str, Any] | None:
     """``--model-loader-extra-config`` for ipc_cache; fallback is explicit (vLLM defaults true)."""
     if not spec.uses_ipc_cache:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from image_bytes import png
 from pilot_harness import (
     GIT_ENV,
@@ -27,16 +28,13 @@ from pilot_harness import (
     write_workflow,
 )
 
-import pilot.workflow.plan
 import tools.images as timg
 from brain.sim.config import FaultRule, SimConfig
 from brain.sim.policy import SimChatRequest, SimTurn
 from brain.sim.script_policy import ScriptPolicy
 from brain.sim.server import running_sim
 from brain.sim.tokenizer import IMAGE_TOKENS, count_chat
-from brain.spec import ServerSpec
 from pilot import events as ev
-from pilot.agent.images import MediaPlan
 from pilot.run.launch import resume_run
 from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
@@ -97,13 +95,21 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def managed(monkeypatch: pytest.MonkeyPatch, allowed: Path, vision: bool | None = None) -> None:
-    """Make the run believe the brain manages its server (a sim-backend profile) with
-    ``allowed`` as allowed_local_media_path (the sim sees host paths, like a process server)."""
-    spec = ServerSpec(name="t", model="m", backend="sim", allowed_local_media_path=str(allowed))
-    monkeypatch.setattr(
-        pilot.workflow.plan, "media_plan", lambda v, s: MediaPlan(vision=vision, server=spec)
-    )
+def managed(allowed: Path) -> dict[str, Any]:
+    """The run's server as the brain manages it: the workflow names a profile (backend sim,
+    ``allowed`` as its allowed_local_media_path: the sim sees host paths, like a process
+    server) whose port is the running sim's; ``run_flow`` writes it once the sim is up."""
+    return {"allowed_local_media_path": str(allowed)}
+
+
+def profile_of(folder: Path, url: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The workflow's ``model`` naming a brain profile (backend sim) of the server at ``url``."""
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    spec = {"name": "t", "model": "test-model", "backend": "sim", "host": "127.0.0.1",
+            "port": port, **settings}  # fmt: skip
+    path = folder / "server.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return {"endpoint": None, "profile": str(path)}
 
 
 def run_flow(
@@ -114,6 +120,7 @@ def run_flow(
     tools: list[Any] | None = None,
     phases: list[dict[str, Any]] | None = None,
     model: dict[str, Any] | None = None,
+    profile: dict[str, Any] | None = None,
     **sim: Any,
 ) -> tuple[Any, Recording, Path]:
     script = write_script(tmp_path / "s.yaml", KEY, turns)
@@ -121,6 +128,8 @@ def run_flow(
     config = SimConfig(model="test-model", max_model_len=32768, **sim)
     db = tmp_path / "runs.db"
     with running_sim(config, policy=policy) as server:
+        if profile is not None:  # named by the workflow in place of an endpoint
+            model = {**(model or {}), **profile_of(tmp_path, server.openai_base_url, profile)}
         workflow = write_workflow(
             tmp_path / "wf.yaml",
             key=KEY,
@@ -146,9 +155,12 @@ LOOK_THEN_FINISH = [
 def test_image_inside_the_media_dir_travels_as_a_file_url_and_costs_its_image_tokens(
     tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    managed(monkeypatch, repo / "shots")
     outcome, policy, db = run_flow(
-        tmp_path, repo, LOOK_THEN_FINISH, allowed_local_media_path=str(repo / "shots")
+        tmp_path,
+        repo,
+        LOOK_THEN_FINISH,
+        profile=managed(repo / "shots"),
+        allowed_local_media_path=str(repo / "shots"),
     )
     assert outcome.status == "succeeded", outcome.reason
     second = policy.requests[1]
@@ -174,13 +186,16 @@ def test_image_inside_the_media_dir_travels_as_a_file_url_and_costs_its_image_to
 def test_image_outside_the_media_dir_travels_as_a_data_url(
     tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    managed(monkeypatch, repo / "shots")
     turns = [
         {"tool_calls": [call("view_image", path="docs/b.png")]},
         {"tool_calls": [call("finish", summary="looked")]},
     ]
     outcome, policy, db = run_flow(
-        tmp_path, repo, turns, allowed_local_media_path=str(repo / "shots")
+        tmp_path,
+        repo,
+        turns,
+        profile=managed(repo / "shots"),
+        allowed_local_media_path=str(repo / "shots"),
     )
     assert outcome.status == "succeeded", outcome.reason
     [url] = image_urls(policy.requests[1])
@@ -206,17 +221,19 @@ def test_without_a_brain_managed_server_images_travel_as_base64_data_urls(
 def test_server_refusing_file_urls_falls_back_to_data_urls_once_and_records_it(
     tmp_path: Path,
     repo: Path,
-    monkeypatch: pytest.MonkeyPatch,
     server_allows: str | None,
     error: str,
 ) -> None:
-    managed(monkeypatch, repo)  # the profile says the whole repo is readable; the server disagrees
     allowed = None
     if server_allows:
         allowed = str(tmp_path / server_allows)
         Path(allowed).mkdir()
     outcome, policy, db = run_flow(
-        tmp_path, repo, LOOK_THEN_FINISH, allowed_local_media_path=allowed
+        tmp_path,
+        repo,
+        LOOK_THEN_FINISH,
+        profile=managed(repo),  # the profile says the whole repo is readable; the server disagrees
+        allowed_local_media_path=allowed,
     )
     assert outcome.status == "succeeded", outcome.reason
     fallbacks = [e for e in events_of(db, outcome.run_id) if isinstance(e, ev.ImageFallback)]
@@ -231,14 +248,18 @@ def test_oversized_image_is_shrunk_said_so_and_sent_as_a_data_url(
 ) -> None:
     pytest.importorskip("PIL.Image")
     (repo / "shots" / "big.png").write_bytes(png(400, 300, noise=True))
-    managed(monkeypatch, repo / "shots")
     turns = [
         {"tool_calls": [call("view_image", path="shots/big.png")]},
         {"tool_calls": [call("finish", summary="looked")]},
     ]
     tools = [{"view_image": {"max_bytes": 60_000, "max_side": 160}}, "finish"]
     outcome, policy, db = run_flow(
-        tmp_path, repo, turns, tools=tools, allowed_local_media_path=str(repo / "shots")
+        tmp_path,
+        repo,
+        turns,
+        tools=tools,
+        profile=managed(repo / "shots"),
+        allowed_local_media_path=str(repo / "shots"),
     )
     assert outcome.status == "succeeded", outcome.reason
     tool = next(m for m in policy.requests[1] if m["role"] == "tool")
@@ -329,7 +350,6 @@ def test_phase_images_are_attached_to_the_prompt_and_problems_noted(
 def test_resumed_run_sends_the_bytes_that_were_viewed_even_if_the_file_changed(
     tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    managed(monkeypatch, repo / "shots")
     script = write_script(tmp_path / "s.yaml", KEY, LOOK_THEN_FINISH)
     db = tmp_path / "runs.db"
     original = (repo / "shots" / "a.png").read_bytes()
@@ -347,7 +367,10 @@ def test_resumed_run_sends_the_bytes_that_were_viewed_even_if_the_file_changed(
             endpoint=server.openai_base_url,
             phases=[{"name": "look", "prompt": "Look."}],
             tools=TOOLS,
-            model={"server_wait": 1},
+            model={
+                "server_wait": 1,
+                **profile_of(tmp_path, server.openai_base_url, managed(repo / "shots")),
+            },
             workspace=IN_PLACE,
         )
         first = run_in_process(workflow, repo, db)

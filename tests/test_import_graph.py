@@ -122,6 +122,8 @@ def forbidden(source: str, target: str) -> str | None:
         return "the brain must not import the pilot"
     if top == "tools" and target_top in ("pilot", "brain"):
         return "tools must not import the pilot or the brain"
+    if source.startswith("pilot.model.") and target.startswith("pilot.workflow."):
+        return "the model wing takes values, not workflows (the workflow wing builds them)"
     if top == "pilot" and target.startswith("brain.sim."):
         return "the pilot reaches the simulated server only through brain.sim's public API"
     return None

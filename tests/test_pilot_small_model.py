@@ -96,6 +96,30 @@ def test_no_progress_limit_fires_at_the_configured_count(tmp_path: Path, repo: P
     assert len(turns_taken) == 5, "stuck after exactly max_no_progress_steps steps"
 
 
+def test_a_phase_no_progress_limit_overrides_the_runs(tmp_path: Path, repo: Path) -> None:
+    """``phases[].limits.max_no_progress_steps`` is the phase's own count: the run's 50 would
+    let this idle model go on, the phase's 3 ends it."""
+    turns = [{"content": f"Let me think about step {i}."} for i in range(12)]
+    script = write_script(tmp_path / "s.yaml", "idle-phase", turns)
+    with running_sim(
+        SimConfig(model="test-model", max_model_len=32768, policy=f"script:{script}")
+    ) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="idle-phase",
+            endpoint=sim.openai_base_url,
+            tools=["read_file", "finish"],
+            limits={"max_no_progress_steps": 50},
+            phases=[
+                {"name": "work", "prompt": "Do the work.", "limits": {"max_no_progress_steps": 3}}
+            ],
+        )
+        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+    assert outcome.status == "failed" and "stuck" in (outcome.reason or "")
+    events = events_of(tmp_path / "m.db", outcome.run_id)
+    assert len([e for e in events if isinstance(e, ev.AssistantMessage)]) == 3
+
+
 def run_script(
     tmp_path: Path,
     repo: Path,

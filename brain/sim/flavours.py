@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,7 +39,6 @@ from brain.sim import flavour_answers as answers
 from brain.sim.tokenizer import count_text
 
 Flavour = Literal["vllm", "llama-cpp-python", "llama.cpp", "ollama", "lmstudio", "sglang"]
-FLAVOURS: tuple[str, ...] = get_args(Flavour)
 
 _NOT_FOUND = {
     "llama-cpp-python": {"/health", "/metrics", "/tokenize", "/detokenize", "/version"},

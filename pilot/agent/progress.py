@@ -20,11 +20,12 @@ import json
 import re
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any, Literal, NamedTuple
 
 from pilot import events as ev
+from pilot.workflow.schema import RunLimits
 
 __all__ = [
     "QUESTION_REPLY",
@@ -51,19 +52,30 @@ class ProgressLimits:
     """Same call, same arguments, same result this many times in a row."""
     alternation: int = 3
     """A-B-A-B... cycles (A, B = call + arguments + result) before it counts as a loop."""
-    no_progress: int = 12
+    no_progress: int = RunLimits.model_fields["max_no_progress_steps"].default
     """Model turns without a workspace change and without new information after which the
     phase is stuck (exactly this many: the nudge comes before)."""
     no_progress_grace: int = 3
     """How many turns before the no-progress limit the model is told (at most half of it)."""
     max_nudges: int = 3
     """Nudges per phase; a detector firing after that many is stuck at once."""
+    phases: tuple[int | None, ...] = ()
+    """Each phase's own ``no_progress`` (its ``limits.max_no_progress_steps``), None where the
+    phase sets none and the run's applies."""
 
     def __post_init__(self) -> None:
-        if min(self.repeat, self.alternation, self.no_progress) < 2:
+        own = [n for n in self.phases if n is not None]
+        if min(self.repeat, self.alternation, self.no_progress, *own) < 2:
             raise ValueError("repeat, alternation and no_progress must be at least 2")
         if self.no_progress_grace < 1 or self.max_nudges < 0:
             raise ValueError("no_progress_grace must be >= 1 and max_nudges >= 0")
+
+    def for_phase(self, index: int) -> ProgressLimits:
+        """The limits phase ``index`` is watched with: its own ``no_progress`` if it has one."""
+        own = self.phases[index] if index < len(self.phases) else None
+        if own is None and not self.phases:
+            return self
+        return replace(self, no_progress=own or self.no_progress, phases=())
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,9 @@ class RunState:
                     started_at=ev.at,
                     active_at_start=self.elapsed_active(ev.at),
                     message_index=len(self._message_list()),
-                    tracker=ProgressTracker(self.progress_limits, snapshot=self.snapshot),
+                    tracker=ProgressTracker(
+                        self.progress_limits.for_phase(ev.index), snapshot=self.snapshot
+                    ),
                     start_snapshot=self.snapshot,
                     start_head=self.head,
                 )
@@ -396,7 +398,7 @@ class RunState:
                     phase.restarts += 1
                     phase.pending_verdict = None
                     phase.tracker = ProgressTracker(
-                        self.progress_limits, snapshot=self.snapshot, step=phase.tracker.step
+                        phase.tracker.limits, snapshot=self.snapshot, step=phase.tracker.step
                     )
             case ImageFallback():
                 if ev.action == "data_url":

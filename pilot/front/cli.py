@@ -195,12 +195,11 @@ def run(
                 server_wait=loaded.workflow.model.server_wait,
             )
         else:
-            from pilot.run.launch import build_plan
             from pilot.run.queue import load_many, preflight_many, run_many
 
             many = load_many(workflow, param, params_file, matrix)
             checked = preflight_many(many, store, endpoint=target)
-            model = build_plan(many[0], "view").model
+            model = checked[0].plan.model
             targets = _endpoints(target or []) or model.targets
             code = _drive_many(
                 console,

@@ -58,7 +58,6 @@ from pilot.model.types import (
     WaitCallback,
     WaitEvent,
 )
-from pilot.workflow.plan import ModelPlan
 
 __all__ = [
     "FAILOVER_WAIT",
@@ -148,16 +147,6 @@ class Router:
         self._http: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-
-    @classmethod
-    def for_model(cls, model: ModelPlan) -> Router:
-        """The router for a run's ``model.endpoints`` and the client settings of its plan."""
-        return cls(model.targets, model=model.name, settings=model.client)
-
-    @staticmethod
-    def key_of(model: ModelPlan) -> tuple:
-        """What makes two plans share one router (and its view of the endpoints' load)."""
-        return ("router", model.targets, model.name, model.client)
 
     @property
     def urls(self) -> list[str]:

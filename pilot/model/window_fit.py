@@ -16,16 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pilot.errors import ConfigurationError
 from pilot.model.servers import MESSAGE_OVERHEAD
 from pilot.model.types import ModelClient, ServedModel
 
-if TYPE_CHECKING:
-    from pilot.workflow.plan import RunPlan
-
-__all__ = ["WindowNeed", "check_window_fits", "refuse_small_window", "window_need"]
+__all__ = ["Schemas", "WindowNeed", "check_window_fits", "window_need"]
 
 LOW_BYTES_PER_TOKEN = 4.5
 """Without the server's count a prompt is estimated low (BPE tokenizers run 3-4.5 bytes a
@@ -159,25 +156,3 @@ def check_window_fits(served: ServedModel, window: int, need: WindowNeed, endpoi
         f"the prompt of phase '{need.phase}' ({how}), {need.output} for model.max_tokens and "
         f"{need.margin} of margin. Fix: {'; or '.join(fixes)}."
     )
-
-
-async def refuse_small_window(
-    client: ModelClient, served: ServedModel, plan: RunPlan, schemas: Schemas
-) -> None:
-    """The run's check at its start: ``served`` (with the window the run budgets with) against
-    every phase of ``plan``; raises :class:`ConfigurationError` with the fix when one cannot
-    fit. The margin is the loop's (``model.context_margin``, at most an eighth of the window)."""
-    window = served.max_model_len
-    if window is None:
-        return
-    model = plan.model
-    need = await window_need(
-        client,
-        served.id,
-        plan.system,
-        [(phase.name, phase.prompt, phase.tools) for phase in plan.phases],
-        schemas,
-        model.max_tokens,
-        min(model.context_margin, window // 8),
-    )
-    check_window_fits(served, window, need, model.endpoint)

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from pilot.environ import state_dir
 from pilot.run.runner import Runner, RunOutcome
+from pilot.store import layout
 from pilot.store.event_store import EventStore, RunRecord
 from pilot.workflow import (
     LoadedWorkflow,
@@ -31,7 +32,7 @@ from pilot.workflow import (
     parse_workflow_text,
 )
 from pilot.workflow.params import sample_params
-from pilot.workflow.plan import EndpointOverride, build_plan, split_endpoints
+from pilot.workflow.plan import EndpointOverride, RunPlan, build_plan, split_endpoints
 
 __all__ = [
     "DryRun",
@@ -46,6 +47,7 @@ __all__ = [
     "load_stored",
     "preflight",
     "resume_run",
+    "run_plan",
     "split_endpoints",
     "start_run",
     "stored_endpoints",
@@ -107,7 +109,7 @@ def validate_workflow(workflow: Path, assignments: Sequence[str]) -> str:
     build_plan(
         loaded,
         "validate",
-        started_at=datetime.now().astimezone().isoformat(timespec="seconds"),
+        started_at=now_iso(),
         endpoint="http://127.0.0.1:8000/v1" if fleet else None,
         check_env=False,
     )
@@ -115,13 +117,37 @@ def validate_workflow(workflow: Path, assignments: Sequence[str]) -> str:
     return f"{workflow}: {wf.name}, {len(wf.phases)} phase(s), tools: {', '.join(wf.tool_names)}"
 
 
+def now_iso() -> str:
+    """A run's start time as its templates see it (``run.started_at``)."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def run_plan(
+    loaded: LoadedWorkflow,
+    store: EventStore,
+    run_id: str,
+    *,
+    started_at: str,
+    endpoint: EndpointOverride = None,
+    workspace: str | None = None,
+) -> RunPlan:
+    """The plan of one run, as every way of starting or resuming one makes it: working in the
+    run's own worktree unless the workflow says ``in_place`` (``workspace``: where a resumed
+    run already works), so ``run.workspace`` renders the same for a run started here, by a
+    queue worker or by a resume."""
+    if workspace is None and not loaded.workflow.workspace.in_place:
+        workspace = str(layout.worktree_dir(store, run_id))
+    return build_plan(loaded, run_id, started_at=started_at, endpoint=endpoint, workspace=workspace)
+
+
 @dataclass(frozen=True)
 class Preflight:
-    """A run checked before anything is recorded: its id and start time, fixed so the plan
-    it was checked with is the plan it runs."""
+    """A run checked before anything is recorded: its id, its start time and its plan, made
+    once, so the plan it was checked with is the plan it runs."""
 
     run_id: str
     started_at: str
+    plan: RunPlan
 
 
 def preflight(
@@ -133,13 +159,14 @@ def preflight(
     from pilot.store.event_store import new_run_id
     from pilot.workspace.snapshot import check_repository, refuse_uncommitted
 
-    ticket = Preflight(new_run_id(), datetime.now().astimezone().isoformat(timespec="seconds"))
-    plan = build_plan(loaded, ticket.run_id, started_at=ticket.started_at, endpoint=endpoint)
-    repo = check_repository(Path(plan.workspace), init=plan.init_workspace)
-    store.check_workspace_free(ticket.run_id, plan.workspace, claim=False)
+    run_id, started_at = new_run_id(), now_iso()
+    plan = run_plan(loaded, store, run_id, started_at=started_at, endpoint=endpoint)
+    checkout = plan.source or plan.workspace
+    repo = check_repository(Path(checkout), init=plan.init_workspace)
+    store.check_workspace_free(run_id, checkout, claim=False)
     if repo is not None and not plan.in_place and not plan.carry_changes:
         refuse_uncommitted(repo)
-    return ticket
+    return Preflight(run_id, started_at, plan)
 
 
 STORED_ENDPOINTS = "__endpoints"
@@ -147,13 +174,6 @@ STORED_ENDPOINTS = "__endpoints"
 STORED_DRY_RUN = "__dry_run"
 """Set for a dry run: its resume serves the simulated model again (``DryRun``)."""
 _STORED = ("__started_at", "__base_dir", STORED_ENDPOINTS, STORED_DRY_RUN)
-
-
-def run_workspace(loaded: LoadedWorkflow, runner: Runner, run_id: str) -> str | None:
-    """Where the run works when not in place: its own worktree (``Runner.worktree_path``)."""
-    if loaded.workflow.workspace.in_place:
-        return None
-    return str(runner.worktree_path(run_id))
 
 
 async def start_run(
@@ -164,27 +184,27 @@ async def start_run(
     checked: Preflight | None = None,
     dry_run: bool = False,
 ) -> RunOutcome:
-    started_at = (
-        checked.started_at if checked else datetime.now().astimezone().isoformat(timespec="seconds")
-    )
+    """Record and drive a new run: with ``checked`` (``preflight``), the id, start time and
+    plan it was checked with; otherwise they are made here."""
+    started_at = checked.started_at if checked else now_iso()
     params = {**loaded.params, "__started_at": started_at, "__base_dir": str(loaded.base_dir)}
     if dry_run:
         params[STORED_DRY_RUN] = True  # its endpoint is the in-process sim: not kept
     elif split_endpoints(endpoint):
         params[STORED_ENDPOINTS] = split_endpoints(endpoint)
+
+    def plan_of(run_id: str) -> RunPlan:
+        if checked is not None and run_id == checked.run_id:
+            return checked.plan
+        return run_plan(loaded, runner.store, run_id, started_at=started_at, endpoint=endpoint)
+
     return await runner.start(
         run_id=checked.run_id if checked else None,
         workflow_name=loaded.workflow.name,
         workflow_path=str(loaded.path or loaded.filename),
         workflow_text=loaded.text,
         params=params,
-        build_plan=lambda run_id: build_plan(
-            loaded,
-            run_id,
-            started_at=started_at,
-            endpoint=endpoint,
-            workspace=run_workspace(loaded, runner, run_id),
-        ),
+        build_plan=plan_of,
     )
 
 
@@ -225,12 +245,13 @@ async def resume_run(
     endpoint = endpoint or stored_endpoints(record) or None
     return await runner.resume(
         record.id,
-        lambda run_id: build_plan(
+        lambda run_id: run_plan(
             loaded,
+            runner.store,
             run_id,
             started_at=started_at,
             endpoint=endpoint,
-            workspace=record.workspace or run_workspace(loaded, runner, run_id),
+            workspace=record.workspace or None,
         ),
     )
 

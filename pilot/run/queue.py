@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
-from pilot.run.launch import EndpointOverride, Preflight, build_plan, load_for_run
+from pilot.run.launch import EndpointOverride, Preflight, load_for_run
 from pilot.run.runner import Runner, RunOutcome
 from pilot.store.event_store import EventStore, RunRecord
 from pilot.workflow import LoadedWorkflow
@@ -44,20 +44,9 @@ def load_many(
     params_file: Path | None,
     matrix: Path | None,
 ) -> list[LoadedWorkflow]:
-    """One loaded workflow per parameter set; refuses two sets that share a workspace."""
+    """One loaded workflow per parameter set (``preflight_many`` checks they can all start)."""
     rows = load_matrix(matrix) if matrix else [{}]
-    loaded = [load_for_run(workflow, assignments, params_file, extra_params=row) for row in rows]
-    seen: dict[str, int] = {}
-    for index, item in enumerate(loaded):
-        plan = build_plan(item, "check")
-        workspace = str(Path(plan.workspace).resolve())
-        if workspace in seen:
-            raise ConfigurationError(
-                f"matrix rows {seen[workspace] + 1} and {index + 1} would share the workspace "
-                f"{workspace}; two runs never share a workspace, give each its own directory"
-            )
-        seen[workspace] = index
-    return loaded
+    return [load_for_run(workflow, assignments, params_file, extra_params=row) for row in rows]
 
 
 def preflight_many(
@@ -67,12 +56,21 @@ def preflight_many(
     row that cannot start refuses the matrix, naming the row."""
     from pilot.run.launch import preflight
 
-    checked = []
+    checked: list[Preflight] = []
+    seen: dict[str, int] = {}
     for index, item in enumerate(loaded):
         try:
-            checked.append(preflight(item, store, endpoint=endpoint))
+            ticket = preflight(item, store, endpoint=endpoint)
         except ConfigurationError as exc:
             raise ConfigurationError(f"matrix row {index + 1}: {exc}") from None
+        checkout = str(Path(ticket.plan.source or ticket.plan.workspace).resolve())
+        if checkout in seen:
+            raise ConfigurationError(
+                f"matrix rows {seen[checkout] + 1} and {index + 1} would share the workspace "
+                f"{checkout}; two runs never share a workspace, give each its own directory"
+            )
+        seen[checkout] = index
+        checked.append(ticket)
     return checked
 
 
@@ -136,14 +134,12 @@ async def drive_claimed(
     runner: Runner, record: RunRecord, endpoint: EndpointOverride
 ) -> RunOutcome:
     """Start a queued run, or resume one that was paused or orphaned."""
-    from datetime import datetime
-
-    from pilot.run.launch import load_stored, resume_run
+    from pilot.run.launch import load_stored, now_iso, resume_run, run_plan
 
     if record.last_seq > 0:
         return await resume_run(runner, record, endpoint=endpoint)
     loaded, _ = load_stored(record)
-    started_at = datetime.now().astimezone().isoformat(timespec="seconds")
+    started_at = now_iso()
     params = {**record.params, "__started_at": started_at}
     runner.store.set_params(record.id, params)
     return await runner.start(
@@ -151,8 +147,8 @@ async def drive_claimed(
         workflow_path=record.workflow_path,
         workflow_text=record.workflow_text,
         params=params,
-        build_plan=lambda run_id: build_plan(
-            loaded, run_id, started_at=started_at, endpoint=endpoint
+        build_plan=lambda run_id: run_plan(
+            loaded, runner.store, run_id, started_at=started_at, endpoint=endpoint
         ),
         run_id=record.id,
         existing=True,

@@ -117,9 +117,14 @@ PlanBuilder = Callable[[str], RunPlan]
 
 
 def progress_limits(plan: RunPlan) -> ProgressLimits:
-    if plan.max_no_progress_steps is None:
-        return ProgressLimits()
-    return ProgressLimits(no_progress=max(2, plan.max_no_progress_steps))
+    """The run's ``limits.max_no_progress_steps``, and each phase's own where it sets one."""
+    return ProgressLimits(
+        no_progress=max(2, plan.max_no_progress_steps),
+        phases=tuple(
+            None if phase.max_no_progress_steps is None else max(2, phase.max_no_progress_steps)
+            for phase in plan.phases
+        ),
+    )
 
 
 def _status_of(event: ev.Event) -> str | None:
@@ -177,7 +182,7 @@ class Runner:
             from pilot.model.router import Router
 
             if key not in self._clients:
-                self._clients[key] = Router.for_model(model)
+                self._clients[key] = Router(model.targets, model=model.name, settings=model.client)
             return self._clients[key].for_run(run_id, previous)
         client = self._clients.get(key)
         if client is None:
@@ -188,10 +193,8 @@ class Runner:
     @staticmethod
     def _client_key(plan: RunPlan) -> tuple:
         model = plan.model
-        if len(model.targets) > 1:
-            from pilot.model.router import Router
-
-            return Router.key_of(model)
+        if len(model.targets) > 1:  # one router (and its view of their load) per model
+            return ("router", model.targets, model.name, model.client)
         return (model.endpoint, model.client)
 
     def server_counts(self, plan: RunPlan) -> ServerCounts | None:
@@ -609,7 +612,7 @@ class RunSession:
             window, source = self.state.max_model_len, None  # learnt from a context error
         if served.id != self.state.model or window != self.state.max_model_len:
             self.emit(ev.ModelResolved(model=served.id, max_model_len=window, window_source=source))
-            from pilot.model.window_fit import refuse_small_window
+            from pilot.run.window_check import refuse_small_window
 
             resolved = served.model_copy(update={"max_model_len": window, "window_source": source})
             await refuse_small_window(

@@ -21,16 +21,14 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from brain.yaml_source import Where, YamlDocument
 from pilot.errors import WorkflowError, WorkflowErrors
+from pilot.workflow.loaded import LoadedWorkflow, Locator
 from pilot.workflow.params import load_params_file, parse_param_assignments, resolve_params
 from pilot.workflow.render import (
     check_templates,
@@ -46,7 +44,6 @@ from pilot.workflow.render import (
 from pilot.workflow.schema import EXTENSION_PREFIX, Loc, Workflow
 from pilot.workflow.source import MAX_FILE_BYTES, dotted, load_yaml_file, parse_source, read_source
 from pilot.workflow.templating import (
-    SourceSpan,
     WorkflowTemplate,
     compile_template,
     make_environment,
@@ -75,26 +72,6 @@ __all__ = [
 # =========================================================================== result
 
 
-@dataclass(frozen=True)
-class LoadedWorkflow:
-    """A workflow ready to run: validated, params resolved, templates compiled.
-
-    ``text`` is the file exactly as read (the runner stores it with the run, so a
-    resume uses the workflow as it was at start, whatever happened to the file).
-    ``params`` holds every declared param with its typed value (``None`` for an
-    optional param nobody set). ``base_dir`` is where relative workspace paths are
-    resolved from (the current directory at load time, unless given).
-    """
-
-    workflow: Workflow
-    text: str
-    path: Path | None
-    params: dict[str, Any]
-    filename: str
-    base_dir: Path
-    templates: Mapping[str, WorkflowTemplate] = field(repr=False, compare=False)
-
-
 # =========================================================================== locations
 
 
@@ -118,62 +95,6 @@ def _normalize(loc: tuple[Any, ...], data: Any) -> tuple[Loc, str | None]:
             return tuple(path), part
         # else: a union tag or a key-error marker; skip it
     return tuple(path), None
-
-
-class _Locator:
-    """Finds the file position for a path in the data (or its closest ancestor)."""
-
-    def __init__(self, doc: YamlDocument) -> None:
-        self.doc = doc
-
-    def find(self, path: Loc) -> tuple[Where | None, Loc]:
-        return self.doc.find(path)
-
-    def error(
-        self, path: Loc, message: str, *, field: str | None = None, at_key: bool = False
-    ) -> WorkflowError:
-        hit, _found = self.find(path)
-        mark = None
-        if hit is not None:
-            mark = hit.key.start_mark if at_key and hit.key is not None else hit.node.start_mark
-        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        return WorkflowError(
-            message,
-            file=self.doc.filename,
-            line=line,
-            column=column,
-            field=field if field is not None else (dotted(path) or None),
-        )
-
-    def span(self, path: Loc) -> SourceSpan:
-        """The template text's position for the string at ``path``."""
-        hit, found = self.find(path)
-        if hit is None:
-            return SourceSpan(self.doc.filename, 1, 1, 1)
-        node = hit.node
-        if found != path or not isinstance(node, yaml.ScalarNode):
-            # A default (not written in the file): point at the closest thing that is.
-            mark = node.start_mark
-            return SourceSpan(self.doc.filename, mark.line + 1, mark.column + 1, mark.line + 1)
-        last = max(node.end_mark.line + 1, node.start_mark.line + 1)
-        if node.style in ("|", ">"):
-            first = node.start_mark.line + 2  # content starts on the line after `|`
-            column = _indent_of(self.doc.text, first) + 1
-            if node.end_mark.column == 0:
-                last = node.end_mark.line  # end mark sits at the start of the next line
-            return SourceSpan(self.doc.filename, first, column, max(first, last))
-        quote = 1 if node.style in ('"', "'") else 0
-        return SourceSpan(
-            self.doc.filename, node.start_mark.line + 1, node.start_mark.column + 1 + quote, last
-        )
-
-
-def _indent_of(text: str, line: int) -> int:
-    lines = text.splitlines()
-    for candidate in lines[line - 1 :]:
-        if candidate.strip():
-            return len(candidate) - len(candidate.lstrip(" "))
-    return 0
 
 
 # =========================================================================== pydantic errors
@@ -305,7 +226,7 @@ def _describe(error: Mapping[str, Any], path: Loc, tail: str | None) -> tuple[st
 
 
 def _validation_errors(
-    exc: ValidationError, locator: _Locator, already: Iterable[WorkflowError] = ()
+    exc: ValidationError, locator: Locator, already: Iterable[WorkflowError] = ()
 ) -> list[WorkflowError]:
     """pydantic's errors as located WorkflowErrors, without echoes of problems already known.
 
@@ -403,7 +324,7 @@ def parse_workflow_text(
             )
         )
         raise _collected(errors)
-    locator = _Locator(doc)
+    locator = Locator(doc)
     # Top-level `x-...` keys are the user's own (a place for YAML anchors), as in Compose.
     data = {k: v for k, v in doc.data.items() if not k.startswith(EXTENSION_PREFIX)}
     try:

@@ -10,14 +10,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pilot.errors import WorkflowError, WorkflowErrors
+from pilot.workflow.loaded import LoadedWorkflow, Locator
 from pilot.workflow.schema import ParamSpec, Workflow, coerce_param
 from pilot.workflow.source import parse_source, read_source
-
-if TYPE_CHECKING:
-    from pilot.workflow.load import LoadedWorkflow, _Locator
 
 __all__ = [
     "SAMPLE_VALUES",
@@ -43,7 +41,7 @@ def _example(name: str, spec: ParamSpec) -> str:
 
 
 def resolve_params(
-    workflow: Workflow, given: Mapping[str, Any], locator: _Locator, *, require: bool = True
+    workflow: Workflow, given: Mapping[str, Any], locator: Locator, *, require: bool = True
 ) -> tuple[dict[str, Any], list[WorkflowError]]:
     values: dict[str, Any] = {}
     errors: list[WorkflowError] = []

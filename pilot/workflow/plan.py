@@ -17,12 +17,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import BaseModel
+
 from pilot.agent.images import MediaPlan
 from pilot.errors import ConfigurationError
 from pilot.model.settings import ClientSettings
 from pilot.workflow.load import LoadedWorkflow
 from pilot.workflow.render import render_run
-from pilot.workflow.schema import ModelSettings, check_endpoint_url
+from pilot.workflow.schema import (
+    ModelSettings,
+    NotifySettings,
+    Phase,
+    RunLimits,
+    Workflow,
+    check_endpoint_url,
+)
 
 if TYPE_CHECKING:
     from brain.spec import ServerSpec
@@ -38,9 +47,15 @@ DEFAULT_SYSTEM = (
 )
 
 
-def _schema_default(name: str) -> Any:
-    """The workflow schema's default for ``model.<name>``: the one place each default lives."""
-    return ModelSettings.model_fields[name].default
+def schema_default(section: type[BaseModel], name: str) -> Any:
+    """The workflow schema's default for ``<section>.<name>``: the one place each default
+    lives (a default factory's value, as a tuple where the plan keeps a tuple)."""
+    value = section.model_fields[name].get_default(call_default_factory=True)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _model_default(name: str) -> Any:
+    return schema_default(ModelSettings, name)
 
 
 @dataclass(frozen=True)
@@ -57,21 +72,23 @@ class PhasePlan:
     tools: list[str]
     limits: Limits = Limits()
     check: str | None = None
-    check_timeout: float = 600.0
-    max_attempts: int = 3
+    check_timeout: float = schema_default(Phase, "check_timeout")
+    max_attempts: int = schema_default(Phase, "max_attempts")
+    max_no_progress_steps: int | None = None
+    """The phase's own ``limits.max_no_progress_steps``; None: the run's applies."""
     images: tuple[str, ...] = ()
     """Workspace paths of images attached to the prompt (rendered ``images:``)."""
     context: tuple[str, ...] = ()
     """Rendered ``context:`` commands, run as the phase starts; their output goes in its
     prompt."""
-    locate: bool = False
+    locate: bool = schema_default(Phase, "locate")
     """Show the functions the context commands' failures call (see ``pilot.tactics.locate``)."""
-    require_change: bool = False
+    require_change: bool = schema_default(Phase, "require_change")
     """The phase is done only if the workspace differs from the phase's start (and the check
     passes): a phase whose job is to change code cannot succeed by doing nothing."""
-    check_after_edit: bool = False
+    check_after_edit: bool = schema_default(Phase, "check_after_edit")
     """Run the check after each successful file edit too; the phase ends once it passes."""
-    retry_fresh: bool = False
+    retry_fresh: bool = schema_default(Phase, "retry_fresh")
     """A refused edit or a failed check undoes the try and asks again from the prompt."""
 
 
@@ -88,8 +105,8 @@ class ModelPlan:
     temperature: float | None = None
     top_p: float | None = None
     seed: int | None = None
-    max_tokens: int = _schema_default("max_tokens")
-    context_margin: int = _schema_default("context_margin")
+    max_tokens: int = _model_default("max_tokens")
+    context_margin: int = _model_default("context_margin")
     context_window: int | None = None
     """``model.context_window``: the window to budget with, whatever the server says."""
     stream_interval: int | None = None
@@ -119,8 +136,8 @@ class NotifyPlan:
     """The command run when a run ends (``pilot.run.notify``), and for which endings."""
 
     command: str
-    on: tuple[str, ...] = ("succeeded", "failed", "limit", "cancelled", "paused")
-    timeout: float = 30.0
+    on: tuple[str, ...] = schema_default(NotifySettings, "on")
+    timeout: float = schema_default(NotifySettings, "timeout")
 
 
 @dataclass(frozen=True)
@@ -141,9 +158,9 @@ class RunPlan:
     carry_changes: bool = False
     tool_settings: dict[str, dict] = field(default_factory=dict)
     env_allowlist: list[str] = field(default_factory=list)
-    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    sandbox: Literal["auto", "bwrap", "none"] = schema_default(Workflow, "sandbox")
     limits: Limits = Limits()
-    max_no_progress_steps: int | None = None
+    max_no_progress_steps: int = schema_default(RunLimits, "max_no_progress_steps")
     redact: list[str] = field(default_factory=list)
     """The workflow's own redaction regexes, on top of pilot.redact's defaults."""
     media: MediaPlan = field(default_factory=MediaPlan)
@@ -201,6 +218,7 @@ def build_plan(
             check=text.check,
             check_timeout=phase.check_timeout,
             max_attempts=phase.max_attempts,
+            max_no_progress_steps=phase.limits.max_no_progress_steps,
             images=text.images,
             context=text.context,
             locate=phase.locate,

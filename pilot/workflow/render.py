@@ -13,15 +13,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pilot.errors import WorkflowError
+from pilot.workflow.loaded import LoadedWorkflow
 from pilot.workflow.schema import Loc, Workflow
 from pilot.workflow.source import dotted
 from pilot.workflow.templating import RunContext, TemplateKind, WorkflowTemplate
-
-if TYPE_CHECKING:
-    from pilot.workflow.load import LoadedWorkflow
 
 __all__ = [
     "RenderedPhase",

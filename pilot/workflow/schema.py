@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from pilot.model.settings import client_default
+
 __all__ = [
     "DEFAULT_ENDPOINT",
     "EXTENSION_PREFIX",
@@ -348,12 +350,16 @@ class ModelSettings(_Strict):
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling; null = server.")
     seed: int | None = Field(None, description="Sampling seed, for reproducible runs.")
     max_tokens: int = Field(2048, gt=0, description="Completion tokens per request.")
-    request_timeout: Duration = Field(600, description="Seconds for a whole request.")
+    request_timeout: Duration = Field(
+        client_default("request_timeout"), description="Seconds for a whole request."
+    )
     idle_timeout: Duration = Field(
-        120, description="Seconds without a streamed byte before the stream is cut and retried."
+        client_default("idle_timeout"),
+        description="Seconds without a streamed byte before the stream is cut and retried.",
     )
     server_wait: Duration = Field(
-        1800, description="How long to keep waiting for a dead or restarting server."
+        client_default("server_wait"),
+        description="How long to keep waiting for a dead or restarting server.",
     )
     context_window: int | None = Field(
         None,
@@ -579,7 +585,9 @@ class Phase(_Strict):
     """One step of the workflow: a prompt, the tools it may use, and what "done" means."""
 
     name: str = Field(description="Unique slug, shown in reports and used by `--from-phase`.")
-    description: str | None = Field(None, description="One line for reports.")
+    description: str | None = Field(
+        None, description="One line about the phase, for its templates: {{ phase.description }}."
+    )
     prompt: str = Field(
         description="Instructions to the model (Jinja: params, workflow, run, phase)."
     )
@@ -706,7 +714,10 @@ class Workflow(_Strict):
         json_schema_extra={"const": FORMAT_VERSION},
     )
     name: str = Field(description="Slug naming the workflow, e.g. refactor-repo.")
-    description: str | None = None
+    description: str | None = Field(
+        None,
+        description="One line about the workflow, for its templates: {{ workflow.description }}.",
+    )
     params: dict[ParamName, ParamSpec] = Field(
         default_factory=dict, description="Typed parameters: `--param NAME=VALUE`."
     )

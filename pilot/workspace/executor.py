@@ -18,8 +18,6 @@ from tools.base import ToolContext, ToolResult, tool_blocks, tool_known_writes
 from tools.registry import ToolRegistry
 from tools.workspace import Workspace
 
-CHECK_OUTPUT_LIMIT = 8000
-
 
 @dataclass
 class RegistryExecutor:
