@@ -320,24 +320,10 @@ def test_status_of_a_server_by_url_shows_acceptance_since_start_after_traffic_en
 
 @pytest.fixture
 def plain_http_server(tmp_path):
-    """Python's own http.server on loopback: answers every GET with a file or an HTML 404."""
-    import functools
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    from plain_http import plain_web_server
 
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path))
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with plain_web_server(tmp_path) as url:
+        yield url
 
 
 def test_status_of_a_url_where_nothing_listens_exits_1_with_one_line():
