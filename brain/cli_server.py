@@ -38,7 +38,7 @@ from brain.cli_common import (
 from brain.errors import BrainError, SpecError
 from brain.launchers import make_launcher
 from brain.launchers.base import Launcher, ServerHandle
-from brain.server_status import status_facts, status_rows
+from brain.server_status import status_facts, status_rows, unhealthy_reason
 from brain.spec import ServerSpec
 from brain.state import Registry, ServerRecord, state_dir
 from brain.urls import server_root
@@ -351,12 +351,17 @@ def status(
     ),
 ) -> None:
     """Health, version, context, load, KV cache and speculative acceptance of a server: one the
-    brain started (by name), or any OpenAI-compatible server by its URL."""
+    brain started (by name), or any OpenAI-compatible server by its URL. Exits 1, with the
+    reason, when the server does not answer /health with 200."""
     if name and name.startswith(("http://", "https://")):
         base = server_root(name)
         facts = {"server": None, "url": f"{base}/v1", "started_by_brain": False}
         facts |= status_facts(base, api_key, interval)
-        _print_status(facts, f"{base}/v1 (not started by the brain)", json_out)
+        problem = unhealthy_reason(facts, base)
+        if problem is None or json_out:
+            _print_status(facts, f"{base}/v1 (not started by the brain)", json_out)
+        if problem is not None:
+            raise BrainError(problem)
         return
     registry = Registry()
     records = registry.servers()
@@ -384,6 +389,8 @@ def status(
     }
     facts |= status_facts(handle.base_url, spec.api_key, interval)
     _print_status(facts, f"{rec.name} ({rec.backend}) {handle.base_url}/v1", json_out)
+    if (problem := unhealthy_reason(facts, handle.base_url)) is not None:
+        raise BrainError(problem)
 
 
 def _print_status(facts: dict[str, Any], server: str, json_out: bool) -> None:

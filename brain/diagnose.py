@@ -8,14 +8,24 @@ the spec and the log give numbers, the value to change it to. Pure: no I/O.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from brain import vllm_choices
 from brain.spec import ServerSpec
 from brain.spec_flags import owned_flags
+from brain.vllm_log import (
+    LoggedException,
+    LogLine,
+    exceptions,
+    has_process_prefixes,
+    is_api_server,
+    read_lines,
+)
 
 
 @dataclass(frozen=True)
@@ -280,6 +290,54 @@ def _preload_budget_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[s
     )
 
 
+def _max_model_len_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    value = m["value"] or m["value2"]
+    return (
+        f"max_model_len={value} is not a context length: set it to the tokens one request may "
+        "hold (e.g. max_model_len=32768), or auto (or unset it) for the model's own limit.",
+        {"max_model_len": int(value) if value and value.lstrip("-").isdigit() else value},
+    )
+
+
+def _seqs_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    tokens, seqs = int(m["tokens"]), int(m["seqs"])
+    return (
+        f"a step's token budget ({tokens}) must give each of the max_num_seqs={seqs} sequences "
+        f"a token: set max_num_batched_tokens >= {seqs}, or max_num_seqs <= {tokens} (or unset "
+        "max_num_seqs: vLLM then fits it to max_num_batched_tokens).",
+        {"max_num_batched_tokens": tokens, "max_num_seqs": seqs},
+    )
+
+
+def _window_budget_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    tokens, window = int(m["tokens"]), int(m["len"])
+    return (
+        f"with chunked prefill off a step must hold a whole prompt: set max_num_batched_tokens "
+        f">= {window}, lower max_model_len to {tokens}, or set enable_chunked_prefill=true.",
+        {"max_num_batched_tokens": tokens, "max_model_len": window},
+    )
+
+
+def _mm_item_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    item, tokens = int(m["item"]), int(m["tokens"])
+    return (
+        f"this model takes an image (or other media item) whole, {item} tokens, in one step: "
+        f"set max_num_batched_tokens >= {item} (or unset it), or turn the modality off with "
+        "limit_mm_per_prompt (0 items).",
+        {"max_tokens_per_mm_item": item, "max_num_batched_tokens": tokens},
+    )
+
+
+def _load_format_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
+    value = m["value"]
+    known = sorted(vllm_choices.LOAD_FORMATS)
+    return (
+        f"load_format={value} is not a format this vLLM loads: unset load_format (auto) or set "
+        f"it to one of {', '.join(known)} (vLLM {vllm_choices.VLLM_VERSION}'s).",
+        {"field": "load_format", "value": value, "choices": known},
+    )
+
+
 # --------------------------------------------------------------------------- the table
 
 _R = re.compile
@@ -492,6 +550,55 @@ RULES: list[Rule] = [
         _config_value_remedy("reasoning_parser"),
     ),
     Rule(
+        "invalid_max_model_len",
+        # ModelConfig (vllm/config/model.py): below 1 after auto (-1), or below -1 (ge=-1).
+        _R(
+            r"max_model_len must be a positive integer, got \w+: (?P<value>[^.\s]+)[^\n]*"
+            r"|for ModelConfig\s*\n[^\n]*\bmax_model_len\s*\n[^\n]*?Input should be greater "
+            r"than or equal to -1[^\n]*?input_value=(?P<value2>[^,\]\s]+)"
+        ),
+        "max_model_len is not a context length vLLM accepts",
+        _max_model_len_remedy,
+    ),
+    Rule(
+        "batched_tokens_below_max_model_len",
+        # SchedulerConfig.verify_max_model_len (vllm/config/scheduler.py), chunked prefill off.
+        _R(
+            r"max_num_batched_tokens \((?P<tokens>\d+)\) is smaller than max_model_len "
+            r"\((?P<len>\d+)\)[^\n]*"
+        ),
+        "max_num_batched_tokens cannot hold a whole prompt with chunked prefill off",
+        _window_budget_remedy,
+    ),
+    Rule(
+        "batched_tokens_below_max_num_seqs",
+        # SchedulerConfig.verify_max_model_len (vllm/config/scheduler.py).
+        _R(
+            r"max_num_batched_tokens \((?P<tokens>\d+)\) must be greater than or equal to "
+            r"max_num_seqs \((?P<seqs>\d+)\)[^\n]*"
+        ),
+        "max_num_batched_tokens is below max_num_seqs",
+        _seqs_remedy,
+    ),
+    Rule(
+        "mm_item_over_batched_tokens",
+        # compute_mm_encoder_budget (vllm/v1/core/encoder_cache_manager.py): Gemma 4 and
+        # other prefix-LM multimodal models take a media item whole.
+        _R(
+            r"max_tokens_per_mm_item \((?P<item>\d+)\) is larger than max_num_batched_tokens"
+            r" \((?P<tokens>\d+)\)[^\n]*"
+        ),
+        "max_num_batched_tokens is smaller than one media item of this model",
+        _mm_item_remedy,
+    ),
+    Rule(
+        "invalid_load_format",
+        # get_model_loader (vllm/model_executor/model_loader/__init__.py), in the engine.
+        _R(r"Load format `(?P<value>[^`]*)` is not supported[^\n]*"),
+        "load_format is not a format this vLLM loads",
+        _load_format_remedy,
+    ),
+    Rule(
         "invalid_cli_choice",
         _R(
             r"argument (?P<flag>-[\w-]+)(?:/[\w-]+)*: invalid choice: '(?P<value>[^']*)' "
@@ -628,6 +735,19 @@ RULES: list[Rule] = [
         ),
     ),
     Rule(
+        "stopped_while_starting",
+        # The API server's SIGTERM handler until uvicorn runs (vllm/entrypoints/openai/
+        # api_server.py in 0.26, launchers/api_server/entry.py in 0.33): the server was told
+        # to stop; it reported no failure of its own. Last: a failure before it is the cause.
+        _R(r"^(?:\([^()\n]* pid=\d+\) ?)?KeyboardInterrupt: terminated$", re.M),
+        "the server was stopped (SIGTERM) before it was ready; it reported no failure",
+        _fixed(
+            "nothing in the server failed: a SIGTERM stopped it while it started (brain down, "
+            "docker stop, a supervisor, or a wait that gave up: raise timeouts.load_timeout_s "
+            "if loading takes longer). Start it again."
+        ),
+    ),
+    Rule(
         "preload_fallback",
         _R(
             r"Weight cache unusable \((?P<why>.*)\); falling back to disk loading"
@@ -643,31 +763,99 @@ RULES: list[Rule] = [
 ]
 
 
-# "(EngineCore pid=3292) ERROR 12-01 13:53:33 [core.py:1330] " and "(APIServer pid=1) "
-_LOG_PREFIX = re.compile(
-    r"^(?:\(\w+ pid=\d+\)\s*)?"
-    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?"
-)
-_EXCEPTION_LINE = re.compile(
-    r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<msg>.*))?$"
-)
+# --------------------------------------------------------------------------- an engine's death
+
+ENGINE_DEATH_WINDOW_S = 60.0
+"""How long before its death an engine's exception can be what killed it. The engine logs its
+exception and dies, and the API server reports the death, within seconds; an exception from
+minutes before was survived (a request's error, say)."""
+
+# What the API server says when its engine is gone (vllm/v1/engine/async_llm.py, utils.py).
 _ENGINE_WRAPPERS = ("Engine core initialization failed", "EngineCore encountered an issue")
+# The API server's watch of the engine process (vllm/v1/engine/core_client.py,
+# monitor_engine_cores), and an engine start that ended by a signal (utils.py: exit codes).
+_ENGINE_EXITED = re.compile(
+    r"engine core exited unexpectedly|Failed core proc\(s\): \{[^}]*: -\d+", re.IGNORECASE
+)
+_SUMMARY_CHARS = 400
+
+
+def _line_at(lines: list[LogLine], offset: int) -> LogLine:
+    index = bisect.bisect_right([line.offset for line in lines], offset) - 1
+    return lines[max(0, index)]
+
+
+def _is_wrapper(exc: LoggedException) -> bool:
+    return exc.name.endswith("EngineDeadError") or any(w in exc.text for w in _ENGINE_WRAPPERS)
+
+
+def engine_exception(lines: list[LogLine], death: LogLine) -> LoggedException | None:
+    """The exception the engine died of: the last one an engine process (any but the API
+    server) printed before ``death`` (the API server's "engine died" line), within
+    ENGINE_DEATH_WINDOW_S of it. In a log that names no process, the last exception that is
+    not the wrapper, within the window. None when the engine printed none."""
+    named = has_process_prefixes(lines)
+    for exc in reversed(exceptions(lines[: death.index])):
+        if _is_wrapper(exc):
+            continue
+        if named and (exc.process is None or is_api_server(exc.process)):
+            continue
+        when, died = exc.line.stamp, death.stamp
+        if when is not None and died is not None and died - when > ENGINE_DEATH_WINDOW_S:
+            return None  # older ones are older still
+        return exc
+    return None
 
 
 def root_cause(text: str, before: int | None = None) -> str | None:
-    """The last exception line (``ModuleNotFoundError: No module named 'x'``) above
-    ``before`` that is not vLLM's own "engine died" wrapper: the reason the engine died when
-    no rule knows it. vLLM prints the engine's traceback first, then the wrapper that says
-    "See root cause above"."""
-    head = text if before is None else text[: max(0, text.rfind("\n", 0, before))]
-    for line in reversed(head.splitlines()[-400:]):
-        body = _LOG_PREFIX.sub("", line).strip()
-        if not body or any(w in body for w in _ENGINE_WRAPPERS):
-            continue
-        m = _EXCEPTION_LINE.match(body)
-        if m and m["exc"].rsplit(".", 1)[-1] not in ("EngineDeadError",):
-            return body
-    return None
+    """What the engine died of, quoted whole (``ModuleNotFoundError: No module named 'x'``,
+    or a pydantic error with its lines), for the engine death reported at offset ``before``
+    (default: the end of the log); None when the engine printed no exception."""
+    lines = read_lines(text)
+    if not lines:
+        return None
+    found = engine_exception(lines, _line_at(lines, len(text) if before is None else before))
+    return found.text if found is not None else None
+
+
+def _short(text: str) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= _SUMMARY_CHARS else one[: _SUMMARY_CHARS - 1] + "…"
+
+
+def _engine_death(log_text: str, m: re.Match[str], diag: Diagnosis) -> Diagnosis:
+    """The engine_dead rule's match, told with what the engine died of, or as a death the
+    engine did not log (killed, or a crash in native code) when the API server saw it exit."""
+    lines = read_lines(log_text)
+    death = _line_at(lines, m.start())
+    cause = engine_exception(lines, death)
+    if cause is not None:
+        who = f" ({cause.writer})" if cause.writer else ""
+        return Diagnosis(
+            diag.cause,
+            f"the engine process{who} died: {_short(cause.text)}",
+            [*cause.lines, *diag.evidence],
+            diag.remedy,
+            diag.fatal,
+            {**diag.details, "root_cause": cause.text, "process": cause.writer},
+        )
+    exited = [ln for ln in lines[: death.index + 1] if _ENGINE_EXITED.search(ln.body)]
+    if not exited:
+        return diag
+    at = exited[-1].header.split("[", 1)[0].split(" ", 1)[-1].strip()
+    return Diagnosis(
+        "engine_killed",
+        "the engine process died without logging an error: it was killed (SIGKILL, the "
+        "kernel's OOM killer) or crashed in native code",
+        [exited[-1].body.strip(), *diag.evidence],
+        "nothing in vLLM's log explains it: look in the kernel log around "
+        + (f"{at} " if at else "that time ")
+        + "(dmesg -T or journalctl -k: 'Killed process', 'Out of memory', 'segfault'). If host "
+        "memory ran out, lower max_num_seqs or limit_mm_per_prompt, or give the container more "
+        "(docker.memory); if a person or a script killed it, start it again.",
+        diag.fatal,
+        {**diag.details, "root_cause": None},
+    )
 
 
 def _evidence(text: str, m: re.Match[str]) -> list[str]:
@@ -699,6 +887,8 @@ def diagnose(
             + (f" (now {limit})" if limit else "")
             + ", or lower max_num_seqs / limit_mm_per_prompt (host RAM use grows with both).",
         )
+    lines = read_lines(log_text)
+    deaths = [ln for ln in lines if _ENGINE_DEAD.pattern.search(ln.body)]
     for rule in RULES:
         for m in rule.pattern.finditer(log_text):
             evidence = _evidence(log_text, m)
@@ -706,13 +896,11 @@ def diagnose(
                 continue  # the same error, logged as a warning vLLM recovered from
             if not rule.applies(m, spec):
                 continue
+            if rule is not _ENGINE_DEAD and _survived(_line_at(lines, m.start()), deaths):
+                continue  # a request's error, say, minutes before the engine died
             remedy, details = rule.remedy(m, spec)
-            summary = rule.summary
-            if rule.cause == "engine_dead" and (cause := root_cause(log_text, m.start())):
-                summary = f"the engine process died: {cause}"
-                evidence = [cause, *evidence]
-                details = {**details, "root_cause": cause}
-            return Diagnosis(rule.cause, summary, evidence, remedy, rule.fatal, details)
+            found = Diagnosis(rule.cause, rule.summary, evidence, remedy, rule.fatal, details)
+            return _engine_death(log_text, m, found) if rule.cause == "engine_dead" else found
     if exit_code == 137:
         return Diagnosis(
             "killed",
@@ -725,6 +913,18 @@ def diagnose(
 
 
 _FALLBACK = "falling back to disk loading"
+_ENGINE_DEAD = next(r for r in RULES if r.cause == "engine_dead")
+
+
+def _survived(line: LogLine, deaths: list[LogLine]) -> bool:
+    """Whether the server lived on for longer than ENGINE_DEATH_WINDOW_S after ``line``
+    before its engine died: then what the line says is not what killed it."""
+    death = next((d for d in deaths if d.index > line.index), None)
+    if death is None or line.stamp is None or death.stamp is None:
+        return False
+    return death.stamp - line.stamp > ENGINE_DEATH_WINDOW_S
+
+
 _FATAL_RULES = [r for r in RULES if r.fatal]
 
 

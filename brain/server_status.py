@@ -37,9 +37,12 @@ def status_facts(base: str, api_key: str | None, interval: float) -> dict[str, A
     facts: dict[str, Any] = {
         "health": "ok" if code == 200 else ("http_error" if code else "unreachable"),
         "health_status": code,
-        "health_error": None if code else str(health),
+        "health_error": None if code else (str(health) or type(health).__name__),
     }
     if code != 200:
+        if code is not None:
+            kind = health.headers.get("content-type", "").split(";", 1)[0].strip()
+            facts["health_content_type"] = kind or None
         return facts
     version = _get(f"{base}/version")
     models = _get(f"{base}/v1/models", api_key)
@@ -160,6 +163,31 @@ def _llama_cpp_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
             "(since start)",
         ),
     ]
+
+
+def unhealthy_reason(facts: dict[str, Any], base: str) -> str | None:
+    """One line saying why the server at ``base`` is not serving, from :func:`status_facts`'
+    data; None when its /health is 200. ``brain status`` prints it and exits 1."""
+    code = facts["health_status"]
+    if code == 200:
+        return None
+    if code is None:
+        return (
+            f"nothing answers at {base} ({facts['health_error']}): check the host and port, "
+            "and that the server is running (brain ps lists the brain's servers)"
+        )
+    if code == 503:
+        return (
+            f"the server at {base} answers /health with HTTP 503: its engine is dead or not "
+            "loaded yet (brain logs shows which)"
+        )
+    page = f" ({facts['health_content_type']})" if facts.get("health_content_type") else ""
+    if code == 404:
+        return (
+            f"no vLLM server at {base}: GET /health answered HTTP 404{page}; check the host "
+            "and port (vLLM answers /health at its root)"
+        )
+    return f"the server at {base} answers /health with HTTP {code}{page}: it is not serving"
 
 
 def status_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:

@@ -21,6 +21,12 @@ from brain import vllm_choices
 from brain.errors import SpecError, SpecErrors
 from brain.spec_flags import owned_flags
 from brain.spec_paths import container_to_host_path, expand_host, host_to_container_path
+from brain.vllm_refusals import (
+    batched_tokens_below_seqs,
+    batched_tokens_below_window,
+    load_format_refusal,
+    max_model_len_refusal,
+)
 
 if TYPE_CHECKING:
     from brain.spec import ServerSpec
@@ -79,6 +85,81 @@ def gpus_listed_for_every_rank(spec: ServerSpec) -> list[Problem]:
             )
         ]
     return []
+
+
+# --------------------------------------------------------------------------- context, batch
+
+
+def _vllm_says(text: str, when: str = "") -> str:
+    return f"vLLM refuses it{when}: {text!r}."
+
+
+def max_model_len_positive(spec: ServerSpec) -> list[Problem]:
+    value = spec.max_model_len
+    if not isinstance(value, int) or (refusal := max_model_len_refusal(value)) is None:
+        return []
+    return [
+        (
+            "max_model_len",
+            f"{value} is not a context length; {_vllm_says(refusal)}",
+            "set max_model_len to the tokens one request may hold (e.g. 32768), or auto "
+            "(or unset it) for the model's own limit",
+        )
+    ]
+
+
+def batched_tokens_hold_a_whole_prompt(spec: ServerSpec) -> list[Problem]:
+    """With chunked prefill off, one step must hold a whole prompt of max_model_len."""
+    tokens, window = spec.max_num_batched_tokens, spec.max_model_len
+    if tokens is None or not isinstance(window, int):
+        return []
+    refusal = batched_tokens_below_window(tokens, window, spec.enable_chunked_prefill)
+    if refusal is None:
+        return []
+    return [
+        (
+            "max_num_batched_tokens",
+            f"{tokens} is below max_model_len {window} with chunked prefill off; "
+            f"{_vllm_says(refusal)}",
+            f"set max_num_batched_tokens >= {window}, lower max_model_len, or "
+            "enable_chunked_prefill=true",
+        )
+    ]
+
+
+def batched_tokens_cover_max_num_seqs(spec: ServerSpec) -> list[Problem]:
+    """Every running sequence needs a token of a step's budget."""
+    tokens, seqs = spec.max_num_batched_tokens, spec.max_num_seqs
+    if tokens is None or (refusal := batched_tokens_below_seqs(tokens, seqs)) is None:
+        return []
+    return [
+        (
+            "max_num_batched_tokens",
+            f"{tokens} is below max_num_seqs {seqs}; {_vllm_says(refusal)}",
+            f"set max_num_batched_tokens >= {seqs} or max_num_seqs <= {tokens} (or unset "
+            "max_num_seqs: vLLM then fits it to max_num_batched_tokens)",
+        )
+    ]
+
+
+def load_format_known(spec: ServerSpec) -> list[Problem]:
+    """A format no vLLM release the brain knows loads (the parser takes any string; the
+    engine dies loading the model)."""
+    known = vllm_choices.LOAD_FORMATS | vllm_choices.LOAD_FORMATS_026
+    if (
+        spec.load_format is None
+        or (refusal := load_format_refusal(spec.load_format, known)) is None
+    ):
+        return []
+    return [
+        (
+            "load_format",
+            f"{spec.load_format!r} is not a load format; "
+            f"{_vllm_says(refusal, ' as its engine loads the model')} "
+            f"Known: {', '.join(sorted(vllm_choices.LOAD_FORMATS))}.",
+            "unset load_format (auto: safetensors, else pt), or pick a known one",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- multi-node
@@ -477,6 +558,10 @@ def extra_args_repeat_no_field(spec: ServerSpec) -> list[Problem]:
 STRUCTURAL_CHECKS: tuple[Callable[[ServerSpec], list[Problem]], ...] = (
     gpu_memory_is_a_fraction,
     gpus_listed_for_every_rank,
+    max_model_len_positive,
+    batched_tokens_hold_a_whole_prompt,
+    batched_tokens_cover_max_num_seqs,
+    load_format_known,
     one_rank_per_gpu_across_nodes,
     head_gpus_match_gpus_per_node,
     head_reachable_from_workers,

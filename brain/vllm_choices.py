@@ -13,7 +13,12 @@ Taken from the installed vLLM 0.33.0 package (the lite recipe of the reference `
   pydantic's ``literal_error``), deprecated per-model MTP names included;
 * ``reasoning_parser``: ``ReasoningParserManager.list_registered()`` (``vllm/reasoning``;
   "Reasoning parser ... not found"; ``--reasoning-parser-plugin`` may register more);
-* ``tool_call_parser``: ``ToolParserManager.list_registered()`` (``vllm/tool_parsers``).
+* ``tool_call_parser``: ``ToolParserManager.list_registered()`` (``vllm/tool_parsers``);
+* ``load_format``: ``_LOAD_FORMAT_TO_MODEL_LOADER`` in ``vllm/model_executor/model_loader/
+  __init__.py`` ("Load format `x` is not supported", raised when the engine loads the model).
+  0.26.0 loaded one format 0.33 dropped (``bitsandbytes``) and lacked ``ipc_cache``:
+  :data:`LOAD_FORMATS_026`, so a spec may name a format of either release and
+  ``brain.vllm_versions`` refuses it for the release that lacks it.
 
 A newer vLLM may accept more: refresh these lists from its package
 (``tests/conformance/vllm_lists.py`` prints them; the optional conformance test compares them
@@ -306,6 +311,30 @@ TOOL_CALL_PARSERS: frozenset[str] = frozenset(
         "xlam",
     }
 )
+
+
+LOAD_FORMATS: frozenset[str] = frozenset(
+    {
+        "auto",
+        "hf",
+        "dummy",
+        "fastsafetensors",
+        "instanttensor",
+        "ipc_cache",
+        "mistral",
+        "modelexpress",
+        "npcache",
+        "pt",
+        "runai_streamer",
+        "runai_streamer_sharded",
+        "safetensors",
+        "sharded_state",
+        "tensorizer",
+    }
+)
+
+LOAD_FORMATS_026: frozenset[str] = (LOAD_FORMATS - {"ipc_cache"}) | {"bitsandbytes"}
+"""``_LOAD_FORMAT_TO_MODEL_LOADER`` of vLLM 0.26.0."""
 
 
 def choice_problem(

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from brain.spec import ServerSpec
-from brain.vllm_choices import TOOL_CALL_PARSERS, VLLM_VERSION
+from brain.vllm_choices import LOAD_FORMATS, LOAD_FORMATS_026, TOOL_CALL_PARSERS, VLLM_VERSION
+from brain.vllm_refusals import load_format_refusal
 
 # tool_parsers/__init__.py _TOOL_PARSERS_TO_REGISTER in vLLM 0.26.0 (44 names; the same list
 # the real server printed refusing "nosuch").
@@ -94,6 +95,8 @@ class VllmFacts:
     0.26 has only the server's ``--stream-interval`` and drops the field with HTTP 200."""
     clamps_max_tokens: bool
     """Prompt + max_tokens over the window: 0.33 lowers max_tokens, 0.26 answers 400."""
+    load_formats: frozenset[str]
+    """``--load-format`` values its engine loads (model_executor/model_loader/__init__.py)."""
 
 
 KNOWN: dict[str, VllmFacts] = {
@@ -105,6 +108,7 @@ KNOWN: dict[str, VllmFacts] = {
         preload=False,
         request_stream_interval=False,
         clamps_max_tokens=False,
+        load_formats=LOAD_FORMATS_026,
     ),
     "0.33": VllmFacts(
         version=VLLM_VERSION,
@@ -114,6 +118,7 @@ KNOWN: dict[str, VllmFacts] = {
         preload=True,
         request_stream_interval=True,
         clamps_max_tokens=True,
+        load_formats=LOAD_FORMATS,
     ),
 }
 DEFAULT = "0.33"
@@ -238,6 +243,16 @@ def check_spec(spec: ServerSpec, facts: VllmFacts) -> list[VersionIssue]:
                 "refuse",
                 f"vLLM {v} has no weight-cache daemon (vllm preload, --load-format ipc_cache): "
                 "set preload.enabled=false (and unset load_format), or use vLLM >= 0.33.",
+            )
+        )
+    fmt = spec.load_format
+    if fmt and fmt != "ipc_cache" and (refusal := load_format_refusal(fmt, facts.load_formats)):
+        issues.append(
+            VersionIssue(
+                "load_format",
+                "refuse",
+                f"vLLM {v} refuses it when its engine loads the model ({refusal!r}): set "
+                f"load_format to one of {', '.join(sorted(facts.load_formats))}, or unset it.",
             )
         )
     if spec.max_num_queued_reqs is not None and not facts.max_num_queued_reqs:

@@ -234,6 +234,34 @@ CASES = [
     # -- brain
     Case("brain-up-unknown-profile", [B, "up", "nosuch"], ["gemma4-e4b-mtp"], code=2),
     Case("brain-up-bad-set", [B, "up", "sim", "--set", "port=abc"], ["port", "integer"], code=2),
+    # values vLLM refuses, refused before launch with vLLM's own words (brain/vllm_refusals.py)
+    Case(
+        "brain-up-max-model-len-0",
+        [B, "up", "sim", "--dry-run", "--set", "max_model_len=0"],
+        ["max_model_len must be a positive integer, got int: 0", "auto"],
+        code=2,
+    ),
+    Case(
+        "brain-up-batched-below-seqs",
+        [
+            B,
+            "up",
+            "sim",
+            "--dry-run",
+            "--set",
+            "max_num_seqs=16",
+            "--set",
+            "max_num_batched_tokens=10",
+        ],
+        ["max_num_batched_tokens (10) must be greater than or equal to max_num_seqs (16)"],
+        code=2,
+    ),
+    Case(
+        "brain-up-load-format-bogus",
+        [B, "up", "sim", "--dry-run", "--set", "load_format=bogus"],
+        ["Load format `bogus` is not supported", "unset load_format"],
+        code=2,
+    ),
     Case("brain-status-unknown", [B, "status", "nosuch"], ["nosuch"], code=1),
     Case("sim-port-out-of-range", [B, "sim", "--port", "99999"], ["65535"]),
     # -- brain sim

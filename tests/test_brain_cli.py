@@ -316,3 +316,33 @@ def test_status_of_a_server_by_url_shows_acceptance_since_start_after_traffic_en
     assert facts["speculative"] is True and facts["speculative_window"] is None
     assert 0 < facts["speculative_since_start"]["acceptance_rate"] <= 1
     assert facts["speculative_since_start"]["drafts"] > 0
+
+
+@pytest.fixture
+def plain_http_server(tmp_path):
+    from plain_http import plain_web_server
+
+    with plain_web_server(tmp_path) as url:
+        yield url
+
+
+def test_status_of_a_url_where_nothing_listens_exits_1_with_one_line():
+    with __import__("socket").socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    r = brain("status", f"http://127.0.0.1:{port}/v1", "--interval", "0.1")
+    assert r.exit_code == 1, r.output
+    (line,) = r.output.strip().splitlines()
+    assert line.startswith("error: nothing answers at http://127.0.0.1:") and "refused" in line
+
+
+def test_status_of_a_url_that_is_not_vllm_exits_1_with_one_line(plain_http_server):
+    r = brain("status", f"{plain_http_server}/v1", "--interval", "0.1")
+    assert r.exit_code == 1, r.output
+    (line,) = r.output.strip().splitlines()
+    assert f"no vLLM server at {plain_http_server}" in line
+    assert "HTTP 404 (text/html)" in line
+    as_json = brain("status", plain_http_server, "--interval", "0.1", "--json")
+    assert as_json.exit_code == 1
+    facts = json.loads(as_json.stdout)
+    assert facts["health"] == "http_error" and facts["health_status"] == 404

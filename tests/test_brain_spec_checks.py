@@ -23,6 +23,18 @@ PRELOAD = {"preload.enabled": True, "preload.socket_dir": "/tmp/wc"}
 BREAKS: dict[str, tuple[str, dict[str, Any], str]] = {
     "gpu_memory_is_a_fraction": (GEMMA, {"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
     "gpus_listed_for_every_rank": (GEMMA, {"gpus": []}, "gpus"),
+    "max_model_len_positive": (GEMMA, {"max_model_len": 0}, "max_model_len"),
+    "batched_tokens_hold_a_whole_prompt": (
+        GEMMA,
+        {"max_num_batched_tokens": 100, "enable_chunked_prefill": False},
+        "max_num_batched_tokens",
+    ),
+    "batched_tokens_cover_max_num_seqs": (
+        GEMMA,
+        {"max_num_batched_tokens": 10, "max_num_seqs": 16},
+        "max_num_batched_tokens",
+    ),
+    "load_format_known": (GEMMA, {"load_format": "bogus"}, "load_format"),
     "one_rank_per_gpu_across_nodes": (RAY, {"tensor_parallel_size": 1}, "distributed"),
     "head_gpus_match_gpus_per_node": (RAY, {"gpus": [0]}, "gpus"),
     "head_reachable_from_workers": (

@@ -88,6 +88,16 @@ def test_a_spec_for_033_is_refused_or_adapted_for_026():
     ]
 
 
+def test_a_load_format_is_refused_by_the_release_whose_engine_cannot_load_it():
+    # bitsandbytes: a loader of 0.26.0 that 0.33.0 dropped (model_executor/model_loader).
+    spec = _spec(load_format="bitsandbytes")
+    assert check_spec(spec, KNOWN["0.26"]) == []
+    (issue,) = check_spec(spec, KNOWN["0.33"])
+    assert issue.field == "load_format" and issue.action == "refuse"
+    assert "Load format `bitsandbytes` is not supported" in issue.message
+    assert check_spec(_spec(load_format="SafeTensors"), KNOWN["0.33"]) == []  # vLLM lower-cases
+
+
 def _fake_vllm(tmp_path: Path, version: str) -> list[str]:
     script = tmp_path / "fake_vllm.py"
     script.write_text(

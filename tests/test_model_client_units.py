@@ -22,14 +22,17 @@ from pilot.errors import (
 from pilot.model.client import OpenAIModelClient
 from pilot.model.errors import (
     VLLM_ERRORS,
+    ErrorAnswer,
     _api_key,
     _bad_request,
     _context_overflow,
     _model_not_found,
     _no_auto_tool_choice,
     _no_such_route,
+    _not_an_api,
     _other_server_overflow,
     _output_over_window,
+    _proxy_key,
     _unavailable,
     is_transient,
     map_vllm_error,
@@ -253,21 +256,30 @@ def test_other_servers_overflow_texts_are_overflows_naming_the_window(
 
 def test_every_row_of_the_table_is_reachable():
     """Each row matches something no earlier row takes (an unreachable row is a silent bug)."""
+    page = "<html><title>404 Not Found</title></html>"
     samples = {
-        _api_key: (401, "Unauthorized"),
-        _model_not_found: (404, "The model `x` does not exist."),
-        _no_such_route: (404, "Not Found"),
-        _other_server_overflow: (400, "request (9 tokens) exceeds the available context size"),
-        _context_overflow: (400, "This model's maximum context length is 8 tokens."),
-        _output_over_window: (400, "max_tokens=9 cannot be greater than max_model_len=8."),
-        _no_auto_tool_choice: (400, '"auto" tool choice requires --enable-auto-tool-choice'),
-        _unavailable: (503, "busy"),
-        _bad_request: (400, "temperature must be non-negative"),
+        _api_key: ErrorAnswer(401, "Unauthorized"),
+        _proxy_key: ErrorAnswer(400, "No connected db."),
+        _not_an_api: ErrorAnswer(404, "an HTML page", body=page, content_type="text/html"),
+        _model_not_found: ErrorAnswer(404, "The model `x` does not exist."),
+        _no_such_route: ErrorAnswer(404, "Not Found"),
+        _other_server_overflow: ErrorAnswer(
+            400, "request (9 tokens) exceeds the available context size"
+        ),
+        _context_overflow: ErrorAnswer(400, "This model's maximum context length is 8 tokens."),
+        _output_over_window: ErrorAnswer(
+            400, "max_tokens=9 cannot be greater than max_model_len=8."
+        ),
+        _no_auto_tool_choice: ErrorAnswer(
+            400, '"auto" tool choice requires --enable-auto-tool-choice'
+        ),
+        _unavailable: ErrorAnswer(503, "busy"),
+        _bad_request: ErrorAnswer(400, "temperature must be non-negative"),
     }
     assert [rule.build for rule in VLLM_ERRORS] == list(samples)
-    for build, (status, message) in samples.items():
-        first = next(r for r in VLLM_ERRORS if r.match(status, message) is not None)
-        assert first.build is build, (status, message)
+    for build, answer in samples.items():
+        first = next(r for r in VLLM_ERRORS if r.match(answer) is not None)
+        assert first.build is build, answer
 
 
 def test_a_404_naming_a_missing_model_asks_for_the_served_list():
@@ -287,6 +299,43 @@ def test_404_route_is_a_wrong_endpoint():
     err = map_vllm_error(404, "Not Found", endpoint="http://h:8000")
     assert isinstance(err, ConfigurationError) and not isinstance(err, ModelNotFound)
     assert "/v1" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        # LiteLLM's proxy (litellm/proxy/auth/user_api_key_auth.py): a key that is not its
+        # master key, with no database of virtual keys; an expired virtual key.
+        (400, "No connected db."),
+        (400, "Authentication Error - Expired Key. Key Expiry time 2026-01-01 and current time x"),
+        # Its other auth errors are 401 (auth_exception_handler.py adds the prefix).
+        (401, "Authentication Error, No api key passed in."),
+        (401, "Authentication Error, Invalid proxy server token passed. Received API Key = sk-"),
+    ],
+)
+def test_a_proxys_refusal_of_the_key_names_the_api_key_setting(status, message):
+    err = map_vllm_error(status, message, endpoint="http://h:4000/v1")
+    assert isinstance(err, ConfigurationError) and "model.api_key_env" in str(err)
+    assert message in str(err)
+
+
+def test_an_error_page_is_summarised_never_pasted():
+    page = "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n" + "x" * 5000
+    err = map_vllm_error(404, "", endpoint="http://h:8000", body=page, content_type="text/html")
+    text = str(err)
+    assert "\n" not in text and "x" * 50 not in text
+    assert "text/html page titled '502 Bad Gateway'" in text and "(try http://h:8000/v1)" in text
+    # A JSON 404 from a server at a /v1 URL is a wrong path, not a missing /v1.
+    route = str(
+        map_vllm_error(
+            404, "Not Found", endpoint="http://h:8000/x/v1", body='{"detail":"Not Found"}'
+        )
+    )
+    assert "ending in /v1" not in route and "path" in route
+    # A transient page (a proxy's 502) is waited out first, and told in a few words.
+    from pilot.model.errors import error_message
+
+    assert error_message(page, "") == "an HTML page titled '502 Bad Gateway'"
 
 
 def test_401_names_the_api_key_setting():

@@ -181,3 +181,45 @@ def test_vllm_argv_mapping():
     assert config.timing.load_delay == 1.5 and config.host == "0.0.0.0" and config.port == 8000
     assert ignored == ["--gpu-memory-utilization", "0.9"]
     assert parse_max_model_len("32K") == 32768 and parse_max_model_len("auto") is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "cause", "vllms_words"),
+    [
+        (
+            ["--max-model-len", "0"],
+            "invalid_max_model_len",
+            "max_model_len must be a positive integer, got int: 0",
+        ),
+        (
+            ["--max-num-seqs", "16", "--max-num-batched-tokens", "10"],
+            "batched_tokens_below_max_num_seqs",
+            "max_num_batched_tokens (10) must be greater than or equal to max_num_seqs (16).",
+        ),
+        (
+            ["--load-format", "bogus"],
+            "invalid_load_format",
+            "Load format `bogus` is not supported",
+        ),
+    ],
+)
+def test_vllm_entry_refuses_what_vllm_refuses_and_the_brain_reads_why(flags, cause, vllms_words):
+    from brain.diagnose import diagnose
+
+    process = start(
+        ["-m", "brain.sim.vllm_entry", "serve", "m", "--port", str(free_port()), *flags]
+    )
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 1, output
+    assert vllms_words in output and "Application startup complete" not in output
+    assert diagnose(output).cause == cause
+
+
+def test_vllm_entry_takes_what_vllm_takes():
+    # No max_num_seqs given: vLLM lowers its default to max_num_batched_tokens; vLLM
+    # lower-cases the load format; -1 is auto.
+    config, ignored = config_from_vllm_argv(
+        ["serve", "m", "--max-num-batched-tokens", "10", "--load-format", "SafeTensors"], {}
+    )
+    assert config.model == "m" and ignored == []
+    config_from_vllm_argv(["serve", "m", "--max-model-len", "-1"], {})

@@ -8,7 +8,12 @@ honoured (``--served-model-name``, ``--max-model-len``, ``--host``, ``--port``, 
 ``--tool-call-parser``, ``--block-size``, ``--[no-]enable-prefix-caching``); every other
 flag is accepted and ignored with one log line, as the sim has no GPU to apply it to. As with
 vLLM, without ``--enable-auto-tool-choice`` and ``--tool-call-parser`` a request
-with tools (``tool_choice`` "auto" by default) is refused with vLLM's 400.
+with tools (``tool_choice`` "auto" by default) is refused with vLLM's 400. The engine
+arguments vLLM refuses (``brain/vllm_refusals.py``: ``--max-model-len`` below 1,
+``--max-num-batched-tokens`` below ``--max-num-seqs`` or, with chunked prefill off, below
+``--max-model-len``, an unknown ``--load-format``) end the start as vLLM's do: the same text,
+in the same shape (a config's pydantic error from the API server, or the engine core's
+``ValueError`` and the API server's "Engine core initialization failed"), exit status 1.
 
 Sim-only settings come from the environment, since vLLM's argv has no room for them:
 ``BRAIN_SIM_CONFIG`` (YAML of SimConfig fields, the base), ``BRAIN_SIM_POLICY``,
@@ -30,6 +35,13 @@ from brain.sim.cli import build_config, serve_in_foreground
 from brain.sim.config import SimConfig, load_config_file
 from brain.sim.faults import parse_fault_spec
 from brain.sim.logs import stdout_log, vllm_line
+from brain.vllm_choices import LOAD_FORMATS, LOAD_FORMATS_026
+from brain.vllm_refusals import (
+    MODEL_CONFIG_ERROR,
+    batched_tokens_refusal,
+    load_format_refusal,
+    max_model_len_refusal,
+)
 
 VLLM_DEFAULT_PORT = 8000
 
@@ -68,7 +80,75 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None
     )
+    parser.add_argument("--max-num-batched-tokens", default=None)
+    parser.add_argument(
+        "--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None
+    )
+    parser.add_argument("--load-format", default=None)
     return parser
+
+
+class EngineArgsRefused(Exception):
+    """vLLM refused an engine argument: what it prints then (stdout, stderr), exit status 1."""
+
+    def __init__(self, stdout: list[str], stderr: list[str]) -> None:
+        super().__init__("\n".join(stderr))
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def _config_error(config: str, text: str, below: int | None = None) -> EngineArgsRefused:
+    """A config's refusal as vLLM's API server dies of it: pydantic's error for the config,
+    from a validator's ValueError, or from the field's own ``ge=-1`` when ``below`` is the
+    max_model_len given."""
+    if below is None:
+        kind = "value_error"
+        detail = [
+            f"  Value error, {text} [type={kind}, input_value=ArgsKwargs((), {{}}), "
+            "input_type=ArgsKwargs]"
+        ]
+    else:
+        kind = "greater_than_equal"
+        detail = ["max_model_len", f"  {text} [type={kind}, input_value={below}, input_type=int]"]
+    return EngineArgsRefused(
+        [],
+        [
+            "Traceback (most recent call last):",
+            MODEL_CONFIG_ERROR.format(config),
+            *detail,
+            f"    For further information visit https://errors.pydantic.dev/2.12/v/{kind}",
+        ],
+    )
+
+
+def check_engine_args(known: argparse.Namespace, version: str | None) -> None:
+    """Refuse what vLLM refuses, in its order: ModelConfig, SchedulerConfig (both while the
+    API server builds the engine config), then the engine core loading the model."""
+    window = parse_max_model_len(known.max_model_len) if known.max_model_len else None
+    if window is not None and (refusal := max_model_len_refusal(window)) is not None:
+        raise _config_error("ModelConfig", refusal, window if window < -1 else None)
+    if known.max_num_batched_tokens is not None:
+        tokens = parse_max_model_len(known.max_num_batched_tokens) or 0
+        chunked = known.enable_chunked_prefill
+        refusal = batched_tokens_refusal(tokens, known.max_num_seqs, window, chunked)
+        if refusal is not None:
+            raise _config_error("SchedulerConfig", refusal)
+    formats = LOAD_FORMATS_026 if version == "0.26" else LOAD_FORMATS
+    if known.load_format and (refusal := load_format_refusal(known.load_format, formats)):
+        raise EngineArgsRefused(
+            [
+                vllm_line("EngineCore failed to start.", "core.py:1584", "ERROR"),
+                vllm_line(f"ValueError: {refusal}", "core.py:1584", "ERROR"),
+            ],
+            [
+                "Process EngineCore:",
+                "Traceback (most recent call last):",
+                f"ValueError: {refusal}",
+                "Traceback (most recent call last):",
+                "RuntimeError: Engine core initialization failed. See root cause above. "
+                "Failed core proc(s): {'EngineCore': 1}",
+            ],
+        )
 
 
 def config_from_vllm_argv(
@@ -80,6 +160,7 @@ def config_from_vllm_argv(
         args = args[1:]
     known, ignored = _parser().parse_known_args(args)
     base = load_config_file(env["BRAIN_SIM_CONFIG"]) if env.get("BRAIN_SIM_CONFIG") else SimConfig()
+    check_engine_args(known, env.get("BRAIN_SIM_VLLM_VERSION") or base.vllm_version)
     model = known.model or known.model_tag or base.model
     overrides: dict[str, Any] = {
         "model": model,
@@ -130,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         config, ignored = config_from_vllm_argv(argv, os.environ)
+    except EngineArgsRefused as refused:
+        for line in refused.stdout:
+            stdout_log(line)
+        print("\n".join(refused.stderr), file=sys.stderr, flush=True)
+        return 1
     except (ValueError, KeyError) as exc:
         print(f"vllm serve (simulated): error: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -262,11 +262,16 @@ class OpenAIModelClient:
 
     async def _typed(self, exc: openai.APIError, model: str | None) -> MarathonError:
         """Map a deterministic SDK error to ours (see :meth:`_typed_status`)."""
-        status, message, body = answer_of(exc)
-        return await self._typed_status(status, message, model, body)
+        status, message, body, content_type = answer_of(exc)
+        return await self._typed_status(status, message, model, body, content_type)
 
     async def _typed_status(
-        self, status: int, message: str, model: str | None, body: str | None
+        self,
+        status: int,
+        message: str,
+        model: str | None,
+        body: str | None,
+        content_type: str | None = None,
     ) -> MarathonError:
         """:func:`map_vllm_error`, after asking the server which models it serves when the
         answer says the model is not one of them."""
@@ -277,7 +282,13 @@ class OpenAIModelClient:
             except Exception:
                 served = []
         return map_vllm_error(
-            status, message, model=model, served=served, endpoint=self.base_url, body=body
+            status,
+            message,
+            model=model,
+            served=served,
+            endpoint=self.base_url,
+            body=body,
+            content_type=content_type,
         )
 
     # -- complete -----------------------------------------------------------------------------
@@ -576,7 +587,11 @@ class OpenAIModelClient:
             raise TransientStatus(f"HTTP {response.status_code}: {message}")
         if response.status_code >= 400:
             raise await self._typed_status(
-                response.status_code, message, payload.get("model"), response.text
+                response.status_code,
+                message,
+                payload.get("model"),
+                response.text,
+                response.headers.get("content-type"),
             )
         count = token_count(body)
         if count is not None:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import httpx2
@@ -49,6 +50,7 @@ __all__ = [
     "is_refused",
     "is_transient",
     "map_vllm_error",
+    "page_summary",
     "wants_served_models",
 ]
 
@@ -61,7 +63,8 @@ CONNECT_ERRORS = httpx.ConnectError | httpx2.ConnectError | ConnectionRefusedErr
 
 API_KEY_HINT = (
     "set model.api_key_env in the workflow to the name of an environment variable holding the "
-    "key the server was started with (vLLM's --api-key or VLLM_API_KEY), and export it"
+    "key the server was started with (vLLM's --api-key or VLLM_API_KEY; a LiteLLM proxy's "
+    "master key or one of its virtual keys), and export it"
 )
 AUTO_TOOL_FLAGS = "--enable-auto-tool-choice --tool-call-parser <parser>"
 SAME_500_LIMIT = 3
@@ -157,8 +160,28 @@ def describe_failure(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+_TITLE = re.compile(r"<title[^>]*>\s*([^<]*?)\s*</title>", re.IGNORECASE)
+
+
+def _titled(text: str) -> str:
+    """`` titled '404 Not Found'`` for a page with a title, else ""."""
+    title = _TITLE.search(text[:4096])
+    return f" titled {' '.join(title.group(1).split())!r}" if title and title.group(1) else ""
+
+
+def page_summary(text: str) -> str | None:
+    """``an HTML page titled '404 Not Found'`` for a body that is markup, not an API's answer
+    (a web server's or a proxy's error page); None for anything else."""
+    if not text.lstrip()[:1].startswith("<"):
+        return None
+    return f"an HTML page{_titled(text)}"
+
+
 def error_message(body: Any, fallback: str) -> str:
-    """vLLM's human message out of an error body (``{"error": {"message"}}`` and variants)."""
+    """vLLM's human message out of an error body (``{"error": {"message"}}`` and variants); a
+    page of markup is summarised in a few words, never pasted."""
+    if isinstance(body, str) and body:
+        return page_summary(body) or body
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
@@ -169,21 +192,21 @@ def error_message(body: Any, fallback: str) -> str:
             return body["message"]
         if isinstance(body.get("detail"), str):
             return body["detail"]
-    if isinstance(body, str) and body:
-        return body
-    return fallback
+    return page_summary(fallback) or fallback
 
 
-def answer_of(exc: openai.APIError) -> tuple[int, str, str | None]:
-    """The status, vLLM's message and the raw body of an SDK error (an error event inside a
-    stream carries its status as ``code``; none is read as 400)."""
+def answer_of(exc: openai.APIError) -> tuple[int, str, str | None, str | None]:
+    """The status, vLLM's message, the raw body and its content type of an SDK error (an
+    error event inside a stream carries its status as ``code``; none is read as 400)."""
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.response.text if exc.response is not None else None
+        kind = exc.response.headers.get("content-type") if exc.response is not None else None
     else:
         status = _stream_error_code(exc) or 400
         body = json.dumps(exc.body) if exc.body is not None else None
-    return status, error_message(exc.body, exc.message), body
+        kind = "application/json"
+    return status, error_message(exc.body, exc.message), body, kind
 
 
 @dataclass(frozen=True)
@@ -196,10 +219,25 @@ class ErrorAnswer:
     served: Sequence[str] | None = None
     endpoint: str | None = None
     body: str | None = None
+    content_type: str | None = None
 
     @property
     def at(self) -> str:
         return f" at {self.endpoint}" if self.endpoint else ""
+
+    @property
+    def not_json(self) -> bool:
+        """Whether the answer is something other than an API's JSON (a web page, plain text):
+        what answered does not speak the OpenAI API at that URL."""
+        if self.content_type and "json" in self.content_type.lower():
+            return False
+        if self.body is None:
+            return False
+        try:
+            json.loads(self.body)
+        except ValueError:
+            return True
+        return False
 
 
 _ANY_MESSAGE = re.compile("")
@@ -208,18 +246,21 @@ _ANY_MESSAGE = re.compile("")
 @dataclass(frozen=True)
 class ErrorRule:
     """A row of the table: the answers it matches (any status when ``statuses`` is None, any
-    message by default) and the typed error they become (``build`` gets the pattern's match,
-    to read numbers out of the text)."""
+    message by default, and only those ``when`` accepts when given) and the typed error they
+    become (``build`` gets the pattern's match, to read numbers out of the text)."""
 
     build: Callable[[ErrorAnswer, re.Match[str]], MarathonError]
     statuses: frozenset[int] | None = None
     pattern: re.Pattern[str] = _ANY_MESSAGE
+    when: Callable[[ErrorAnswer], bool] | None = None
 
-    def match(self, status: int, message: str) -> re.Match[str] | None:
-        """The pattern's match in ``message`` when the row applies, else None."""
-        if self.statuses is not None and status not in self.statuses:
+    def match(self, answer: ErrorAnswer) -> re.Match[str] | None:
+        """The pattern's match in the answer's message when the row applies, else None."""
+        if self.statuses is not None and answer.status not in self.statuses:
             return None
-        return self.pattern.search(message)
+        if self.when is not None and not self.when(answer):
+            return None
+        return self.pattern.search(answer.message)
 
 
 def _int(pattern: str, text: str) -> int | None:
@@ -234,6 +275,48 @@ def _api_key(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     )
 
 
+def _proxy_key(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
+    return ConfigurationError(
+        f"the model server{answer.at} refused the request's API key "
+        f"(HTTP {answer.status}: {answer.message}); {API_KEY_HINT}. A LiteLLM proxy answers "
+        "'No connected db.' to any key but its master key when it has no database of virtual "
+        "keys."
+    )
+
+
+def _endpoint_hint(endpoint: str | None, *, other_server: bool) -> str:
+    """What to fix in ``model.endpoint``: the missing /v1; or, for a URL that ends in it, the
+    host and port (``other_server``: something that is no model server answered) or the
+    path."""
+    if endpoint and urlsplit(endpoint).path.rstrip("/").endswith("/v1"):
+        if other_server:
+            return (
+                "check model.endpoint's host and port: whatever answers there is not the model "
+                "server (vLLM listens on port 8000 by default)"
+            )
+        return (
+            "check model.endpoint's path: the OpenAI base URL is the server's root and /v1, "
+            "nothing else (e.g. http://HOST:8000/v1)"
+        )
+    try_url = f" (try {endpoint.rstrip('/')}/v1)" if endpoint else ""
+    return f"model.endpoint should be the server's OpenAI base URL, usually ending in /v1{try_url}"
+
+
+def _not_an_api(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
+    body = answer.body or ""
+    kind = (answer.content_type or "").split(";", 1)[0].strip() or "non-JSON"
+    if page_summary(body):
+        what = f"a {kind} page{_titled(body)}"
+    else:
+        text = " ".join(body.split())
+        what = f"{kind} {text[:80]!r}" if text else f"an empty {kind} body"
+    return ConfigurationError(
+        f"the server{answer.at} is not an OpenAI-compatible API: it answered HTTP "
+        f"{answer.status} with {what} where the API answers JSON; "
+        f"{_endpoint_hint(answer.endpoint, other_server=True)}."
+    )
+
+
 def _model_not_found(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     m = re.search(r"model `([^`]*)`", answer.message)
     name = m.group(1) if m else (answer.model or "?")
@@ -243,7 +326,7 @@ def _model_not_found(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
 def _no_such_route(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
     return ConfigurationError(
         f"the model server{answer.at} has no such endpoint (HTTP 404: {answer.message}); "
-        "model.endpoint should be the OpenAI base URL, usually ending in /v1."
+        f"{_endpoint_hint(answer.endpoint, other_server=False)}."
     )
 
 
@@ -319,6 +402,25 @@ _MODEL_NOT_FOUND = ErrorRule(
 VLLM_ERRORS: tuple[ErrorRule, ...] = (
     # vLLM --api-key: 401 {"error": "Unauthorized"} (serve/middleware/authenticate.py).
     ErrorRule(_api_key, statuses=frozenset({401, 403})),
+    # A LiteLLM proxy's refusals of a key that answer 400 (litellm/proxy/auth/
+    # user_api_key_auth.py): "No connected db." (a key other than the master key, and no
+    # database of virtual keys: recorded from LiteLLM 1.108.7, tests/fixtures/litellm), and
+    # "Authentication Error - Expired Key. ..."; its other auth errors are 401
+    # ("Authentication Error, No api key passed in." and the like: auth_exception_handler.py).
+    ErrorRule(
+        _proxy_key,
+        statuses=frozenset({400}),
+        pattern=re.compile(
+            r"No connected db\.|Authentication Error|LiteLLM Virtual Key expected|"
+            r"Invalid proxy server token|No api key passed in|Malformed API Key"
+        ),
+    ),
+    # A web page or plain text where the API answers JSON: another kind of server (or none
+    # of the API's routes) at that URL. Transient statuses wait first, like any other.
+    ErrorRule(
+        _not_an_api,
+        when=lambda answer: answer.status not in TRANSIENT_STATUS and answer.not_json,
+    ),
     _MODEL_NOT_FOUND,
     # Any other 404: the route itself is missing (a base URL without /v1).
     ErrorRule(_no_such_route, statuses=frozenset({404})),
@@ -368,6 +470,7 @@ def map_vllm_error(
     served: Sequence[str] | None = None,
     endpoint: str | None = None,
     body: str | None = None,
+    content_type: str | None = None,
 ) -> MarathonError:
     """Turn one deterministic error answer from the server into the pilot's typed error.
 
@@ -376,9 +479,9 @@ def map_vllm_error(
     here while the server wait lasts; if they do (outside the retry loop) they become
     :class:`ServerUnavailable`.
     """
-    answer = ErrorAnswer(status, message, model, served, endpoint, body)
+    answer = ErrorAnswer(status, message, model, served, endpoint, body, content_type)
     for rule in VLLM_ERRORS:
-        if (match := rule.match(status, message)) is not None:
+        if (match := rule.match(answer)) is not None:
             return rule.build(answer, match)
     raise AssertionError("VLLM_ERRORS ends with a row that matches everything")
 
@@ -386,7 +489,7 @@ def map_vllm_error(
 def wants_served_models(status: int, message: str) -> bool:
     """Whether this answer says "no such model" (so the error should list what is served);
     any other 404 is a missing route."""
-    return _MODEL_NOT_FOUND.match(status, message) is not None
+    return _MODEL_NOT_FOUND.match(ErrorAnswer(status, message)) is not None
 
 
 def deterministic_500(

@@ -17,6 +17,7 @@ def main() -> int:
     from vllm.config.model import ModelDType
     from vllm.config.speculative import SpeculativeMethod
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+    from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER
     from vllm.reasoning import ReasoningParserManager
     from vllm.tool_parsers import ToolParserManager
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -29,6 +30,7 @@ def main() -> int:
         "SPECULATIVE_METHODS": list(typing.get_args(SpeculativeMethod)),
         "REASONING_PARSERS": list(ReasoningParserManager.list_registered()),
         "TOOL_CALL_PARSERS": list(ToolParserManager.list_registered()),
+        "LOAD_FORMATS": list(_LOAD_FORMAT_TO_MODEL_LOADER),
     }
     print(json.dumps(out))
     return 0
