@@ -86,6 +86,7 @@ def marathon_workflow(
     max_tokens: int,
     context_window: int | None,
     call_mode: str = "auto",
+    wall_s: float = 7200,
 ) -> dict[str, Any]:
     model: dict[str, Any] = {
         "endpoint": endpoint,
@@ -118,7 +119,7 @@ def marathon_workflow(
         "env_allowlist": ["PYTHONPATH", "PYTHONDONTWRITEBYTECODE"],
         "sandbox": "none",
         "system": SYSTEM_MARATHON,
-        "limits": {"max_steps": max_steps, "max_wall_time": "2h", "max_no_progress_steps": 8},
+        "limits": {"max_steps": max_steps, "max_wall_time": wall_s, "max_no_progress_steps": 8},
         "phases": [
             {
                 "name": "task",
@@ -153,6 +154,7 @@ def run_marathon(
     max_tokens: int = 512,
     context_window: int | None = None,
     call_mode: str = "auto",
+    wall_s: float = 7200,
 ) -> AgentResult:
     from pilot.launch import load_for_run, start_run
     from pilot.runner import Runner
@@ -165,6 +167,7 @@ def run_marathon(
         max_tokens=max_tokens,
         context_window=context_window,
         call_mode=call_mode,
+        wall_s=wall_s,
     )
     workflow = work / "workflow.yaml"
     workflow.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -214,8 +217,11 @@ def run_plain(
     max_tokens: int = 512,
     model: str | None = None,
     transcript: Path | None = None,
+    wall_s: float = 7200,
 ) -> AgentResult:
-    client = openai.OpenAI(base_url=endpoint, api_key="none", timeout=900, max_retries=2)
+    client = openai.OpenAI(
+        base_url=endpoint, api_key="none", timeout=min(900, wall_s), max_retries=2
+    )
     name = model or client.models.list().data[0].id
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM_PLAIN},
@@ -226,6 +232,9 @@ def run_plain(
     prompt_tokens = completion_tokens = steps = 0
     status, reason = "limit", f"step limit reached ({max_steps} steps)"
     while steps < max_steps:
+        if time.monotonic() - started > wall_s:
+            status, reason = "limit", f"wall time limit reached ({wall_s:.0f} s)"
+            break
         steps += 1
         try:
             answer = client.chat.completions.create(

@@ -179,7 +179,12 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="pin Marathon's call mode (model.tool_calls)",
     )
-    p.add_argument("--try-timeout", type=float, default=1800, help="seconds before a try is killed")
+    p.add_argument(
+        "--try-timeout",
+        type=float,
+        default=1800,
+        help="seconds a try may run: each agent stops there; its process is killed 600 s later",
+    )
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the sdists are kept")
     p.add_argument("--out", type=Path, default=Path("bench-tasks.jsonl"), help="results, appended")
     p.add_argument(

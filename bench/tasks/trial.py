@@ -55,13 +55,17 @@ def _run_agent(task: Task, spec: TrySpec, repo: Path, work: Path) -> AgentResult
             work,
             context_window=spec.context_window,
             call_mode=spec.call_mode,
+            wall_s=spec.timeout_s,
             **budget,
         )
     if spec.agent == "mini":
         from bench.tasks.mini import run_mini
 
         return run_mini(task, repo, spec.endpoint, work, timeout_s=spec.timeout_s, **budget)
-    return run_plain(task, repo, spec.endpoint, transcript=work / "transcript.json", **budget)
+    transcript = work / "transcript.json"
+    return run_plain(
+        task, repo, spec.endpoint, transcript=transcript, wall_s=spec.timeout_s, **budget
+    )
 
 
 def _keep(spec: TrySpec, work: Path, repo: Path) -> None:
