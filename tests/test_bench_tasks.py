@@ -31,15 +31,33 @@ def _bare_task(prompt: str, *, test: str = "true", hidden: str = "pass") -> Task
     return Task(id="t", kind="k", package=package, prompt=prompt, test=test, hidden=hidden)
 
 
-def test_catalog_has_twelve_tasks_of_several_kinds_on_pinned_sdists() -> None:
+def test_catalog_tasks_on_five_pinned_sdists_each_with_its_tests_named() -> None:
     tasks = load_catalog()
-    assert len(tasks) >= 12
+    assert len(tasks) >= 21 and len({t.package.name for t in tasks}) >= 5
     assert len({t.kind for t in tasks}) >= 5
     assert len({t.id for t in tasks}) == len(tasks)
     for task in tasks:
         assert len(task.package.sha256) == 64 and task.package.version
         assert task.hidden.strip() and task.test.strip()
         assert all(p.old != p.new for p in task.plant)
+        assert task.tests, f"{task.id}: its test files are restored before the hidden check"
+        assert task.plant or task.solution, f"{task.id}: --validate must be able to solve it"
+        if "doctest" in task.kind:
+            assert task.doctests, f"{task.id}: a deleted doctest must not pass"
+        if "feature" in task.kind:
+            assert task.new_tests, f"{task.id}: the test it asks for is checked"
+
+
+def test_a_catalog_typo_is_refused_with_the_known_keys(tmp_path: Path) -> None:
+    from bench.tasks.suite import SuiteError
+
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "packages: {p: {version: '1', sha256: x}}\n"
+        "tasks: [{id: t, kind: k, package: p, prompt: x, test: x, hidden: x, doctest: []}]\n"
+    )
+    with pytest.raises(SuiteError, match=r"task 't' has unknown key\(s\) doctest \(known: "):
+        load_catalog(catalog)
 
 
 def test_plain_loop_runs_one_command_per_answer_and_stops_on_submit(tmp_path: Path) -> None:
@@ -188,6 +206,8 @@ def test_a_deleted_test_fails_the_hidden_check_even_with_the_code_fixed(
     check = hidden_check(task, repo, cache)
     assert not check.passed
     assert "deleted or renamed tests/test_calc.py: test_add_negative" in check.reason
+    tests.write_text(CALC_TESTS + "def broken(:\n")
+    assert "tests/test_calc.py (it no longer parses)" in hidden_check(task, repo, cache).reason
     tests.unlink()
     assert "test_add" in hidden_check(task, repo, cache).reason
     tests.write_text(CALC_TESTS)

@@ -103,9 +103,22 @@ def deleted_tests(task: Task, expected: Path, repo: Path) -> list[str]:
     """``file: test`` for each expected test the agent's tree no longer defines."""
     gone = []
     for rel in task.tests:
-        mine = test_names(_read(repo / rel))
-        gone += [f"{rel}: {name}" for name in sorted(test_names(_read(expected / rel)) - mine)]
+        text = _read(repo / rel)
+        mine = test_names(text)
+        lost = sorted(test_names(_read(expected / rel)) - mine)
+        if lost and text and not _parses(text):
+            gone.append(f"{rel} (it no longer parses)")
+        else:
+            gone += [f"{rel}: {name}" for name in lost]
     return gone
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except SyntaxError:
+        return False
+    return True
 
 
 def restored_copy(task: Task, repo: Path, expected: Path, dest: Path) -> Path:

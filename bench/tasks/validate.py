@@ -85,6 +85,11 @@ def validate_task(task: Task, cache: Path) -> Verdict:
 
     with tempfile.TemporaryDirectory(prefix=f"validate-{task.id}-") as tmp:
         start = prepare(task, cache, Path(tmp) / "start")
+        missing = [rel for rel in task.tests if not (start / rel).is_file()]
+        if missing or not task.tests:
+            ok = False
+            what = f"{', '.join(missing)} not in the sdist" if missing else "none named (tests:)"
+            lines.append(f"  BAD the task's test files: {what}")
         if task.plant:
             expect("visible test, planted", visible_passes(task, start), False)
         else:
