@@ -472,3 +472,29 @@ def test_mini_swe_agent_runs_as_it_ships_against_the_sim(tmp_path: Path) -> None
     messages = json.loads((work / "trajectory.json").read_text())["messages"]
     assert any(str(repo) in str(m.get("content")) for m in messages), "PYTHONPATH reached"
     assert result.answers["native"] == 2 and not result.claimed
+
+
+def test_models_are_given_as_labels_and_urls() -> None:
+    from bench.tasks.run import UsageError, parse_models
+
+    assert parse_models("q05=http://127.0.0.1:8000/v1,q15=http://127.0.0.1:8001/v1", None) == {
+        "q05": "http://127.0.0.1:8000/v1",
+        "q15": "http://127.0.0.1:8001/v1",
+    }
+    with pytest.raises(UsageError, match=r"'q05' is not LABEL=http://HOST:PORT/v1"):
+        parse_models("q05", None)
+    with pytest.raises(UsageError, match="not both"):
+        parse_models("a=http://x/v1", "http://x/v1")
+
+
+def test_mini_swe_agent_is_skipped_with_the_reason_when_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.tasks.run import check_agents, main
+
+    monkeypatch.setenv("MARATHON_BENCH_MINI", str(tmp_path / "nowhere" / "mini"))
+    assert check_agents(["marathon", "mini"]) == ["marathon"]
+    err = capsys.readouterr().err
+    assert "skipping mini: MARATHON_BENCH_MINI=" in err and "pip install mini-swe-agent" in err
+    assert main(["--agents", "mini", "--endpoint", "http://127.0.0.1:9/v1"]) == 2
+    assert "error: no agent left to run" in capsys.readouterr().err
