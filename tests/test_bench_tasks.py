@@ -495,6 +495,6 @@ def test_mini_swe_agent_is_skipped_with_the_reason_when_absent(
     monkeypatch.setenv("MARATHON_BENCH_MINI", str(tmp_path / "nowhere" / "mini"))
     assert check_agents(["marathon", "mini"]) == ["marathon"]
     err = capsys.readouterr().err
-    assert "skipping mini: MARATHON_BENCH_MINI=" in err and "pip install mini-swe-agent" in err
+    assert "skipping mini: MARATHON_BENCH_MINI=" in err and "mini-requirements.txt" in err
     assert main(["--agents", "mini", "--endpoint", "http://127.0.0.1:9/v1"]) == 2
     assert "error: no agent left to run" in capsys.readouterr().err

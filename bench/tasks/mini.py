@@ -33,9 +33,9 @@ from bench.tasks.suite import Task, task_env
 MINI_ENV = "MARATHON_BENCH_MINI"
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_HINT = (
-    "install it in a venv of its own: python3 -m venv .venv-mini && "
-    ".venv-mini/bin/pip install mini-swe-agent==2.4.6 (or set MARATHON_BENCH_MINI to its "
-    "`mini` executable)"
+    "install it in a venv of its own: python3 -m venv .venv-mini && .venv-mini/bin/pip "
+    "install --no-deps -r bench/tasks/mini-requirements.txt (or set MARATHON_BENCH_MINI to "
+    "its `mini` executable)"
 )
 # mini's exit statuses (its trajectory's info.exit_status) as the suite's agent statuses.
 _STATUS = {
