@@ -146,30 +146,32 @@ def plot_trace_export(rows: Sequence[dict[str, Any]], stages: Sequence[str], pat
 
 
 def plot_tasks(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    """The task suite: each task's successes out of its tries, one bar per agent, and each
-    agent's overall rate in the legend."""
+    """The task suite: each task's passing share of its tries, one bar per agent (and model
+    and call mode, where they differ), each one's overall count in the legend."""
+    from bench.tasks.report import group_of, label
+
     plt = _pyplot()
     tasks = sorted({r["task"] for r in rows})
-    agents = sorted({r["agent"] for r in rows})
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(tasks) + 1.6))
-    height = 0.8 / max(1, len(agents))
-    for i, agent in enumerate(agents):
-        mine = [r for r in rows if r["agent"] == agent]
+    groups = sorted({group_of(r) for r in rows})
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(tasks) * max(1, len(groups) / 2) + 1.6))
+    height = 0.8 / max(1, len(groups))
+    for i, group in enumerate(groups):
+        mine = [r for r in rows if group_of(r) == group]
         rates = []
         for task in tasks:
             tries = [r for r in mine if r["task"] == task]
             rates.append(sum(r["success"] for r in tries) / len(tries) if tries else 0.0)
         overall = sum(r["success"] for r in mine)
-        label = f"{agent}: {overall}/{len(mine)}"
-        ys = [t + (i - (len(agents) - 1) / 2) * height for t in range(len(tasks))]
-        ax.barh(ys, rates, height=height, color=f"C{i}", label=label)
+        name = f"{label(group, groups)}: {overall}/{len(mine)}"
+        ys = [t + (i - (len(groups) - 1) / 2) * height for t in range(len(tasks))]
+        ax.barh(ys, rates, height=height, color=f"C{i}", label=name)
     ax.set_yticks(range(len(tasks)), tasks, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of tries that passed the hidden check")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("Task suite: the same model, two agents")
+    ax.set_title("Task suite: the same server, tasks and step budget for every agent")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -184,8 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("png", type=Path)
     args = parser.parse_args(argv)
     if args.bench == "tasks":  # the suite's results file: JSON lines
-        lines = args.json.read_text().splitlines()
-        plot_tasks([json.loads(line) for line in lines if line.strip()], args.png)
+        from bench.tasks.report import load_rows
+
+        plot_tasks(load_rows([args.json]), args.png)
         print(f"wrote {args.png}")
         return
     data = json.loads(args.json.read_text())

@@ -1,4 +1,5 @@
-"""The two agents the suite compares on the same model: Marathon's pilot, and a plain loop.
+"""The agents the suite compares on the same model: Marathon's pilot, a plain loop, and
+mini-swe-agent (``bench.tasks.mini``, a real peer run as it ships).
 
 ``run_marathon`` drives the pilot in-process on a one-phase workflow: the task's test
 command is the phase's check (run after each file edit too, ``check_after_edit``; a failed
@@ -22,13 +23,14 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import openai
 import yaml
 
+from bench.tasks.callmodes import counts_json, marathon_modes, plain_modes
 from bench.tasks.suite import Task, task_env
 
 SYSTEM_MARATHON = """You fix bugs in Python code in a repository, alone: nobody answers \
@@ -63,17 +65,28 @@ OUTPUT_LIMIT = 6000
 class AgentResult:
     status: str
     """How the agent stopped: succeeded/failed/limit/paused (Marathon), submitted/limit/
-    error (plain)."""
+    error (plain, mini-swe-agent; mini also format_errors)."""
     reason: str
     steps: int
     prompt_tokens: int
     completion_tokens: int
     tokens_estimated: bool
     wall_s: float
+    claimed: bool = False
+    """The agent said the task is done (Marathon: succeeded; the others: submitted)."""
+    answers: dict[str, int] = field(default_factory=dict)
+    """Answers per call mode (``bench.tasks.callmodes``)."""
 
 
 def marathon_workflow(
-    task: Task, endpoint: str, *, max_steps: int, max_tokens: int, context_window: int | None
+    task: Task,
+    endpoint: str,
+    *,
+    max_steps: int,
+    max_tokens: int,
+    context_window: int | None,
+    call_mode: str = "auto",
+    wall_s: float = 7200,
 ) -> dict[str, Any]:
     model: dict[str, Any] = {
         "endpoint": endpoint,
@@ -86,6 +99,8 @@ def marathon_workflow(
     }
     if context_window:
         model["context_window"] = context_window
+    if call_mode != "auto":  # the pilot's pin of its call mode (issue 38: model.tool_calls)
+        model["tool_calls"] = call_mode
     return {
         "name": "bench-task",
         "params": {"repo": {"type": "path", "required": True}},
@@ -104,7 +119,7 @@ def marathon_workflow(
         "env_allowlist": ["PYTHONPATH", "PYTHONDONTWRITEBYTECODE"],
         "sandbox": "none",
         "system": SYSTEM_MARATHON,
-        "limits": {"max_steps": max_steps, "max_wall_time": "2h", "max_no_progress_steps": 8},
+        "limits": {"max_steps": max_steps, "max_wall_time": wall_s, "max_no_progress_steps": 8},
         "phases": [
             {
                 "name": "task",
@@ -138,13 +153,21 @@ def run_marathon(
     max_steps: int,
     max_tokens: int = 512,
     context_window: int | None = None,
+    call_mode: str = "auto",
+    wall_s: float = 7200,
 ) -> AgentResult:
     from pilot.run.launch import load_for_run, start_run
     from pilot.run.runner import Runner
     from pilot.store.event_store import EventStore
 
     spec = marathon_workflow(
-        task, endpoint, max_steps=max_steps, max_tokens=max_tokens, context_window=context_window
+        task,
+        endpoint,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        context_window=context_window,
+        call_mode=call_mode,
+        wall_s=wall_s,
     )
     workflow = work / "workflow.yaml"
     workflow.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -163,6 +186,8 @@ def run_marathon(
                 await runner.aclose()
 
         outcome = asyncio.run(drive())
+        events = [e.model_dump(mode="json") for e in store.load_events(outcome.run_id)]
+        store.close()
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -175,6 +200,8 @@ def run_marathon(
         completion_tokens=state.completion_tokens,
         tokens_estimated=state.usage_estimated,
         wall_s=time.monotonic() - started,
+        claimed=outcome.status == "succeeded",
+        answers=counts_json(marathon_modes(events)),
     )
 
 
@@ -190,8 +217,11 @@ def run_plain(
     max_tokens: int = 512,
     model: str | None = None,
     transcript: Path | None = None,
+    wall_s: float = 7200,
 ) -> AgentResult:
-    client = openai.OpenAI(base_url=endpoint, api_key="none", timeout=900, max_retries=2)
+    client = openai.OpenAI(
+        base_url=endpoint, api_key="none", timeout=min(900, wall_s), max_retries=2
+    )
     name = model or client.models.list().data[0].id
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM_PLAIN},
@@ -202,6 +232,9 @@ def run_plain(
     prompt_tokens = completion_tokens = steps = 0
     status, reason = "limit", f"step limit reached ({max_steps} steps)"
     while steps < max_steps:
+        if time.monotonic() - started > wall_s:
+            status, reason = "limit", f"wall time limit reached ({wall_s:.0f} s)"
+            break
         steps += 1
         try:
             answer = client.chat.completions.create(
@@ -244,4 +277,6 @@ def run_plain(
         completion_tokens=completion_tokens,
         tokens_estimated=False,
         wall_s=time.monotonic() - started,
+        claimed=status == "submitted",
+        answers=counts_json(plain_modes(messages, blocks=_BLOCK_RE.findall)),
     )

@@ -1,11 +1,12 @@
-"""Tasks on real open-source code: fetch by pinned version and sha256, plant, check hidden.
+"""Tasks on real open-source code: fetch by pinned version and sha256, plant, prepare.
 
 The sdists come from the package registry through pip (``pip download --no-deps
 --no-binary :all:``) into a cache, and are refused if their sha256 is not the pinned one, so
 every machine runs the very same code. A task's starting tree is the sdist plus its planted
 edits, committed as the first commit of a fresh git repository (no .gitignore: the agent's
 tools must keep build artefacts out on their own). Success is decided only by the hidden
-check, run after the agent stops, outside anything the agent could read.
+check (``bench.tasks.hidden``), run after the agent stops, outside anything the agent could
+read, against the original sdist's tests.
 """
 
 from __future__ import annotations
@@ -49,9 +50,38 @@ class Package:
 
 @dataclass(frozen=True)
 class Plant:
+    """An exact text replacement in one file: ``old`` must occur once, or at least once
+    with ``all`` (every occurrence replaced)."""
+
     file: str
     old: str
     new: str
+    all: bool = False
+
+    def apply(self, root: Path, *, task: str) -> None:
+        target = root / self.file
+        text = target.read_text()
+        found = text.count(self.old)
+        if found == 0 or (found > 1 and not self.all):
+            raise SuiteError(
+                f"{task}: the edit's text occurs {found} times in {self.file} (must be "
+                f"{'at least once' if self.all else 'once'})"
+            )
+        target.write_text(text.replace(self.old, self.new))
+
+    def undo(self, root: Path) -> None:
+        target = root / self.file
+        target.write_text(target.read_text().replace(self.new, self.old))
+
+
+@dataclass(frozen=True)
+class NewTest:
+    """A test the task asks the agent to write: in ``file``, named ``name`` or, without a
+    name, any test the original file does not have whose source mentions ``mentions``."""
+
+    file: str
+    name: str | None = None
+    mentions: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +94,37 @@ class Task:
     hidden: str
     hidden_tests: str | None = None
     plant: tuple[Plant, ...] = field(default_factory=tuple)
+    tests: tuple[str, ...] = ()
+    """The task's test files (repository paths): restored from the original sdist before the
+    hidden check runs, and each of their tests must still be in the agent's tree."""
+    tests_after: tuple[Plant, ...] = ()
+    """Edits that turn the original tests into the ones the finished task must pass (a
+    rename that reaches the tests)."""
+    doctests: tuple[str, ...] = ()
+    """``path:qualname`` of objects whose original doctest examples must all still be in
+    the agent's docstring, and pass."""
+    new_tests: tuple[NewTest, ...] = ()
+    solution: tuple[Plant, ...] = ()
+    """A reference solution for ``--validate`` (tasks with a plant are solved by undoing it)."""
+
+
+_TASK_KEYS = frozenset(
+    {
+        "id",
+        "kind",
+        "package",
+        "prompt",
+        "test",
+        "hidden",
+        "hidden_tests",
+        "plant",
+        "tests",
+        "tests_after",
+        "doctests",
+        "new_tests",
+        "solution",
+    }
+)
 
 
 def load_catalog(path: Path = CATALOG) -> list[Task]:
@@ -75,6 +136,12 @@ def load_catalog(path: Path = CATALOG) -> list[Task]:
     }
     tasks = []
     for raw in data["tasks"]:
+        unknown = set(raw) - _TASK_KEYS
+        if unknown:
+            raise SuiteError(
+                f"{path}: task {raw.get('id')!r} has unknown key(s) {', '.join(sorted(unknown))}"
+                f" (known: {', '.join(sorted(_TASK_KEYS))})"
+            )
         tasks.append(
             Task(
                 id=raw["id"],
@@ -85,6 +152,11 @@ def load_catalog(path: Path = CATALOG) -> list[Task]:
                 hidden=raw["hidden"],
                 hidden_tests=raw.get("hidden_tests"),
                 plant=tuple(Plant(**p) for p in raw.get("plant") or []),
+                tests=tuple(raw.get("tests") or ()),
+                tests_after=tuple(Plant(**p) for p in raw.get("tests_after") or []),
+                doctests=tuple(raw.get("doctests") or ()),
+                new_tests=tuple(NewTest(**t) for t in raw.get("new_tests") or []),
+                solution=tuple(Plant(**p) for p in raw.get("solution") or []),
             )
         )
     return tasks
@@ -147,23 +219,22 @@ def _git(repo: Path, *args: str) -> None:
     )
 
 
-def prepare(task: Task, cache: Path, where: Path) -> Path:
-    """A fresh git repository at ``where/repo`` holding the task's starting tree."""
-    sdist = fetch(task.package, cache)
-    with tempfile.TemporaryDirectory(dir=where) as tmp, tarfile.open(sdist) as archive:
+def unpack(package: Package, cache: Path, dest: Path) -> Path:
+    """The package's original sdist tree at ``dest`` (which must not exist)."""
+    sdist = fetch(package, cache)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, tarfile.open(sdist) as archive:
         archive.extractall(tmp, filter="data")
         [top] = list(Path(tmp).iterdir())
-        repo = where / "repo"
-        shutil.move(str(top), repo)
+        shutil.move(str(top), dest)
+    return dest
+
+
+def prepare(task: Task, cache: Path, where: Path) -> Path:
+    """A fresh git repository at ``where/repo`` holding the task's starting tree."""
+    repo = unpack(task.package, cache, where / "repo")
     for plant in task.plant:
-        target = repo / plant.file
-        text = target.read_text()
-        if text.count(plant.old) != 1:
-            raise SuiteError(
-                f"{task.id}: the plant's text occurs {text.count(plant.old)} times in "
-                f"{plant.file} (must be once)"
-            )
-        target.write_text(text.replace(plant.old, plant.new))
+        plant.apply(repo, task=task.id)
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", f"task {task.id}: starting point")
@@ -180,48 +251,3 @@ def task_env(task: Task, repo: Path) -> dict[str, str]:
         "PYTHONPATH": str(repo / task.package.pythonpath),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    passed: bool
-    reason: str
-
-
-def hidden_check(task: Task, repo: Path) -> CheckResult:
-    """Run the task's hidden check on ``repo`` (from a file outside it); exit 0 = success."""
-    env = task_env(task, repo)
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "hidden_check.py"
-        script.write_text(task.hidden)
-        try:
-            proc = subprocess.run(
-                [sys.executable, str(script)],
-                cwd=repo,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=CHECK_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired:
-            return CheckResult(False, "hidden check timed out")
-    if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        return CheckResult(False, f"hidden check: {last[0][:200]}")
-    if task.hidden_tests:
-        try:
-            proc = subprocess.run(
-                task.hidden_tests,
-                shell=True,
-                cwd=repo,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=CHECK_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired:
-            return CheckResult(False, "package tests timed out")
-        if proc.returncode != 0:
-            tail = proc.stdout.strip().splitlines()[-1:] or ["(no output)"]
-            return CheckResult(False, f"package tests fail: {tail[0][:200]}")
-    return CheckResult(True, "hidden check passed")
