@@ -11,7 +11,7 @@ EP=http://127.0.0.1:$PM/v1
 ARGS="--models ${LABEL:-q05}=$EP --max-steps ${MAX_STEPS:-10} --max-tokens ${MAX_TOKENS:-512}
   --try-timeout ${TRY_TIMEOUT:-300} --cache $R/sdists --tries ${TRIES:-10}"
 [ -n "$TASKS" ] && ARGS="$ARGS --tasks $TASKS"
-NT=$($PY -c "from bench.tasks.suite import load_catalog; import os; t=os.environ.get('TASKS'); print(len(t.split(',')) if t else len(load_catalog()))")
+NT=$($PY -c "import sys; from bench.tasks.suite import load_catalog; print(len(sys.argv[1].split(',')) if sys.argv[1] else len(load_catalog()))" "$TASKS")
 AGENTS=${AGENTS:-marathon,plain,mini}
 NA=$(echo $AGENTS | tr ',' '\n' | wc -l)
 if $PY -c "import sys; from pilot.workflow.schema import ModelSettings as M; sys.exit('tool_calls' not in M.model_fields)" 2>/dev/null \

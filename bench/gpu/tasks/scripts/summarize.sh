@@ -14,7 +14,7 @@ if [ -f $MARATHON_HOME/marathon.db ]; then
   for id in $(pilot runs --json 2>/dev/null | $PY -c "import sys,json; [print(json.loads(l)['id']) for l in sys.stdin if l.strip()]" 2>/dev/null | head -n 4); do
     pilot show $id > $ART/wf_show_$id.txt 2>&1; done
 fi
-L=$MARATHON_HOME/brain/logs/qwen.log
+L=$MARATHON_HOME/brain/logs/qwen.log; [ -f $L ] || L=/dev/null
 { echo "server log: $(wc -l < $L 2>/dev/null) lines; chat completions $(grep -c 'POST /v1/chat/completions' $L 2>/dev/null); non-200 $(grep 'POST /v1/chat/completions' $L 2>/dev/null | grep -vc ' 200 ')"
   grep -E ' (ERROR|CRITICAL) |Traceback' $L 2>/dev/null | cut -c1-200 | sort | uniq -c | sort -rn | head -n 10; } > $ART/server_summary.txt
 cat $ART/server_summary.txt | head -n 6
