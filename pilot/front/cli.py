@@ -338,25 +338,6 @@ def _install_signals(stop: asyncio.Event, store: Any) -> None:
         signal.signal(sig, on_signal)
 
 
-def _plain_lines(console: Console, *, with_run_id: bool) -> Any:
-    """An observer printing each event as a line, flushed at once: a log file (a worker's, a
-    matrix run's) holds every event up to the moment its process was killed."""
-    from rich.text import Text
-
-    from pilot.front.ui import event_line, line_width
-
-    width = line_width(console)
-
-    def observe(run_id: str, _seq: int, event: Any, _state: Any) -> None:
-        line = event_line(event, width=width)
-        if with_run_id:
-            line = Text.assemble(f"{run_id} ", line)
-        console.print(line)
-        console.file.flush()
-
-    return observe
-
-
 def _observed(
     console: Console,
     json_lines: bool,
@@ -368,20 +349,21 @@ def _observed(
 ) -> Any:
     """``start(runner)`` on a fresh ``Runner``, with the signals handled and the events shown
     (JSON lines, ``live_view()`` on a terminal, plain lines elsewhere); what it returns."""
+    from pilot.front.printer import LinePrinter, plain_render
     from pilot.front.ui import event_json
     from pilot.heap import settle_startup_heap
     from pilot.run.runner import Runner
 
     stop = asyncio.Event()
     runner = Runner(store, stop=stop)
-    view: Any = None
+    view: Any
     if json_lines:
-        runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
+        view = LinePrinter(sys.stdout, event_json)
     elif console.is_terminal:
         view = live_view()
-        runner.observers.append(view)
-    else:
-        runner.observers.append(_plain_lines(console, with_run_id=with_run_id))
+    else:  # a pipe, a log file, CI, --detach: plain lines off the step's thread
+        view = LinePrinter(console.file, plain_render(with_run_id=with_run_id))
+    runner.observers.append(view)
 
     async def main() -> Any:
         _install_signals(stop, store)
@@ -391,8 +373,6 @@ def _observed(
             await runner.aclose()
 
     settle_startup_heap()
-    if view is None:
-        return asyncio.run(main())
     with view:
         return asyncio.run(main())
 
