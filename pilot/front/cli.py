@@ -8,7 +8,6 @@ unavailable longer than ``model.server_wait``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -16,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -26,7 +25,9 @@ from rich.table import Table
 from pilot import __version__
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.front.cli_errors import UserErrorGroup
-from pilot.store.opening import DURABILITIES, NoDatabase, open_store
+
+if TYPE_CHECKING:
+    import asyncio
 
 app = typer.Typer(
     name="pilot",
@@ -123,6 +124,7 @@ def _notes(console: Console, json_lines: bool) -> Console:
 def _store(db: str | None, durability: str = "normal", *, create: bool = True):
     """The store, or a ConfigurationError naming what is wrong (see ``pilot.front.cli_errors``)."""
     from pilot.environ import protect_environment
+    from pilot.store.opening import open_store
 
     store = open_store(db, durability, create=create)
     protect_environment()  # before any tool runs: /proc/<pid>/environ shows no secret
@@ -156,8 +158,7 @@ def run(
     durability: str = typer.Option(
         "normal",
         "--durability",
-        help=f"{' or '.join(DURABILITIES)}: normal survives any process death, full also a "
-        "power cut (fsync).",
+        help="normal or full: normal survives any process death, full also a power cut (fsync).",
     ),
     admission: bool = ADMISSION_OPTION,
 ) -> None:
@@ -324,6 +325,8 @@ def _install_signals(stop: asyncio.Event, store: Any) -> None:
 
     A Python-level handler, not ``loop.add_signal_handler``: it also runs while the event
     loop's thread is blocked waiting for a database lock (``EventStore.interrupt``)."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     signals = {"count": 0}
 
@@ -349,6 +352,8 @@ def _observed(
 ) -> Any:
     """``start(runner)`` on a fresh ``Runner``, with the signals handled and the events shown
     (JSON lines, ``live_view()`` on a terminal, plain lines elsewhere); what it returns."""
+    import asyncio
+
     from pilot.front.printer import LinePrinter, plain_render
     from pilot.front.ui import event_json
     from pilot.heap import settle_startup_heap
@@ -518,6 +523,8 @@ def _db_flag(store: Any) -> str:
 def _records(db: str | None, read: Any) -> list[Any]:
     """Records from the store, none when the default database does not exist yet (a first
     day's `pilot runs`); a ``--db`` naming a missing file is an error."""
+    from pilot.store.opening import NoDatabase
+
     try:
         store = _store(db, create=False)
     except NoDatabase:

@@ -27,15 +27,14 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pilot import events as ev
-from pilot.agent.context import SUMMARY_MAX_TOKENS, Budget, summary_request
-from pilot.agent.state import RunState
 from pilot.errors import ConfigurationError
-from pilot.store.event_store import EventStore
+
+if TYPE_CHECKING:
+    from pilot.store.event_store import EventStore
 
 REPLAY_VERSION = 1
 
@@ -94,6 +93,9 @@ class _Writer:
 
 def export_run(store: EventStore, run_id: str, *, source: str = "") -> list[dict[str, Any]]:
     """The replay lines of one stored run (see the module docstring for the format)."""
+    from pilot import events as ev
+    from pilot.agent.context import SUMMARY_MAX_TOKENS, Budget, summary_request
+    from pilot.agent.state import RunState
     from pilot.run.launch import load_stored
     from tools.registry import default_registry
 
@@ -198,6 +200,7 @@ def replay_export_command(
     from rich.console import Console
 
     from pilot.errors import MarathonError
+    from pilot.store.event_store import EventStore
 
     console = Console(highlight=False)
     store = EventStore(db)
