@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pilot_harness import queued
 
 from pilot.store.event_store import EventStore
 
@@ -57,17 +58,7 @@ def test_help_imports_neither_the_store_nor_the_client(tmp_path: Path) -> None:
 @pytest.fixture
 def stored_run(tmp_path: Path) -> tuple[str, str]:
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    store = EventStore(url)
-    run_id = store.create_run(
-        workflow_name="wf",
-        workflow_path="wf.yaml",
-        workflow_text="t",
-        params={},
-        workspace="",
-        owner=None,
-        status="queued",
-        origin="queue",
-    )
+    (run_id,) = queued(EventStore(url), 1)
     return url, run_id
 
 
