@@ -9,6 +9,7 @@ import graph is what keeps it low, and it is asserted exactly.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -71,3 +72,43 @@ def test_looking_at_runs_never_imports_the_model_client(
     names = imported(tmp_path, "-m", "pilot", *argv)
     assert "pilot.store" in names  # it did read the store
     assert loaded(names, *CLIENT_LIBRARIES) == []
+
+
+CLIENT_FIRST_REQUEST = """
+import asyncio, json, sys
+from pilot.model.client import OpenAIModelClient
+from pilot.model.router import Router
+from pilot.model.settings import ClientSettings
+
+LIBS = ("openai", "httpx", "httpx2", "tenacity")
+client = OpenAIModelClient(sys.argv[1], ClientSettings())
+made = [m for m in LIBS if m in sys.modules]
+
+async def ask():
+    served = await client.list_models()
+    await client.aclose()
+    return served[0].id
+
+model = asyncio.run(ask())
+print(json.dumps({"made": made, "asked": [m for m in LIBS if m in sys.modules], "model": model}))
+"""
+
+
+def test_the_client_imports_its_sdk_with_the_first_request(tmp_path: Path) -> None:
+    from brain.sim.config import SimConfig
+    from brain.sim.server import running_sim
+
+    with running_sim(SimConfig(model="lazy-model", max_model_len=4096)) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-c", CLIENT_FIRST_REQUEST, sim.openai_base_url],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["made"] == []  # the module, the router and a client made: no SDK yet
+    assert seen["model"] == "lazy-model"
+    assert {"openai", "httpx2"} <= set(seen["asked"])  # the request brought it
+    assert "tenacity" not in seen["asked"]  # nothing failed: no retry loop was needed
