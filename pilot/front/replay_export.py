@@ -35,6 +35,7 @@ from pilot import events as ev
 from pilot.agent.context import SUMMARY_MAX_TOKENS, Budget, summary_request
 from pilot.agent.state import RunState
 from pilot.errors import ConfigurationError
+from pilot.front.completion import run_id_argument
 from pilot.store.event_store import EventStore
 
 REPLAY_VERSION = 1
@@ -188,7 +189,7 @@ def _run_ids(store: EventStore, ids: Sequence[str], last: int | None) -> Iterato
 
 
 def replay_export_command(
-    run_ids: list[str] = typer.Argument(None, help="Run ids (any unambiguous prefix)."),
+    run_ids: list[str] = run_id_argument(None, help="Run ids (any unambiguous prefix)."),
     last: int | None = typer.Option(None, "--last", help="Also the N most recent runs."),
     out_dir: Path = typer.Option(Path("."), "--out", "-o", help="Directory for the files."),
     db: str | None = typer.Option(None, "--db", envvar="MARATHON_DB", help="Store URL or path."),
