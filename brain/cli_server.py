@@ -200,6 +200,8 @@ def _print_ready(spec: ServerSpec, info: Any) -> None:
     if t.speculative_enabled is not None:
         out.print(f"  speculative {'on' if t.speculative_enabled else 'off'}", end="")
     out.print("")
+    if spec.tuned is not None:
+        out.print(f"  {spec.tuned.line()}", markup=False, soft_wrap=True)
     if spec.api_key:
         out.print(f"  API key: in {state_dir() / 'api-keys' / (spec.name + '.key')}")
 
