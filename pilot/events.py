@@ -81,7 +81,7 @@ class ModelRequest(_Event):
     bound proves the request fits and no ``/tokenize`` round trip is made."""
     temperature: float | None = None
     """Set when the request was sampled hotter than the workflow's temperature, because the
-    model repeated the same call with the same result (``pilot.agent.progress.hotter``)."""
+    model repeated the same call with the same result (``pilot.tactics.feedback.hotter``)."""
 
 
 class ToolCall(BaseModel):

@@ -25,10 +25,12 @@ import re2  # noqa: F401  (the progress tracker's engine: see below)
 
 from pilot import events as ev
 from pilot.agent.context import ServerCounts
-from pilot.agent.loop import AgentLoop, StopRequested
+from pilot.agent.endings import stopped_by
+from pilot.agent.loop import AgentLoop
 from pilot.agent.progress import ProgressLimits
+from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
-from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
+from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
     die_now,
@@ -53,6 +55,7 @@ from pilot.store.event_store import (
     is_storage_full,
     lease_owner_id,
 )
+from pilot.tactics.small_models import SmallModelTactics
 from pilot.workflow.plan import RunPlan
 from pilot.workspace.executor import GitWorkspace, RegistryExecutor
 from pilot.workspace.snapshot import (
@@ -157,6 +160,8 @@ class Runner:
     commit_wait: float = COMMIT_WAIT_S
     """Seconds held events may wait while the run's task waits on something (a read-only
     tool in its thread, a request) before they are committed on their own."""
+    tactics: Tactics | None = None
+    """What the loop asks how to read imperfect answers (None: ``SmallModelTactics``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
 
@@ -549,6 +554,7 @@ class RunSession:
             client,
             executor,
             GitWorkspace(repo, self.run_id, executor.take_written),
+            tactics=runner.tactics or SmallModelTactics(),
             stop=stop,
             server_counts=runner.server_counts(self.plan),
         )
@@ -556,21 +562,18 @@ class RunSession:
             try:
                 # Waiting for the server before the first request: a stop pauses it at once.
                 await loop.stoppable(self._resolve_model(client))
-            except StopRequested:
+            except StopRequested as exc:
                 loop.release_stop_waiter()
-                self.emit(ev.RunPaused(reason="stop requested (signal); resume to continue"))
+                self.emit(stopped_by(exc))
             else:
                 await loop.run()
             if self.cancel_requested and self.state.finished is None:
                 self.emit(ev.RunFinished(status="cancelled", reason="cancelled by the user"))
         except StoreBusy as exc:
             busy = exc  # nothing can be written, as with a full disk (below)
-        except ServerUnavailable as exc:
+        except MarathonError as exc:  # a server away pauses; any other error fails
             if self.state.finished is None:
-                self.emit(ev.RunPaused(reason=f"model server unavailable: {exc}"))
-        except MarathonError as exc:
-            if self.state.finished is None:
-                self.emit(ev.RunFinished(status="failed", reason=str(exc)))
+                self.emit(stopped_by(exc))
         except StoreOperationalError as exc:
             if not is_storage_full(exc):
                 raise

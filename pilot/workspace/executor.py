@@ -9,7 +9,7 @@ from typing import Any
 
 from pilot import events as ev
 from pilot.agent.images import refs_from_artifacts
-from pilot.agent.loop import CheckOutcome
+from pilot.agent.seams import CheckOutcome
 from pilot.failpoints import kill_at
 from pilot.private_files import inside, make_private, write_private
 from pilot.redact import redact_file, redact_text
