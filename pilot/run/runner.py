@@ -41,7 +41,7 @@ from pilot.model.types import ModelClient, WaitEvent
 from pilot.private_files import private_dirs
 from pilot.redact import redact_for_storage
 from pilot.run.notify import notify_run_end
-from pilot.store import StoreError, StoreOperationalError, layout
+from pilot.store import LaunchFacts, StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
     CheckpointWriter,
@@ -227,9 +227,10 @@ class Runner:
         build_plan: PlanBuilder,
         run_id: str | None = None,
         existing: bool = False,
+        launch: LaunchFacts | None = None,
     ) -> RunOutcome:
         """Create a run (or take a queued one whose lease we hold), prepare its workspace and
-        branch, and drive it."""
+        branch, and drive it; ``launch``: what it is started with (kept in its row)."""
         if not existing:
             run_id = self.store.create_run(
                 workflow_name=workflow_name,
@@ -240,6 +241,7 @@ class Runner:
                 owner=self.owner,
                 lease_seconds=self.lease_seconds,
                 run_id=run_id,
+                launch=launch,
             )
         assert run_id is not None
         kill_at("startup")
