@@ -20,6 +20,7 @@ from rich.text import Text
 from brain.urls import server_root
 from pilot import events as ev
 from pilot.agent.state import RunState
+from pilot.run.confinement import is_unconfined
 
 
 def event_line(event: ev.Event, *, width: int = 110) -> Text:
@@ -32,6 +33,8 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
         case ev.RunStarted():
             text.append(f"run started: {event.workflow} in {event.workspace} ", style="bold")
             text.append(f"(branch {event.branch})", style="dim")
+            if is_unconfined(event.sandbox):
+                text.append(f"\n  sandbox: {event.sandbox}", style="yellow")
         case ev.ModelResolved():
             if event.max_model_len is None:
                 text.append(
