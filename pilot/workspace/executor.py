@@ -34,6 +34,8 @@ class RegistryExecutor:
     redact: Sequence[str] = ()
     """The workflow's own redaction patterns: files the pilot keeps are redacted as events."""
     run_id: str | None = None
+    hidden: Sequence[Path] = ()
+    """The pilot's state, kept out of the sandbox (``tools.sandbox.wrap``)."""
 
     def __post_init__(self) -> None:
         self._workspace = Workspace(self.workspace_root)
@@ -56,6 +58,7 @@ class RegistryExecutor:
             call_id=call_id,
             base_commit=self.base_commit,
             run_id=self.run_id,
+            hidden=self.hidden,
         )
 
     def schemas(self, names: list[str]) -> list[dict[str, Any]]:
