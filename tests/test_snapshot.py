@@ -162,14 +162,7 @@ def test_a_file_tool_snapshot_hashes_only_its_paths_and_equals_a_full_one(
     (root / "run.sh").chmod(0o755)
     executor, workspace = _executor(repo, tmp_path)
     workspace.snapshot("run start")  # the first one is full
-    calls: list[tuple[str, ...]] = []
-    real_git = GitRepo.git
-
-    def recording(self: GitRepo, *args: str, **kwargs: object) -> str:
-        calls.append(args)
-        return real_git(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(GitRepo, "git", recording)
+    calls = _recording_git(monkeypatch)
     steps = [
         ("write_file", {"path": "deep/new/dir/x.py", "content": "x = 1\n"}),
         ("write_file", {"path": "a.txt", "content": "two\n"}),
@@ -183,7 +176,7 @@ def test_a_file_tool_snapshot_hashes_only_its_paths_and_equals_a_full_one(
         assert not finished.is_error, finished.output
         snap, _head = workspace.snapshot(f"after {name}")
     assert not any(call[:1] == ("add",) for call in calls)  # no git add -A: paths only
-    monkeypatch.setattr(GitRepo, "git", real_git)
+    monkeypatch.undo()
     full = take_snapshot(repo, "r2", "full")  # another run's index: a full git add -A
     assert _listing(repo, snap) == _listing(repo, full)
     listing = _listing(repo, snap)
