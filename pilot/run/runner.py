@@ -586,13 +586,14 @@ class RunSession:
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
         storage_full = False
         busy: StoreBusy | None = None
+        workspace = GitWorkspace(repo, self.run_id, executor.take_written)
         loop = AgentLoop(
             self.plan,
             self.state,
             self.emit,
             client,
             executor,
-            GitWorkspace(repo, self.run_id, executor.take_written),
+            workspace,
             tactics=runner.tactics or SmallModelTactics(),
             stop=stop,
             server_counts=runner.server_counts(self.plan),
@@ -621,6 +622,7 @@ class RunSession:
             storage_full = True
         finally:
             loop.release_stop_waiter()
+            workspace.close()
             if self.unsaved and not storage_full and busy is None:
                 # lost: the model is asked again
                 with contextlib.suppress(StoreOperationalError, StoreBusy):
