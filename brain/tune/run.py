@@ -173,6 +173,17 @@ def tune(
         say=say,
     )
     report.starts = [s.cost for s in served]
+    fresh = [s.cost.start_s for s in served if s.cost.start_s is not None]
+    report.notes.append(
+        f"{len(served)} servers side by side"
+        + (f", {1 / len(served):.2f} of the profile's GPU memory each" if config.share_gpu else "")
+        + ": the rounds switch candidates without a restart"
+        + (
+            f" (a restart per switch would cost {sum(fresh) / len(fresh):.0f} s, the mean start)"
+            if fresh
+            else " (all reused, already running)"
+        )
+    )
     report.vllm_version = next((s.version for s in served if s.version), None)
     try:
         if start_only:
