@@ -206,3 +206,31 @@ def test_the_gpu_profile_loads() -> None:
     ]  # fmt: skip
     with pytest.raises(TuneError, match="no MTP layers"):
         parse_candidates("mtp:2", spec)
+
+
+@pytest.mark.usefixtures("marathon_home")
+def test_start_only_leaves_the_servers_up_and_the_next_tune_reuses_them(tmp_path: Path) -> None:
+    profile = _sim_profile(tmp_path)
+    runner = CliRunner()
+    port = str(free_port())
+    args = ["tune", str(profile), "-C", "off,ngram:2", "--base-port", port]
+    started = runner.invoke(app, [*args, "--start-only"])
+    try:
+        assert started.exit_code == 0, started.output
+        assert "off: sim-tune-tune-off on port" in started.output
+        assert "sim-tune-tune-ngram2" in runner.invoke(app, ["ps"]).output
+        tuned = runner.invoke(
+            app,
+            [
+                *args, "--replay", str(REPLAY), "--requests-per-run", "2", "--max-tokens", "8",
+                "--max-rounds", "2", "--out", str(tmp_path / "ev"),
+            ],
+        )  # fmt: skip
+        assert tuned.exit_code == 0, tuned.output
+        assert "reusing sim-tune-tune-off" in tuned.output
+        assert "| off | sim-tune-tune-off:" in tuned.output and "| reused |" in tuned.output
+        assert "(all reused, already running)" in tuned.output
+    finally:
+        for name in ("sim-tune-tune-off", "sim-tune-tune-ngram2"):
+            runner.invoke(app, ["down", name])
+    assert "sim-tune-tune" not in runner.invoke(app, ["ps"]).output

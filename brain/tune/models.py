@@ -63,6 +63,7 @@ class Sample(BaseModel):
     wall_s: float
     requests: int
     failed: int
+    errors: list[str] = Field(default_factory=list)
     decode_tps: float | None = None
     depths: dict[str, DepthSample] = Field(default_factory=dict)
     acceptance: float | None = None

@@ -194,6 +194,13 @@ def tune(
             stop_all(served, registry)
     report.samples, report.rounds, report.measure_s = samples, done, spent
     report.points = decide_all(config, report.candidates, samples)
+    failed = sum(s.failed for s in samples)
+    if failed:
+        first = next((e for s in samples for e in s.errors), "")
+        report.notes.append(
+            f"{failed} of {sum(s.requests for s in samples)} replayed requests failed and are "
+            f"left out of the speeds (first: {first})"
+        )
     hits = [s.hit_rate for s in samples if s.hit_rate is not None]
     report.hit_rate = sum(hits) / len(hits) if hits else None
     retention = retention_setting(spec)
