@@ -234,3 +234,18 @@ def test_start_only_leaves_the_servers_up_and_the_next_tune_reuses_them(tmp_path
         for name in ("sim-tune-tune-off", "sim-tune-tune-ngram2"):
             runner.invoke(app, ["down", name])
     assert "sim-tune-tune" not in runner.invoke(app, ["ps"]).output
+
+
+@pytest.mark.usefixtures("marathon_home")
+def test_a_wall_spent_on_starting_is_said_and_the_servers_are_stopped(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "tune", str(_sim_profile(tmp_path)), "--replay", str(REPLAY), "-C", "ngram:2",
+            "--base-port", "0", "--wall-s", "1",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "left no time to measure" in result.output and "Traceback" not in result.output
+    assert "sim-tune-tune" not in runner.invoke(app, ["ps"]).output

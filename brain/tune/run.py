@@ -25,6 +25,8 @@ from brain.tune.servers import Served, start_all, stop_all
 Say = Callable[[str], None]
 RETENTION_FLAG = "--prefix-cache-retention-interval"
 RETENTION_ENV = "VLLM_PREFIX_CACHE_RETENTION_INTERVAL"
+STOP_RESERVE_S = 45.0
+"""Of ``--wall-s``, kept for the last round's overrun, stopping the servers, writing."""
 
 
 def load_traffic(config: TuneConfig) -> list[ReplayRun]:
@@ -148,6 +150,7 @@ def tune(
     config: TuneConfig, say: Say, *, start_only: bool = False, keep: bool = False
 ) -> TuneReport:
     """The whole tune (or, with ``start_only``, the servers up and their start costs)."""
+    began = time.monotonic()
     path = profile_path(config.profile)
     spec = load_profile(path)
     if config.sets:
@@ -188,6 +191,15 @@ def tune(
     try:
         if start_only:
             return report
+        if config.wall_s is not None:
+            left = config.wall_s - (time.monotonic() - began) - STOP_RESERVE_S
+            if left <= 0:
+                raise TuneError(
+                    f"--wall-s {config.wall_s:g}: the servers' start left no time to measure"
+                )
+            if left < config.budget_s:
+                say(f"--wall-s {config.wall_s:g}: measuring budget {left:.0f} s")
+                config = config.model_copy(update={"budget_s": left})
         samples, done, spent = asyncio.run(rounds(config, served, traffic, say))
     finally:
         if not (keep or start_only):
