@@ -332,7 +332,7 @@ def resume(
     raise typer.Exit(outcome)
 
 
-def _install_signals(stop: asyncio.Event, store: Any) -> None:
+def _install_signals(stop: asyncio.Event, store: Any, runner: Any) -> None:
     """First SIGINT/SIGTERM: pause at the next safe point, or at once from any wait (the
     server, a backoff, a database lock). Second: exit at once (130); the run is left
     interrupted and ``pilot resume`` takes it over.
@@ -354,6 +354,13 @@ def _install_signals(stop: asyncio.Event, store: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
 
+    from pilot.run.cancel_bell import CANCEL_SIGNAL
+
+    def on_cancel(_signum: int, _frame: Any) -> None:  # `pilot cancel` on this host
+        loop.call_soon_threadsafe(runner.ring_bells)
+
+    signal.signal(CANCEL_SIGNAL, on_cancel)
+
 
 def _observed(
     console: Console,
@@ -371,10 +378,12 @@ def _observed(
     from pilot.front.printer import LinePrinter, plain_render
     from pilot.front.ui import event_json
     from pilot.heap import settle_startup_heap
+    from pilot.run.cancel_bell import with_bell
     from pilot.run.runner import Runner
+    from pilot.store.lease import lease_owner_id
 
     stop = asyncio.Event()
-    runner = Runner(store, stop=stop)
+    runner = Runner(store, stop=stop, owner=with_bell(lease_owner_id()))
     view: Any
     if json_lines:
         view = LinePrinter(sys.stdout, event_json)
@@ -385,7 +394,7 @@ def _observed(
     runner.observers.append(view)
 
     async def main() -> Any:
-        _install_signals(stop, store)
+        _install_signals(stop, store, runner)
         try:
             return await start(runner)
         finally:
