@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 from rich.console import Console
@@ -25,6 +25,7 @@ from rich.table import Table
 from pilot import __version__
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.front.cli_errors import UserErrorGroup
+from pilot.front.completion import run_id_argument
 
 if TYPE_CHECKING:
     import asyncio
@@ -38,6 +39,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+Durability = Literal["normal", "full"]
+"""``--durability``'s choices, shown in the help and completed: the store's DURABILITIES."""
 DB_OPTION = typer.Option(
     None,
     "--db",
@@ -137,7 +140,9 @@ def _store(db: str | None, durability: str = "normal", *, create: bool = True):
 @app.command()
 def run(
     workflow: Path = typer.Argument(..., help="The workflow file (YAML).", exists=False),
-    param: list[str] = typer.Option([], "--param", "-p", help="Set a param: NAME=VALUE."),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", metavar="NAME=VALUE", help="Set a param (repeat it for more)."
+    ),
     params_file: Path | None = typer.Option(None, "--params-file", help="YAML file of params."),
     matrix: Path | None = typer.Option(
         None, "--matrix", help="YAML list of param sets: one run per set."
@@ -155,10 +160,10 @@ def run(
         False, "--detach", help="Run in the background; print the run id and a log file."
     ),
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
-    durability: str = typer.Option(
+    durability: Durability = typer.Option(
         "normal",
         "--durability",
-        help="normal or full: normal survives any process death, full also a power cut (fsync).",
+        help="normal survives any process death, full also a power cut (fsync).",
     ),
     admission: bool = ADMISSION_OPTION,
 ) -> None:
@@ -288,7 +293,7 @@ def _db_to_environment(args: list[str]) -> tuple[list[str], dict[str, str]]:
 
 @app.command()
 def resume(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
     endpoint: list[str] = ENDPOINT_OPTION,
     dry_run: bool = typer.Option(
@@ -389,8 +394,9 @@ def _drive_many(
     store: Any,
     endpoints: Sequence[str] = (),
 ) -> int:
-    """Drive several runs in this process; the exit code is the worst outcome's."""
-    from pilot.front.outcome import print_outcome
+    """Drive several runs in this process; the exit code is the worst outcome's. A roll-up
+    line ends it (a JSON object on stderr with --json, whose stdout is events only)."""
+    from pilot.front.outcome import print_outcome, rollup, rollup_line
     from pilot.front.ui import MultiRunView
     from pilot.run.notify import notify_queue_end
 
@@ -401,6 +407,10 @@ def _drive_many(
     if not json_lines:
         for outcome in outcomes:
             print_outcome(console, store, outcome)
+        console.print()
+        console.print(f"[bold]{escape(rollup_line(outcomes))}[/]")
+    else:
+        print(json.dumps({"rollup": rollup(outcomes)}), file=sys.stderr, flush=True)
     notify_queue_end(outcomes)
     codes = [o.exit_code for o in outcomes] or [0]
     return max(codes)
@@ -578,7 +588,7 @@ def _print_records(
 
 @app.command()
 def show(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
@@ -639,14 +649,17 @@ def _print_server_event(
 
 @app.command()
 def logs(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events."),
+    json_lines: bool = typer.Option(
+        False, "--json", help="Print events as JSON lines (as pilot run --json does)."
+    ),
 ) -> None:
     """Print the run's events (with -f, follow them as another process appends them)."""
     import time
 
-    from pilot.front.ui import event_line, line_width
+    from pilot.front.ui import event_json, event_line, line_width
 
     console = _console()
     with _user_errors():
@@ -655,7 +668,10 @@ def logs(
         last = 0
         while True:
             for seq, event in store.iter_events(record.id, after_seq=last):
-                console.print(event_line(event, width=line_width(console)))
+                if json_lines:
+                    print(event_json(record.id, seq, event), flush=True)
+                else:
+                    console.print(event_line(event, width=line_width(console)))
                 last = seq
             if not follow:
                 break
@@ -669,7 +685,7 @@ def logs(
 
 @app.command()
 def cancel(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
 ) -> None:
     """Cancel a run (a running one is asked to stop; it ends as cancelled)."""
@@ -683,7 +699,7 @@ def cancel(
 
 @app.command()
 def diff(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
     stat: bool = typer.Option(False, "--stat", help="Only the diffstat."),
 ) -> None:
@@ -716,7 +732,9 @@ app.add_typer(queue_app, name="queue")
 @queue_app.command("add")
 def queue_add(
     workflow: Path = typer.Argument(..., help="The workflow file (YAML)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Set a param: NAME=VALUE."),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", metavar="NAME=VALUE", help="Set a param (repeat it for more)."
+    ),
     params_file: Path | None = typer.Option(None, "--params-file", help="YAML file of params."),
     db: str | None = DB_OPTION,
 ) -> None:
@@ -804,7 +822,9 @@ def worker(
 @app.command()
 def validate(
     workflow: Path = typer.Argument(..., help="The workflow file to check."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Also check these params."),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", metavar="NAME=VALUE", help="Also check these params."
+    ),
 ) -> None:
     """Check a workflow file; every problem is reported with file, line and field."""
     from pilot.run.launch import validate_workflow

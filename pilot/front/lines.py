@@ -77,6 +77,19 @@ def event_parts(event: ev.Event, *, width: int = 110) -> list[tuple[str, str]]:
         case ev.CheckFinished():
             verdict = "passed" if event.passed else f"failed (exit {event.exit_code})"
             text.append(f"check {verdict}", style="green" if event.passed else "red")
+        case ev.AnswerCut():
+            calls = f"; not run: {', '.join(event.calls)}" if event.calls else ""
+            text.append(f"answer cut ({_short(event.reason, width - 40)}){calls}", "red")
+        case ev.CheckBaseline():
+            verdict = "passes" if event.passed else f"fails (exit {event.exit_code})"
+            text.append(f"check before any change {verdict}: {event.command}", style="magenta")
+        case ev.PhaseEvidence():
+            verdict = "accepted" if event.accepted else "refused"
+            text.append(
+                f"evidence {verdict} ({event.rule})", style="green" if event.accepted else "red"
+            )
+            if event.items or event.reason:
+                text.append(f": {_short('; '.join([*event.items, event.reason][:4]), width - 40)}")
         case ev.Nudge():
             text.append(f"nudge ({event.reason})", style="yellow")
         case ev.PhaseFinished():

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from pilot.errors import ConfigurationError
+from pilot.front.completion import run_id_argument
 
 if TYPE_CHECKING:
     from pilot.store.event_store import EventStore
@@ -190,7 +191,7 @@ def _run_ids(store: EventStore, ids: Sequence[str], last: int | None) -> Iterato
 
 
 def replay_export_command(
-    run_ids: list[str] = typer.Argument(None, help="Run ids (any unambiguous prefix)."),
+    run_ids: list[str] = run_id_argument(None, help="Run ids (any unambiguous prefix)."),
     last: int | None = typer.Option(None, "--last", help="Also the N most recent runs."),
     out_dir: Path = typer.Option(Path("."), "--out", "-o", help="Directory for the files."),
     db: str | None = typer.Option(None, "--db", envvar="MARATHON_DB", help="Store URL or path."),
