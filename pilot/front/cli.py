@@ -510,7 +510,7 @@ def list_runs(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""
-    from pilot.front.ui import format_duration, local_time
+    from pilot.front.lines import format_duration, local_time
     from pilot.store.event_store import shown_status
 
     records = _records(db, lambda store: store.list_runs(limit=limit))
@@ -771,7 +771,7 @@ def queue_ls(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """Queued runs and queue runs still in progress."""
-    from pilot.front.ui import local_time
+    from pilot.front.lines import local_time
 
     records = _records(db, lambda store: store.list_queue())
     columns = ("id", "workflow", "status", "phase", "steps", "worker", "added")
