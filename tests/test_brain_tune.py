@@ -20,7 +20,7 @@ from brain.sim.engine import SimEngine
 from brain.tune.candidates import Candidate, TuneError, candidate_spec, parse_candidates
 from brain.tune.decide import decide_point, ratio_interval
 from brain.tune.measure import depth_label, thin
-from brain.tune.models import DepthSample, Sample
+from brain.tune.models import DepthSample, Sample, TuneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = ROOT / "bench" / "replays" / "refactor-demo-14.jsonl.gz"
@@ -249,3 +249,30 @@ def test_a_wall_spent_on_starting_is_said_and_the_servers_are_stopped(tmp_path: 
     assert result.exit_code == 2
     assert "left no time to measure" in result.output and "Traceback" not in result.output
     assert "sim-tune-tune" not in runner.invoke(app, ["ps"]).output
+
+
+def test_apply_writes_the_choice_into_the_profile_and_keeps_the_original(tmp_path: Path) -> None:
+    from brain.tune.models import TuneReport
+    from brain.tune.profile_out import write_tuned
+
+    profile = tmp_path / "p.yaml"
+    original = "# my comments\nname: p\nbackend: sim\nmodel: m\nport: 8123\n"
+    profile.write_text(original)
+    report = TuneReport(
+        started_at="2026-12-06T19:00:00+00:00",
+        ended_at="2026-12-06T19:08:00+00:00",
+        config=TuneConfig(profile=str(profile), replay=[REPLAY]),
+        profile_path=str(profile),
+        model="m",
+        candidates=["off", "ngram:3"],
+        choice="ngram:3",
+        choice_point="c=4, depth 2k-8k",
+    )
+    target = write_tuned(profile, report, tmp_path / "ev.json", apply=True)
+    assert target == profile
+    assert (tmp_path / "p.yaml.orig").read_text() == original
+    spec = load_profile(profile)
+    assert spec.port == 8123 and spec.speculative is not None
+    assert (spec.speculative.method, spec.speculative.num_speculative_tokens) == ("ngram", 3)
+    assert spec.tuned is not None and (spec.tuned.concurrency, spec.tuned.depth) == (4, "2k-8k")
+    assert "measured 2026-12-06T19:08:00+00:00 for c=4, depth 2k-8k" in spec.tuned.line()
