@@ -97,7 +97,8 @@ def up(
         None,
         "--gpus",
         metavar="IDS",
-        help="GPUs for the replicas: indexes or UUIDs, e.g. 0,1,2,3 (split in TP-sized groups).",
+        help="GPUs for the replicas: all, or indexes or UUIDs, e.g. 0,1,2,3 (split in TP-sized "
+        "groups); a number is an index, not a count as in docker run --gpus 2.",
     ),
     fleet: str = typer.Option(
         None, "--fleet", help="A fleet file: servers (profile, gpus, port) started together."

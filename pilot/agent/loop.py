@@ -35,6 +35,7 @@ from pilot.agent.context import (
     plan_compaction,
     summary_request,
 )
+from pilot.agent.cut import cut_call_refusal, cut_reason, cut_text_message
 from pilot.agent.images import (
     PHASE_IMAGE_TOOL,
     Materializer,
@@ -96,11 +97,6 @@ NOTHING_CHANGED = "the run changed no file"
 NO_CHANGE_CHECK = "a change to the workspace"
 """The check's label when a ``require_change`` phase is closed on an unchanged tree."""
 NO_CHANGE_OUTPUT = "No file differs from the phase's start; this phase must change the code."
-LENGTH_CUT = (
-    "Error: your answer was cut off by the max_tokens limit before this tool call was complete, "
-    "so it was not run. Re-issue the call, with shorter arguments if needed (e.g. edit a file "
-    "in smaller pieces)."
-)
 
 
 class EventSink(Protocol):
@@ -227,6 +223,16 @@ class AgentLoop:
         if state.snapshot_due is not None:
             await self.take_due_snapshot()
             return
+        if state.pending_calls and state.phase is not None:
+            # An answer already received (paid for) runs before a step or token limit stops
+            # the run; past the wall time, its calls are recorded as not run, with why.
+            phase = self.plan.phases[state.phase.index]
+            late = self.wall_time_over(phase.limits, self.plan.limits)
+            if late is not None:
+                self.refuse_pending(late)
+                return
+            await self.answer_call(phase, state.pending_calls[0])
+            return
         if self.limit_hit(self.plan.limits, scope="run"):
             return
         if state.phase is None:
@@ -242,9 +248,6 @@ class AgentLoop:
             self.emit(ev.PhaseStarted(index=index, name=phase.name, prompt=prompt, images=images))
             return
         phase = self.plan.phases[state.phase.index]
-        if state.pending_calls:
-            await self.answer_call(phase, state.pending_calls[0])
-            return
         if phase.check_after_edit and phase.check and state.phase.edited:
             await self.check_edit(phase)
             return
@@ -293,6 +296,33 @@ class AgentLoop:
             self.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name} {reason}"))
 
     # -- limits ---------------------------------------------------------------------------
+
+    def wall_time_over(self, phase_limits: Limits, run_limits: Limits) -> str | None:
+        """Why the phase's or the run's wall time is spent, or None."""
+        state, now = self.state, self.clock()
+        progress = state.phase
+        elapsed = state.elapsed_active(now)
+        for scope, limits, used in (
+            ("run", run_limits, elapsed),
+            ("phase", phase_limits, elapsed - (progress.active_at_start if progress else 0.0)),
+        ):
+            if limits.max_wall_time is not None and used >= limits.max_wall_time:
+                return f"{scope} wall-time limit reached ({limits.max_wall_time:.0f} s)"
+        return None
+
+    def refuse_pending(self, reason: str) -> None:
+        """Record each call of the last answer as not run, with ``reason`` (a limit)."""
+        for call in list(self.state.pending_calls):
+            self.emit(
+                ev.ToolFinished(
+                    call_id=call.id,
+                    name=call.name,
+                    output=f"Error: not run: {reason}",
+                    is_error=True,
+                    executed=False,
+                ),
+                commit=False,
+            )
 
     def limit_hit(self, limits: Limits, *, scope: str) -> bool:
         state = self.state
@@ -409,7 +439,7 @@ class AgentLoop:
             response = response.model_copy(
                 update={"usage": estimated_usage(messages, tools, count, response)}
             )
-        self.record_response(step, phase, response)
+        self.record_response(step, phase, response, max_tokens)
 
     async def fits_without_counting(
         self, budget: Budget, model: str, messages: list[dict[str, Any]], tools: Any
@@ -598,10 +628,16 @@ class AgentLoop:
         self._fitted = (phase.tools, schemas, out)
         return out
 
-    def record_response(self, step: int, phase: PhasePlan, response: ModelResponse) -> None:
+    def record_response(
+        self, step: int, phase: PhasePlan, response: ModelResponse, max_tokens: int | None = None
+    ) -> None:
         repairs: list[str] = []
         calls: list[ev.ToolCall] = []
         schemas = self.phase_schemas(phase)
+        cut = cut_reason(response.finish_reason, response.usage, max_tokens)
+        if cut is not None:  # recorded as sent, never repaired: none of it runs
+            self.record_cut(step, response, cut, max_tokens)
+            return
         for position, call in enumerate(response.tool_calls):
             name, renamed = call.name, None
             if name not in schemas and not self.tools.known(name):
@@ -634,7 +670,7 @@ class AgentLoop:
             )
         content = response.content
         found = None
-        if not calls and content and response.finish_reason != "length":
+        if not calls and content:
             found = extract_text_tool_calls(content, schemas)
             if found.calls:
                 for position, (name, arguments) in enumerate(found.calls):
@@ -694,6 +730,50 @@ class AgentLoop:
             )
             self.emit(ev.Nudge(reason="no_tool_call", text=text))
 
+    def record_cut(
+        self, step: int, response: ModelResponse, reason: str, max_tokens: int | None
+    ) -> None:
+        """A cut answer: recorded with its calls as the server sent them (unrepaired), then
+        ``answer_cut``, which answers each call without running it (``pilot.agent.cut``)."""
+        calls = [
+            ev.ToolCall(
+                id=call.id or new_call_id(step, position),
+                name=call.name,
+                arguments="{}",
+                raw_arguments=call.arguments
+                if isinstance(call.arguments, str)
+                else json.dumps(call.arguments),
+                error=cut_call_refusal(reason),
+            )
+            for position, call in enumerate(response.tool_calls)
+        ]
+        self.emit(
+            ev.AssistantMessage(
+                step=step,
+                content=response.content,
+                reasoning=response.reasoning,
+                tool_calls=calls,
+                finish_reason=response.finish_reason,
+                usage=response.usage,
+                ttft_s=response.ttft_s,
+                duration_s=response.duration_s,
+                attempts=response.attempts,
+                endpoint=response.endpoint,
+            ),
+            commit=False,
+        )
+        self.emit(
+            ev.AnswerCut(
+                step=step,
+                reason=reason,
+                finish_reason=response.finish_reason,
+                completion_tokens=response.usage.completion_tokens if response.usage else None,
+                max_tokens=max_tokens,
+                calls=[c.name for c in calls],
+                message=cut_call_refusal(reason) if calls else cut_text_message(reason),
+            )
+        )
+
     def text_mode(self, messages: list[dict[str, Any]]) -> bool:
         """Whether the model writes its calls as text (any call so far was recovered from
         text): its history is then sent back as text (``pilot.tactics.text_turns``). Scanned
@@ -714,12 +794,11 @@ class AgentLoop:
 
     async def answer_call(self, phase: PhasePlan, call: ev.ToolCall) -> None:
         """Run one pending call (or answer it with an error without running it)."""
-        last = self.state.last_finish_reason
         refusal = None
         arguments: dict[str, Any] = {}
         failed = self.failed_in_this_answer()
-        if last == "length":
-            refusal = LENGTH_CUT
+        if self.state.answer_cut is not None:  # a cut answer's call never runs
+            refusal = self.state.answer_cut
         elif failed is not None:
             refusal = (
                 f"Error: not run: {failed}, called before it in the same answer, failed, and "
