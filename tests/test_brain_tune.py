@@ -154,12 +154,12 @@ def test_tune_on_the_sim_chooses_ngram_shallow_and_writes_a_tuned_profile(tmp_pa
         app,
         [
             "tune", str(profile), "--replay", str(REPLAY), "-c", "1", "-C", "off,ngram:4",
-            "--requests-per-run", "3", "--max-tokens", "48", "--max-rounds", "3",
+            "--requests-per-run", "3", "--max-tokens", "48", "--max-rounds", "5",
             "--depths", "4096", "--base-port", "0", "--budget-s", "60",
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "Choice: ngram:4" in result.output
+    assert "Choice: ngram:4" in result.output, result.output
     tuned = load_profile(tmp_path / "sim-tune.tuned.yaml")
     assert tuned.tuned is not None and tuned.tuned.choice == "ngram:4"
     assert tuned.speculative is not None and tuned.speculative.method == "ngram"
