@@ -21,6 +21,7 @@ from brain.tune.candidates import Candidate, TuneError, candidate_spec, parse_ca
 from brain.tune.decide import decide_point, ratio_interval
 from brain.tune.measure import depth_label, thin
 from brain.tune.models import DepthSample, Sample, TuneConfig
+from brain.tune.run import winner_gap
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = ROOT / "bench" / "replays" / "refactor-demo-14.jsonl.gz"
@@ -92,6 +93,9 @@ def test_a_clear_gain_wins_and_a_drifting_tie_stays_off() -> None:
     assert tie.winner == "off"
     ratio = next(r for r in tie.results if r.candidate == "ngram:2").ratio_to_off
     assert ratio is not None and ratio.low < 1.0 < ratio.high
+    # what preferring off cost at that point: ngram:2's mean is 0.6% above off's
+    assert winner_gap([point]) == "every point's winner is the fastest candidate measured there"
+    assert winner_gap([tie]).endswith("0.6% at c=1 <2k (ngram:2 489 tok/s vs off)")
 
 
 def test_one_round_decides_nothing() -> None:
