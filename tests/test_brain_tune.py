@@ -280,3 +280,7 @@ def test_apply_writes_the_choice_into_the_profile_and_keeps_the_original(tmp_pat
     assert (spec.speculative.method, spec.speculative.num_speculative_tokens) == ("ngram", 3)
     assert spec.tuned is not None and (spec.tuned.concurrency, spec.tuned.depth) == (4, "2k-8k")
     assert "measured 2026-12-06T19:08:00+00:00 for c=4, depth 2k-8k" in spec.tuned.line()
+    dry = CliRunner().invoke(app, ["up", str(profile), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "# tuned: speculative ngram:3 (brain tune, measured 2026-12-06T19:08:00" in dry.output
+    assert '"method":"ngram"' in dry.output
