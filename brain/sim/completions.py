@@ -87,7 +87,7 @@ async def complete_text(state: SimState, body: SimCompletionRequest) -> Response
     try:
         await ticket.admitted()
         await engine.prefill(ticket.request, clock)
-        decoder = engine.decoder(number)
+        decoder = engine.decoder(number, ticket.request)
         index = 0
         while index < len(pieces):
             count = 1 if index == 0 else await decoder.step(len(pieces) - index, clock)

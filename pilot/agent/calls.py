@@ -12,17 +12,13 @@ from typing import Any
 
 from pilot import events as ev
 from pilot.agent.compaction import cut_tool_output
+from pilot.agent.cut import cut_call_refusal, cut_text_message
 from pilot.agent.seams import ToolExecutor
 from pilot.model.types import ModelResponse
 from pilot.workflow.plan import PhasePlan
 
 TOOL_RESULT_SHARE = 0.15
 """The largest share of the window one tool result may take in the conversation."""
-LENGTH_CUT = (
-    "Error: your answer was cut off by the max_tokens limit before this tool call was complete, "
-    "so it was not run. Re-issue the call, with shorter arguments if needed (e.g. edit a file "
-    "in smaller pieces)."
-)
 
 
 def new_call_id(step: int, position: int) -> str:
@@ -49,17 +45,85 @@ def plain_calls(
     return calls
 
 
+def answer_message(
+    step: int,
+    response: ModelResponse,
+    calls: list[ev.ToolCall],
+    content: str | None,
+    repairs: list[str],
+) -> ev.AssistantMessage:
+    """The ``assistant_message`` of an answer: its calls and content as read, the rest as the
+    server sent it."""
+    return ev.AssistantMessage(
+        step=step,
+        content=content,
+        reasoning=response.reasoning,
+        tool_calls=calls,
+        finish_reason=response.finish_reason,
+        usage=response.usage,
+        ttft_s=response.ttft_s,
+        duration_s=response.duration_s,
+        attempts=response.attempts,
+        repairs=repairs,
+        endpoint=response.endpoint,
+    )
+
+
+def cut_answer(
+    step: int, response: ModelResponse, reason: str, max_tokens: int | None
+) -> tuple[ev.AssistantMessage, ev.AnswerCut]:
+    """A cut answer's events: the answer with its calls as the server sent them (unrepaired),
+    then ``answer_cut``, which answers each call without running it (``pilot.agent.cut``)."""
+    calls = [
+        ev.ToolCall(
+            id=call.id or new_call_id(step, position),
+            name=call.name,
+            arguments="{}",
+            raw_arguments=call.arguments
+            if isinstance(call.arguments, str)
+            else json.dumps(call.arguments),
+            error=cut_call_refusal(reason),
+        )
+        for position, call in enumerate(response.tool_calls)
+    ]
+    message = answer_message(step, response, calls, response.content, [])
+    cut = ev.AnswerCut(
+        step=step,
+        reason=reason,
+        finish_reason=response.finish_reason,
+        completion_tokens=response.usage.completion_tokens if response.usage else None,
+        max_tokens=max_tokens,
+        calls=[c.name for c in calls],
+        message=cut_call_refusal(reason) if calls else cut_text_message(reason),
+    )
+    return message, cut
+
+
+def refuse_pending(calls: list[ev.ToolCall], reason: str) -> list[ev.ToolFinished]:
+    """Each call of the last answer recorded as not run, with ``reason`` (a limit)."""
+    return [
+        ev.ToolFinished(
+            call_id=call.id,
+            name=call.name,
+            output=f"Error: not run: {reason}",
+            is_error=True,
+            executed=False,
+        )
+        for call in calls
+    ]
+
+
 def refusal(
     call: ev.ToolCall,
     phase: PhasePlan,
     tools: ToolExecutor,
     *,
-    last_finish_reason: str | None,
+    answer_cut: str | None,
     failed_before: str | None,
 ) -> str | None:
     """Why ``call`` is answered with an error without running, or None to run it."""
-    if last_finish_reason == "length":
-        return LENGTH_CUT
+    if answer_cut is not None:  # a cut answer's call never runs
+        return answer_cut
     if failed_before is not None:
         return (
             f"Error: not run: {failed_before}, called before it in the same answer, failed, "

@@ -69,6 +69,21 @@ def limit_reason(limits: Limits, state: RunState, now: datetime, *, scope: str) 
     return None
 
 
+def wall_time_reason(
+    state: RunState, now: datetime, phase_limits: Limits, run_limits: Limits
+) -> str | None:
+    """Why the phase's or the run's wall time is spent, or None."""
+    progress = state.phase
+    elapsed = state.elapsed_active(now)
+    for scope, limits, used in (
+        ("run", run_limits, elapsed),
+        ("phase", phase_limits, elapsed - (progress.active_at_start if progress else 0.0)),
+    ):
+        if limits.max_wall_time is not None and used >= limits.max_wall_time:
+            return f"{scope} wall-time limit reached ({limits.max_wall_time:.0f} s)"
+    return None
+
+
 def success_reason(unchanged: bool) -> str:
     """Why a run succeeded, saying plainly when it left every file as it found it."""
     return f"all phases done; {NOTHING_CHANGED}" if unchanged else "all phases done"

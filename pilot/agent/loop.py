@@ -27,7 +27,14 @@ from pilot import events as ev
 from pilot.agent import calls as call_rules
 from pilot.agent.checks import PhaseChecks, workspace_changed
 from pilot.agent.context import PromptCount, ServerCounts
-from pilot.agent.endings import end_phase, limit_reason, stopped_by, success_reason
+from pilot.agent.cut import cut_reason
+from pilot.agent.endings import (
+    end_phase,
+    limit_reason,
+    stopped_by,
+    success_reason,
+    wall_time_reason,
+)
 from pilot.agent.images import Materializer
 from pilot.agent.media import image_fallback, place_images, request_messages
 from pilot.agent.phase_start import phase_prompt
@@ -144,15 +151,23 @@ class AgentLoop:
         if state.snapshot_due is not None:
             await self.take_due_snapshot()
             return
+        if state.pending_calls and state.phase is not None:
+            # An answer already received (paid for) runs before a step or token limit stops
+            # the run; past the wall time, its calls are recorded as not run, with why.
+            phase = self.plan.phases[state.phase.index]
+            late = wall_time_reason(state, self.clock(), phase.limits, self.plan.limits)
+            if late is not None:
+                for refused in call_rules.refuse_pending(list(state.pending_calls), late):
+                    self.emit(refused, commit=False)
+                return
+            await self.answer_call(phase, state.pending_calls[0])
+            return
         if self.limit_hit(self.plan.limits, scope="run"):
             return
         if state.phase is None:
             await self.start_phase(state.next_phase_index)
             return
         phase = self.plan.phases[state.phase.index]
-        if state.pending_calls:
-            await self.answer_call(phase, state.pending_calls[0])
-            return
         if phase.check_after_edit and phase.check and state.phase.edited:
             await self.checks.check_edit(phase)
             return
@@ -299,7 +314,7 @@ class AgentLoop:
             response = response.model_copy(
                 update={"usage": estimated_usage(messages, tools, count, response)}
             )
-        self.record_response(step, phase, response)
+        self.record_response(step, phase, response, max_tokens)
 
     def temperature(self, base: float | None) -> float | None:
         """The request's temperature: the workflow's own (None), unless the model repeats
@@ -341,9 +356,18 @@ class AgentLoop:
         self._fitted = (phase.tools, schemas, out)
         return out
 
-    def record_response(self, step: int, phase: PhasePlan, response: ModelResponse) -> None:
+    def record_response(
+        self, step: int, phase: PhasePlan, response: ModelResponse, max_tokens: int | None = None
+    ) -> None:
         """Record the answer with its calls; an answer without one is answered (nudge,
-        question) as the tactics say. A plain answer is read here, past one check."""
+        question) as the tactics say. A plain answer is read here, past one check; a cut one
+        is recorded as sent, never repaired: none of it runs."""
+        cut = cut_reason(response.finish_reason, response.usage, max_tokens)
+        if cut is not None:
+            message, answer_cut = call_rules.cut_answer(step, response, cut, max_tokens)
+            self.emit(message, commit=False)
+            self.emit(answer_cut)
+            return
         schemas = self.phase_schemas(phase)
         plain = self.tactics.plain_calls(response, schemas)
         if plain is not None:
@@ -358,19 +382,7 @@ class AgentLoop:
         # With calls, it waits for the first transaction its calls need: a mutating call's
         # tool_started, or the next step's model_request when every call is read-only.
         self.emit(
-            ev.AssistantMessage(
-                step=step,
-                content=reading.content,
-                reasoning=response.reasoning,
-                tool_calls=calls,
-                finish_reason=response.finish_reason,
-                usage=response.usage,
-                ttft_s=response.ttft_s,
-                duration_s=response.duration_s,
-                attempts=response.attempts,
-                repairs=reading.repairs,
-                endpoint=response.endpoint,
-            ),
+            call_rules.answer_message(step, response, calls, reading.content, reading.repairs),
             commit=not calls,
         )
         if calls:
@@ -418,7 +430,7 @@ class AgentLoop:
             call,
             phase,
             self.tools,
-            last_finish_reason=self.state.last_finish_reason,
+            answer_cut=self.state.answer_cut,
             failed_before=call_rules.failed_in_this_answer(self.state.messages),
         )
         if refusal is not None:
