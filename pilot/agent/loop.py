@@ -39,7 +39,6 @@ from pilot.agent.images import Materializer
 from pilot.agent.media import image_fallback, place_images, request_messages
 from pilot.agent.phase_start import phase_prompt
 from pilot.agent.seams import (
-    CheckOutcome,
     EventSink,
     Reading,
     StopRequested,
@@ -59,7 +58,7 @@ from pilot.errors import (
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, WaitEvent
 from pilot.workflow.plan import Limits, PhasePlan, RunPlan
 
-__all__ = ["AgentLoop", "CheckOutcome", "EventSink", "StopRequested", "ToolExecutor"]
+__all__ = ["AgentLoop"]
 
 _T = TypeVar("_T")
 
