@@ -48,6 +48,9 @@ class RunStarted(_Event):
     owner: str
     repository: str | None = None
     """The user's checkout the run's worktree was added from (None: the run works in place)."""
+    sandbox: str = ""
+    """How the agent's commands are confined, in words (``pilot.run.confinement``): ``bwrap``,
+    or ``none`` and why; empty for a run recorded before it was said."""
 
 
 class ModelResolved(_Event):

@@ -206,3 +206,46 @@ def test_the_gpu_profile_loads() -> None:
     ]  # fmt: skip
     with pytest.raises(TuneError, match="no MTP layers"):
         parse_candidates("mtp:2", spec)
+
+
+@pytest.mark.usefixtures("marathon_home")
+def test_start_only_leaves_the_servers_up_and_the_next_tune_reuses_them(tmp_path: Path) -> None:
+    profile = _sim_profile(tmp_path)
+    runner = CliRunner()
+    port = str(free_port())
+    args = ["tune", str(profile), "-C", "off,ngram:2", "--base-port", port]
+    started = runner.invoke(app, [*args, "--start-only"])
+    try:
+        assert started.exit_code == 0, started.output
+        assert "off: sim-tune-tune-off on port" in started.output
+        assert "sim-tune-tune-ngram2" in runner.invoke(app, ["ps"]).output
+        tuned = runner.invoke(
+            app,
+            [
+                *args, "--replay", str(REPLAY), "--requests-per-run", "2", "--max-tokens", "8",
+                "--max-rounds", "2", "--out", str(tmp_path / "ev"),
+            ],
+        )  # fmt: skip
+        assert tuned.exit_code == 0, tuned.output
+        assert "reusing sim-tune-tune-off" in tuned.output
+        assert "| off | sim-tune-tune-off:" in tuned.output and "| reused |" in tuned.output
+        assert "(all reused, already running)" in tuned.output
+    finally:
+        for name in ("sim-tune-tune-off", "sim-tune-tune-ngram2"):
+            runner.invoke(app, ["down", name])
+    assert "sim-tune-tune" not in runner.invoke(app, ["ps"]).output
+
+
+@pytest.mark.usefixtures("marathon_home")
+def test_a_wall_spent_on_starting_is_said_and_the_servers_are_stopped(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "tune", str(_sim_profile(tmp_path)), "--replay", str(REPLAY), "-C", "ngram:2",
+            "--base-port", "0", "--wall-s", "1",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "left no time to measure" in result.output and "Traceback" not in result.output
+    assert "sim-tune-tune" not in runner.invoke(app, ["ps"]).output

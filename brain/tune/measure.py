@@ -92,6 +92,7 @@ async def measure(
         wall_s=point.wall_s,
         requests=point.requests,
         failed=point.failed,
+        errors=point.errors[:3],
         decode_tps=reduce_rows(rows).decode_tps,
         depths={label: reduce_rows(group) for label, group in by_depth.items()},
         acceptance=spec.acceptance_rate if spec else None,

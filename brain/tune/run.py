@@ -25,6 +25,8 @@ from brain.tune.servers import Served, start_all, stop_all
 Say = Callable[[str], None]
 RETENTION_FLAG = "--prefix-cache-retention-interval"
 RETENTION_ENV = "VLLM_PREFIX_CACHE_RETENTION_INTERVAL"
+STOP_RESERVE_S = 45.0
+"""Of ``--wall-s``, kept for the last round's overrun, stopping the servers, writing."""
 
 
 def load_traffic(config: TuneConfig) -> list[ReplayRun]:
@@ -148,6 +150,7 @@ def tune(
     config: TuneConfig, say: Say, *, start_only: bool = False, keep: bool = False
 ) -> TuneReport:
     """The whole tune (or, with ``start_only``, the servers up and their start costs)."""
+    began = time.monotonic()
     path = profile_path(config.profile)
     spec = load_profile(path)
     if config.sets:
@@ -173,16 +176,43 @@ def tune(
         say=say,
     )
     report.starts = [s.cost for s in served]
+    fresh = [s.cost.start_s for s in served if s.cost.start_s is not None]
+    report.notes.append(
+        f"{len(served)} servers side by side"
+        + (f", {1 / len(served):.2f} of the profile's GPU memory each" if config.share_gpu else "")
+        + ": the rounds switch candidates without a restart"
+        + (
+            f" (a restart per switch would cost {sum(fresh) / len(fresh):.0f} s, the mean start)"
+            if fresh
+            else " (all reused, already running)"
+        )
+    )
     report.vllm_version = next((s.version for s in served if s.version), None)
     try:
         if start_only:
             return report
+        if config.wall_s is not None:
+            left = config.wall_s - (time.monotonic() - began) - STOP_RESERVE_S
+            if left <= 0:
+                raise TuneError(
+                    f"--wall-s {config.wall_s:g}: the servers' start left no time to measure"
+                )
+            if left < config.budget_s:
+                say(f"--wall-s {config.wall_s:g}: measuring budget {left:.0f} s")
+                config = config.model_copy(update={"budget_s": left})
         samples, done, spent = asyncio.run(rounds(config, served, traffic, say))
     finally:
         if not (keep or start_only):
             stop_all(served, registry)
     report.samples, report.rounds, report.measure_s = samples, done, spent
     report.points = decide_all(config, report.candidates, samples)
+    failed = sum(s.failed for s in samples)
+    if failed:
+        first = next((e for s in samples for e in s.errors), "")
+        report.notes.append(
+            f"{failed} of {sum(s.requests for s in samples)} replayed requests failed and are "
+            f"left out of the speeds (first: {first})"
+        )
     hits = [s.hit_rate for s in samples if s.hit_rate is not None]
     report.hit_rate = sum(hits) / len(hits) if hits else None
     retention = retention_setting(spec)

@@ -12,7 +12,6 @@ from typing import Any
 
 from pilot import events as ev
 from pilot.agent.compaction import cut_tool_output
-from pilot.agent.cut import cut_call_refusal, cut_text_message
 from pilot.agent.seams import ToolExecutor
 from pilot.model.types import ModelResponse
 from pilot.workflow.plan import PhasePlan
@@ -69,50 +68,6 @@ def answer_message(
     )
 
 
-def cut_answer(
-    step: int, response: ModelResponse, reason: str, max_tokens: int | None
-) -> tuple[ev.AssistantMessage, ev.AnswerCut]:
-    """A cut answer's events: the answer with its calls as the server sent them (unrepaired),
-    then ``answer_cut``, which answers each call without running it (``pilot.agent.cut``)."""
-    calls = [
-        ev.ToolCall(
-            id=call.id or new_call_id(step, position),
-            name=call.name,
-            arguments="{}",
-            raw_arguments=call.arguments
-            if isinstance(call.arguments, str)
-            else json.dumps(call.arguments),
-            error=cut_call_refusal(reason),
-        )
-        for position, call in enumerate(response.tool_calls)
-    ]
-    message = answer_message(step, response, calls, response.content, [])
-    cut = ev.AnswerCut(
-        step=step,
-        reason=reason,
-        finish_reason=response.finish_reason,
-        completion_tokens=response.usage.completion_tokens if response.usage else None,
-        max_tokens=max_tokens,
-        calls=[c.name for c in calls],
-        message=cut_call_refusal(reason) if calls else cut_text_message(reason),
-    )
-    return message, cut
-
-
-def refuse_pending(calls: list[ev.ToolCall], reason: str) -> list[ev.ToolFinished]:
-    """Each call of the last answer recorded as not run, with ``reason`` (a limit)."""
-    return [
-        ev.ToolFinished(
-            call_id=call.id,
-            name=call.name,
-            output=f"Error: not run: {reason}",
-            is_error=True,
-            executed=False,
-        )
-        for call in calls
-    ]
-
-
 def refusal(
     call: ev.ToolCall,
     phase: PhasePlan,
@@ -122,7 +77,7 @@ def refusal(
     failed_before: str | None,
 ) -> str | None:
     """Why ``call`` is answered with an error without running, or None to run it."""
-    if answer_cut is not None:  # a cut answer's call never runs
+    if answer_cut is not None:  # a cut answer's call never runs (``pilot.agent.cut``)
         return answer_cut
     if failed_before is not None:
         return (

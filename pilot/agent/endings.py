@@ -70,9 +70,10 @@ def limit_reason(limits: Limits, state: RunState, now: datetime, *, scope: str) 
 
 
 def wall_time_reason(
-    state: RunState, now: datetime, phase_limits: Limits, run_limits: Limits
+    phase_limits: Limits, run_limits: Limits, state: RunState, now: datetime
 ) -> str | None:
-    """Why the phase's or the run's wall time is spent, or None."""
+    """Why the phase's or the run's wall time is spent, or None (the one limit an answer
+    already received does not outlive)."""
     progress = state.phase
     elapsed = state.elapsed_active(now)
     for scope, limits, used in (

@@ -27,7 +27,7 @@ from pilot import events as ev
 from pilot.agent import calls as call_rules
 from pilot.agent.checks import PhaseChecks, workspace_changed
 from pilot.agent.context import PromptCount, ServerCounts
-from pilot.agent.cut import cut_reason
+from pilot.agent.cut import cut_reason, record_cut, refuse_pending
 from pilot.agent.endings import (
     end_phase,
     limit_reason,
@@ -154,10 +154,9 @@ class AgentLoop:
             # An answer already received (paid for) runs before a step or token limit stops
             # the run; past the wall time, its calls are recorded as not run, with why.
             phase = self.plan.phases[state.phase.index]
-            late = wall_time_reason(state, self.clock(), phase.limits, self.plan.limits)
+            late = wall_time_reason(phase.limits, self.plan.limits, state, self.clock())
             if late is not None:
-                for refused in call_rules.refuse_pending(list(state.pending_calls), late):
-                    self.emit(refused, commit=False)
+                refuse_pending(self.emit, state, late)
                 return
             await self.answer_call(phase, state.pending_calls[0])
             return
@@ -360,12 +359,10 @@ class AgentLoop:
     ) -> None:
         """Record the answer with its calls; an answer without one is answered (nudge,
         question) as the tactics say. A plain answer is read here, past one check; a cut one
-        is recorded as sent, never repaired: none of it runs."""
+        is recorded as sent and none of it runs."""
         cut = cut_reason(response.finish_reason, response.usage, max_tokens)
         if cut is not None:
-            message, answer_cut = call_rules.cut_answer(step, response, cut, max_tokens)
-            self.emit(message, commit=False)
-            self.emit(answer_cut)
+            record_cut(self.emit, step, response, cut, max_tokens)
             return
         schemas = self.phase_schemas(phase)
         plain = self.tactics.plain_calls(response, schemas)
