@@ -141,7 +141,6 @@ class RunState:
     steps: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    last_finish_reason: str | None = None
     answer_cut: str | None = None
     """The last answer was cut by the output limit: what each of its calls gets instead of a
     run (``pilot.agent.cut``)."""
@@ -251,7 +250,6 @@ class RunState:
                 if not empty:  # an empty turn is asked again, not kept
                     self._add(assistant_message_dict(ev), self.last_seq)
                 self.pending_calls = list(ev.tool_calls)
-                self.last_finish_reason = ev.finish_reason
                 self.answer_cut = None
                 if self.phase is not None:
                     self.phase.compactions_in_a_row = 0
