@@ -572,6 +572,9 @@ def _record_json(record: Any) -> str:
             "workspace": record.workspace,
             "worker": record.lease_owner,
             "origin": record.origin,
+            "durability": record.launch.durability,
+            "dry_run": record.launch.dry_run,
+            "endpoints": list(record.launch.endpoints),
             "created_at": record.created_at.isoformat(),
             "updated_at": record.updated_at.isoformat(),
         }
