@@ -5,6 +5,7 @@ under strace (skipped without strace), and by the setting each records."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -93,6 +94,8 @@ def test_a_run_keeps_its_durability_and_resume_changes_it_only_when_told(world: 
     done = pilot(world, "full", "resume", full)
     assert done.returncode == 0, done.stdout + done.stderr
     assert record(world, "full", full).launch.durability == "full"
+    listed = pilot(world, "full", "runs", "--json")
+    assert json.loads(listed.stdout.splitlines()[0])["durability"] == "full", listed.stdout
 
 
 @pytest.mark.skipif(STRACE is None, reason="strace is not installed")

@@ -58,18 +58,22 @@ def workflow(tmp_path: Path) -> Path:
     )
 
 
+def command_line(tmp_path: Path, workflow: Path, command: list[str]) -> list[str]:
+    """``command`` with WF as the workflow's path and R as a fresh repository."""
+    repo = make_repo(tmp_path / "repo")
+    return [str(workflow) if a == "WF" else f"repo={repo}" if a == "repo=R" else a for a in command]
+
+
 @pytest.mark.parametrize("command", [["runs"], ["show", "abc"], ["run", "WF", "-p", "repo=R"]])
 def test_a_marathon_db_that_is_not_sqlite_is_refused_and_left_unchanged(
     tmp_path: Path, workflow: Path, command: list[str]
 ) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    db = home / "marathon.db"
+    db = tmp_path / "home" / "marathon.db"
+    db.parent.mkdir()
     db.write_bytes(b"my notes, not a database\n" * 200)
     before = digest(db)
-    repo = make_repo(tmp_path / "repo")
-    args = [str(workflow) if a == "WF" else f"repo={repo}" if a == "repo=R" else a for a in command]
-    refused(pilot(home, *args), "is not a SQLite database")
+    home = db.parent
+    refused(pilot(home, *command_line(tmp_path, workflow, command)), "is not a SQLite database")
     assert digest(db) == before
     assert sorted(p.name for p in home.iterdir()) == ["marathon.db"]
 
@@ -78,17 +82,15 @@ def test_a_marathon_db_that_is_not_sqlite_is_refused_and_left_unchanged(
 def test_a_marathon_db_holding_another_programs_runs_table_is_refused(
     tmp_path: Path, workflow: Path, command: list[str]
 ) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    db = home / "marathon.db"
+    db = tmp_path / "home" / "marathon.db"
+    db.parent.mkdir()
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, km REAL, day TEXT)")
         conn.execute("INSERT INTO runs VALUES (1, 42.195, '2026-04-20')")
     conn.close()
     before = digest(db)
-    repo = make_repo(tmp_path / "repo")
-    args = [str(workflow) if a == "WF" else f"repo={repo}" if a == "repo=R" else a for a in command]
-    refused(pilot(home, *args), "holds a `runs` table that is not Marathon's")
+    args = command_line(tmp_path, workflow, command)
+    refused(pilot(db.parent, *args), "holds a `runs` table that is not Marathon's")
     assert digest(db) == before
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT * FROM runs").fetchall() == [(1, 42.195, "2026-04-20")]

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 from rich.console import Console
@@ -129,8 +129,7 @@ def _durability_option(default: str | None, what: str) -> Any:
     return typer.Option(
         default,
         "--durability",
-        help=f"{' or '.join(get_args(Durability))}: normal survives any process death, full also a "
-        f"power cut (fsync). {what}",
+        help=f"normal survives any process death, full also a power cut (fsync). {what}",
     )
 
 
@@ -579,6 +578,9 @@ def _record_json(record: Any) -> str:
             "workspace": record.workspace,
             "worker": record.lease_owner,
             "origin": record.origin,
+            "durability": record.launch.durability,
+            "dry_run": record.launch.dry_run,
+            "endpoints": list(record.launch.endpoints),
             "created_at": record.created_at.isoformat(),
             "updated_at": record.updated_at.isoformat(),
         }

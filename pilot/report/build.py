@@ -112,7 +112,7 @@ def build_run_report(store: EventStore, record: RunRecord, *, db_option: str = "
         reason=record.status_reason,
         record_status=record.status,
         created_at=record.created_at,
-        params={k: v for k, v in record.params.items() if not k.startswith("__")},
+        params=dict(record.params),  # the user's own: launch facts are columns of the run
     )
     _History(report).read(stored)
     if stored:
