@@ -23,6 +23,13 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from pilot import events as ev
+from pilot.agent.conclude import (
+    baseline_due,
+    conclude,
+    conclude_after_edit,
+    failed_attempt,
+    run_baseline,
+)
 from pilot.agent.context import (
     SUMMARY_MAX_TOKENS,
     Budget,
@@ -64,11 +71,13 @@ from pilot.tactics.locate import (
     failing_names,
     first_hit,
     focus,
+    frame_hit,
 )
 from pilot.tactics.repair import (
     DEFINITION_TOOL,
     addition_target,
     example_path,
+    example_values,
     extract_text_tool_calls,
     fit_arguments,
     no_call_feedback,
@@ -248,6 +257,9 @@ class AgentLoop:
             self.emit(ev.PhaseStarted(index=index, name=phase.name, prompt=prompt, images=images))
             return
         phase = self.plan.phases[state.phase.index]
+        if baseline_due(self, phase):
+            await run_baseline(self, phase)
+            return
         if phase.check_after_edit and phase.check and state.phase.edited:
             await self.check_edit(phase)
             return
@@ -727,6 +739,7 @@ class AgentLoop:
                 previous=self.last_nudge(),
                 content=content or "",
                 path=example_path(phase.prompt),
+                values=example_values(self.started_prompt(phase), self.state.files_read),
             )
             self.emit(ev.Nudge(reason="no_tool_call", text=text))
 
@@ -773,6 +786,16 @@ class AgentLoop:
                 message=cut_call_refusal(reason) if calls else cut_text_message(reason),
             )
         )
+
+    def started_prompt(self, phase: PhasePlan) -> str:
+        """The phase's prompt as it started (its ``context:`` output and located code in it)."""
+        progress = self.state.phase
+        messages = self.state.messages
+        if progress is not None and progress.message_index < len(messages):
+            content = messages[progress.message_index].get("content")
+            if isinstance(content, str):
+                return content
+        return phase.prompt
 
     def text_mode(self, messages: list[dict[str, Any]]) -> bool:
         """Whether the model writes its calls as text (any call so far was recovered from
@@ -984,7 +1007,9 @@ class AgentLoop:
             found = await asyncio.to_thread(
                 self.tools.run_check, definition_search(name), 60, f"phase-{index}-locate-{k}"
             )
-            hit = first_hit(found.output, method=called_as_method(output, name))
+            hit = frame_hit(output, found.output) or first_hit(
+                found.output, method=called_as_method(output, name)
+            )
             if hit is None:
                 continue
             path, line = hit
@@ -1073,7 +1098,7 @@ class AgentLoop:
                 self.refuse_unchanged(phase, snapshot, head)
                 return
         if not phase.check or progress.check_passed:
-            self.phase_succeeded(phase, progress.finish_summary)
+            await conclude(self, phase, progress.finish_summary, check_passed=bool(phase.check))
             return
         attempt = progress.check_attempts + 1
         outcome, duration = await self.run_phase_check(
@@ -1101,7 +1126,7 @@ class AgentLoop:
         )
         await self.take_due_snapshot()
         if passed:
-            self.phase_succeeded(phase, progress.finish_summary)
+            await conclude(self, phase, progress.finish_summary, check_passed=True)
         elif attempts_left <= 0:
             reason = f"check `{phase.check}` still failing after {phase.max_attempts} attempt(s)"
             self.emit(
@@ -1148,7 +1173,7 @@ class AgentLoop:
         await self.take_due_snapshot()
         if passed:
             summary = progress.finish_summary or f"`{command}` passed after the last edit"
-            self.phase_succeeded(phase, summary)
+            await conclude_after_edit(self, phase, summary)
 
     async def run_phase_check(
         self, phase: PhasePlan, attempt: int, call_id: str, *, after_edit: bool
@@ -1193,42 +1218,22 @@ class AgentLoop:
 
     def refuse_unchanged(self, phase: PhasePlan, snapshot: str, head: str | None) -> None:
         """``require_change`` and nothing changed: a failed attempt, told like a failed check."""
-        progress = self.state.phase
-        assert progress is not None
-        attempt = progress.check_attempts + 1
-        attempts_left = phase.max_attempts - attempt
-        label = NO_CHANGE_CHECK if not phase.check else f"{NO_CHANGE_CHECK}, then `{phase.check}`"
-        feedback = ""
-        if attempts_left > 0:
-            feedback = (
+        failed_attempt(
+            self,
+            phase,
+            label=NO_CHANGE_CHECK
+            if not phase.check
+            else f"{NO_CHANGE_CHECK}, then `{phase.check}`",
+            output=NO_CHANGE_OUTPUT,
+            feedback=lambda left: (
                 f"The phase is not done: it must change the code, and no file differs from "
-                f"when it started. {attempts_left} attempt(s) left. Make the change with the "
+                f"when it started. {left} attempt(s) left. Make the change with the "
                 "tools (write_file or edit_file), check it, then call finish again."
-            )
-        self.emit(ev.CheckStarted(phase=progress.index, attempt=attempt, command=label))
-        self.emit(
-            ev.CheckFinished(
-                phase=progress.index,
-                attempt=attempt,
-                command=label,
-                exit_code=None,
-                passed=False,
-                output=NO_CHANGE_OUTPUT,
-                timed_out=False,
-                duration_s=0.0,
-                snapshot=snapshot,
-                head=head,
-                feedback=feedback,
-            )
+            ),
+            final=f"no change made to the workspace in {phase.max_attempts} attempt(s)",
+            snapshot=snapshot,
+            head=head,
         )
-        if attempts_left <= 0:
-            reason = f"no change made to the workspace in {phase.max_attempts} attempt(s)"
-            self.emit(
-                ev.PhaseFinished(
-                    index=progress.index, name=phase.name, outcome="failed", reason=reason
-                )
-            )
-            self.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name}: {reason}"))
 
 
 def estimated_usage(

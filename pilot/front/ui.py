@@ -80,12 +80,8 @@ def event_line(event: ev.Event, *, width: int = 110) -> Text:
             verdict = "passes" if event.passed else f"fails (exit {event.exit_code})"
             text.append(f"check before any change {verdict}: {event.command}", style="magenta")
         case ev.PhaseEvidence():
-            verdict = "accepted" if event.accepted else "refused"
-            text.append(
-                f"evidence {verdict} ({event.rule})", style="green" if event.accepted else "red"
-            )
-            if event.items or event.reason:
-                text.append(f": {_short('; '.join([*event.items, event.reason][:4]), width - 40)}")
+            style = "green" if event.accepted else "red"
+            text.append(f"evidence {_short(event.line(), width - 30)}", style=style)
         case ev.Nudge():
             text.append(f"nudge ({event.reason})", style="yellow")
         case ev.PhaseFinished():
@@ -391,3 +387,16 @@ class MultiRunView:
             return Group(header, table, *self.recent)
         servers = [Text(f"  {server.text}", style="cyan") for server in self.servers]
         return Group(header, *servers, table, *self.recent)  # one line per routed server
+
+
+def evidence_lines(events: list[ev.Event]) -> list[str]:
+    """Per phase, what its end was judged on (its last ``phase_evidence``): ``pilot show``'s
+    closing list, so a success says what it rests on."""
+    names: dict[int, str] = {}
+    last: dict[int, ev.PhaseEvidence] = {}
+    for event in events:
+        if isinstance(event, ev.PhaseStarted):
+            names[event.index] = event.name
+        elif isinstance(event, ev.PhaseEvidence):
+            last[event.phase] = event
+    return [f"phase {names.get(i, i)}: evidence {last[i].line()}" for i in sorted(last)]

@@ -17,7 +17,8 @@ import ast
 import difflib
 import json
 import re
-from collections.abc import Callable, Collection, Mapping
+import textwrap
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -717,7 +718,9 @@ _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 def _block_definition(source: str) -> tuple[str, str, int] | None:
     """(name, code, statements left out) for a block holding exactly one top-level def or
     class: the code is its imports and that definition, without the rest (a usage example, a
-    print) a model adds to show its fix."""
+    print) a model adds to show its fix. A method written with its class's indentation is
+    dedented first (as ``replace_definition`` itself reads its code)."""
+    source = textwrap.dedent(source)
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -1010,22 +1013,46 @@ def resolve_tool_name(name: str, known: Collection[str]) -> tuple[str | None, st
     return None, None
 
 
-def _placeholder(prop: dict[str, Any]) -> str:
+DESCRIBED = {
+    "path": "a file path from the repository",
+    "old": "the exact lines to replace, copied from the file",
+    "new": "the lines that replace them",
+    "summary": "what was done, naming the files read or changed",
+    "command": "python -m pytest -q",
+    "content": "the whole new content of the file",
+    "code": "the whole corrected function",
+    "message": "what changed and why",
+    "pattern": "def name_to_find",
+}
+"""What a string argument of an example call says when the workspace gives no real value: a
+words a model can act on. ``"..."`` was copied as is (67 of 136 edit_file calls this round)."""
+
+
+def _placeholder(key: str, prop: dict[str, Any]) -> str:
     kind = prop.get("type", "any")
     if isinstance(kind, list):
         kind = "|".join(str(k) for k in kind)
-    return {"string": '"..."', "integer": "1", "number": "1", "boolean": "true"}.get(
-        str(kind), f"<{kind}>"
-    )
+    if str(kind) == "string":
+        return json.dumps(DESCRIBED.get(key, f"the {key.replace('_', ' ')}"))
+    return {"integer": "1", "number": "1", "boolean": "true"}.get(str(kind), "null")
 
 
-def call_shape(name: str, schema: dict[str, Any] | None, *, path: str | None = None) -> str:
-    """The exact JSON a model should write to call ``name``, optional arguments marked; a
-    ``path`` argument shows ``path`` when given (a small model copies ``"..."`` as is)."""
+def call_shape(
+    name: str,
+    schema: dict[str, Any] | None,
+    *,
+    path: str | None = None,
+    values: Mapping[str, str] | None = None,
+) -> str:
+    """The exact JSON a model should write to call ``name``, optional arguments marked. Its
+    values are the workspace's own where known (``path``; ``values``: a real line of a real
+    file as ``old``), else words saying what goes there: a small model copies an example as
+    it is, so an example must never hold ``"..."`` or ``<file>``."""
     props = (schema or {}).get("properties", {}) or {}
     required = set((schema or {}).get("required", []) or [])
+    known = {**({"path": path} if path else {}), **(values or {})}
     parts = [
-        f'"{k}": {json.dumps(path) if k == "path" and path else _placeholder(v)}'
+        f'"{k}": {json.dumps(known[k]) if known.get(k) else _placeholder(k, v)}'
         for k, v in props.items()
         if k in required
     ]
@@ -1126,6 +1153,20 @@ _PATH_RE = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+\.\w+|[\w-]+\.(?:py|rs|
 _TICKED_RE = re.compile(r"`[^`]*`")
 
 
+_SHOWN_CODE_RE = re.compile(r"\(([^\s,()]+\.py), line \d+\):\n```python\n(.*?)\n```", re.DOTALL)
+
+
+def example_values(prompt: str, files_read: Sequence[str] = ()) -> dict[str, str]:
+    """Real values for example calls: the file and a line of the code the phase's prompt
+    shows (``locate``), else the file the prompt names or the first one the run read."""
+    shown = _SHOWN_CODE_RE.search(prompt)
+    if shown:
+        lines = [line for line in shown.group(2).splitlines() if line.strip()]
+        return {"path": shown.group(1), "old": lines[-1] if lines else ""}
+    path = example_path(prompt) or next(iter(files_read), None)
+    return {"path": path} if path else {}
+
+
 def example_path(prompt: str) -> str | None:
     """The file a phase's prompt names (outside `commands` first), for example calls."""
     outside = _TICKED_RE.sub(" ", prompt)
@@ -1146,6 +1187,7 @@ def no_call_feedback(
     *,
     content: str = "",
     path: str | None = None,
+    values: Mapping[str, str] | None = None,
 ) -> str:
     """A specific answer to a turn with text but no runnable call, never the same twice in a row.
 
@@ -1191,7 +1233,7 @@ def no_call_feedback(
     )
     parts.append(
         f"Answer with one tool call as JSON, for example "
-        f"{call_shape(example, schemas.get(example), path=path)}{done}"
+        f"{call_shape(example, schemas.get(example), path=path, values=values)}{done}"
     )
     text = "\n".join(parts)
     if previous is not None and text.strip() == previous.strip():
@@ -1199,7 +1241,8 @@ def no_call_feedback(
         alt = others[len(previous) % len(others)] if others else example
         text = (
             "Your answer again held no tool call that could be run. Write only the JSON of "
-            f"the call, nothing else, e.g. {call_shape(alt, schemas.get(alt), path=path)}. "
+            f"the call, nothing else, e.g. "
+            f"{call_shape(alt, schemas.get(alt), path=path, values=values)}. "
             f"Tools: {listed}."
         )
     return text

@@ -1,0 +1,199 @@
+"""The loop's side of a phase's evidence: the check before any change, and the verdict at the
+phase's end, each recorded as an event (the rules are ``pilot.agent.evidence``'s).
+
+Functions of the loop rather than methods of it, so the loop keeps one line per hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pilot import events as ev
+from pilot.agent.evidence import PhaseFacts, Verdict, judge
+
+if TYPE_CHECKING:
+    from pilot.agent.loop import AgentLoop
+    from pilot.workflow.plan import PhasePlan
+
+NEEDS_FINISH = "the phase ends when the model calls finish"
+BASELINE_OUTPUT_CHARS = 2000
+"""How much of the baseline check's output its event keeps (its end)."""
+
+
+def baseline_due(loop: AgentLoop, phase: PhasePlan) -> bool:
+    """The phase has a check that has not run before any change: as it starts (no answer yet,
+    no try restarted). A phase resumed from a pilot that recorded none is judged without one."""
+    progress = loop.state.phase
+    return bool(
+        phase.check
+        and progress is not None
+        and progress.baseline is None
+        and progress.steps == 0
+        and progress.restarts == 0
+    )
+
+
+async def run_baseline(loop: AgentLoop, phase: PhasePlan) -> None:
+    """Run the phase's check before any change and record it, with the snapshot after it (what
+    the check itself leaves is part of the phase's start, not of the model's change)."""
+    progress = loop.state.phase
+    assert progress is not None and phase.check is not None
+    started = time.monotonic()
+    outcome = await asyncio.to_thread(
+        loop.tools.run_check, phase.check, phase.check_timeout, f"check-{progress.index}-baseline"
+    )
+    duration = time.monotonic() - started
+    snapshot, head = await asyncio.to_thread(
+        loop.workspace.snapshot, f"after phase {phase.name}'s check before any change"
+    )
+    loop.emit(
+        ev.CheckBaseline(
+            phase=progress.index,
+            command=phase.check,
+            exit_code=outcome.exit_code,
+            passed=outcome.exit_code == 0 and not outcome.timed_out,
+            output=outcome.output[-BASELINE_OUTPUT_CHARS:],
+            timed_out=outcome.timed_out,
+            duration_s=duration,
+            snapshot=snapshot,
+            head=head,
+        )
+    )
+
+
+def facts_of(loop: AgentLoop, phase: PhasePlan, *, check_passed: bool) -> PhaseFacts:
+    """The phase's facts from the state (and the workspace's diff since the phase began)."""
+    state = loop.state
+    progress = state.phase
+    assert progress is not None
+    start, now = progress.start_snapshot, state.snapshot
+    changed = now is not None and loop.workspace_changed(start, now)
+    diff = ""
+    differ = getattr(loop.workspace, "diff", None)
+    if changed and differ is not None and start is not None and now is not None:
+        diff = differ(start, now)
+    return PhaseFacts(
+        has_check=bool(phase.check),
+        require_change=phase.require_change,
+        baseline_passed=progress.baseline.passed if progress.baseline else None,
+        check_passed=check_passed,
+        finish_called=progress.finish_called,
+        summary=progress.finish_summary,
+        changed=changed,
+        diff=diff,
+        files_read=tuple(state.files_read),
+        survey=is_survey(loop, phase),
+    )
+
+
+def is_survey(loop: AgentLoop, phase: PhasePlan) -> bool:
+    """Whether the phase's tools change nothing but can read something."""
+    readers = [t for t in phase.tools if t != "finish"]
+    return bool(readers) and not any(loop.tools.mutates(t) for t in readers)
+
+
+async def conclude(loop: AgentLoop, phase: PhasePlan, summary: str, *, check_passed: bool) -> None:
+    """The model called finish (and the check, if any, ran): the phase succeeds on evidence,
+    else the refusal is a failed attempt, told to the model like a failed check."""
+    facts = await asyncio.to_thread(facts_of, loop, phase, check_passed=check_passed)
+    verdict = judge(facts)
+    record(loop, verdict)
+    if verdict.accepted:
+        loop.phase_succeeded(phase, summary)
+        return
+    refuse(loop, phase, verdict)
+
+
+async def conclude_after_edit(loop: AgentLoop, phase: PhasePlan, summary: str) -> None:
+    """``check_after_edit`` saw the check pass: the phase ends only when that is evidence (the
+    check failed before any change); a check that passed from the start waits for finish, and
+    a change that deletes or skips a test is told to the model at once."""
+    facts = await asyncio.to_thread(facts_of, loop, phase, check_passed=True)
+    verdict = judge(facts)
+    if verdict.accepted:
+        record(loop, verdict)
+        loop.phase_succeeded(phase, summary)
+    elif NEEDS_FINISH not in verdict.reason:
+        record(loop, verdict)
+        loop.emit(ev.Nudge(reason="evidence", text=feedback(verdict, None)))
+
+
+def record(loop: AgentLoop, verdict: Verdict) -> None:
+    progress = loop.state.phase
+    assert progress is not None
+    loop.emit(
+        ev.PhaseEvidence(
+            phase=progress.index,
+            rule=verdict.rule,
+            accepted=verdict.accepted,
+            items=verdict.items,
+            reason=verdict.reason,
+        )
+    )
+
+
+def feedback(verdict: Verdict, attempts_left: int | None) -> str:
+    left = "" if attempts_left is None else f" {attempts_left} attempt(s) left."
+    return (
+        f"The phase is not done: {verdict.reason}.{left} A phase succeeds on evidence: "
+        f"{verdict.rule}. Make the change the task asks for with the tools (never by deleting, "
+        "skipping or commenting out a test), check it, then call finish with a summary naming "
+        "the files you read or changed."
+    )
+
+
+def refuse(loop: AgentLoop, phase: PhasePlan, verdict: Verdict) -> None:
+    """A refused finish: a failed attempt (``max_attempts``), the reason sent back; the last
+    one fails the phase."""
+    failed_attempt(
+        loop,
+        phase,
+        label=f"evidence: {verdict.rule}",
+        output=verdict.reason,
+        feedback=lambda left: feedback(verdict, left),
+        final=f"no evidence of success after {phase.max_attempts} attempt(s): {verdict.reason}",
+    )
+
+
+def failed_attempt(
+    loop: AgentLoop,
+    phase: PhasePlan,
+    *,
+    label: str,
+    output: str,
+    feedback: Callable[[int], str],
+    final: str,
+    snapshot: str | None = None,
+    head: str | None = None,
+) -> None:
+    """A finish refused without running the check: recorded as a failed check attempt named
+    ``label`` (``feedback(attempts left)`` goes back to the model); the last attempt fails the
+    phase and the run with ``final``."""
+    progress = loop.state.phase
+    assert progress is not None
+    attempt = progress.check_attempts + 1
+    attempts_left = phase.max_attempts - attempt
+    loop.emit(ev.CheckStarted(phase=progress.index, attempt=attempt, command=label))
+    loop.emit(
+        ev.CheckFinished(
+            phase=progress.index,
+            attempt=attempt,
+            command=label,
+            exit_code=None,
+            passed=False,
+            output=output,
+            timed_out=False,
+            duration_s=0.0,
+            snapshot=snapshot or loop.state.snapshot,
+            head=head or loop.state.head,
+            feedback=feedback(attempts_left) if attempts_left > 0 else "",
+        )
+    )
+    if attempts_left <= 0:
+        loop.emit(
+            ev.PhaseFinished(index=progress.index, name=phase.name, outcome="failed", reason=final)
+        )
+        loop.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name}: {final}"))
