@@ -432,7 +432,7 @@ async def _generate(
     engine = state.engine
     await ticket.admitted()
     await engine.prefill(ticket.request, clock)
-    decoder = engine.decoder(number)
+    decoder = engine.decoder(number, ticket.request)
     tokens = emission.tokens
     index = 0
     while index < len(tokens):

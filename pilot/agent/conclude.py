@@ -1,7 +1,7 @@
 """The loop's side of a phase's evidence: the check before any change, and the verdict at the
 phase's end, each recorded as an event (the rules are ``pilot.agent.evidence``'s).
 
-Functions of the loop rather than methods of it, so the loop keeps one line per hook.
+Functions over the phase's checks (``pilot.agent.checks``), so each hook there is one line.
 """
 
 from __future__ import annotations
@@ -9,24 +9,44 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pilot import events as ev
+from pilot.agent.endings import end_phase
 from pilot.agent.evidence import PhaseFacts, Verdict, judge
-
-if TYPE_CHECKING:
-    from pilot.agent.loop import AgentLoop
-    from pilot.workflow.plan import PhasePlan
+from pilot.agent.seams import EventSink, ToolExecutor, WorkspaceOps
+from pilot.agent.state import PhaseProgress, RunState
+from pilot.workflow.plan import PhasePlan
 
 NEEDS_FINISH = "the phase ends when the model calls finish"
 BASELINE_OUTPUT_CHARS = 2000
 """How much of the baseline check's output its event keeps (its end)."""
 
 
-def baseline_due(loop: AgentLoop, phase: PhasePlan) -> bool:
+class Checks(Protocol):
+    """What of the phase's checks (``pilot.agent.checks.PhaseChecks``) the verdict uses."""
+
+    state: RunState
+    emit: EventSink
+    tools: ToolExecutor
+    workspace: WorkspaceOps
+
+    def changed(self, since: str | None, now: str) -> bool: ...
+
+    async def refuse_attempt(
+        self,
+        phase: PhasePlan,
+        label: str,
+        output: str,
+        feedback: Callable[[int], str],
+        final: str,
+        snapshot: tuple[str, str | None] | None = None,
+    ) -> None: ...
+
+
+def baseline_due(progress: PhaseProgress | None, phase: PhasePlan) -> bool:
     """The phase has a check that has not run before any change: as it starts (no answer yet,
     no try restarted). A phase resumed from a pilot that recorded none is judged without one."""
-    progress = loop.state.phase
     return bool(
         phase.check
         and progress is not None
@@ -36,20 +56,20 @@ def baseline_due(loop: AgentLoop, phase: PhasePlan) -> bool:
     )
 
 
-async def run_baseline(loop: AgentLoop, phase: PhasePlan) -> None:
+async def run_baseline(checks: Checks, phase: PhasePlan) -> None:
     """Run the phase's check before any change and record it, with the snapshot after it (what
     the check itself leaves is part of the phase's start, not of the model's change)."""
-    progress = loop.state.phase
+    progress = checks.state.phase
     assert progress is not None and phase.check is not None
     started = time.monotonic()
     outcome = await asyncio.to_thread(
-        loop.tools.run_check, phase.check, phase.check_timeout, f"check-{progress.index}-baseline"
+        checks.tools.run_check, phase.check, phase.check_timeout, f"check-{progress.index}-baseline"
     )
     duration = time.monotonic() - started
     snapshot, head = await asyncio.to_thread(
-        loop.workspace.snapshot, f"after phase {phase.name}'s check before any change"
+        checks.workspace.snapshot, f"after phase {phase.name}'s check before any change"
     )
-    loop.emit(
+    checks.emit(
         ev.CheckBaseline(
             phase=progress.index,
             command=phase.check,
@@ -64,15 +84,15 @@ async def run_baseline(loop: AgentLoop, phase: PhasePlan) -> None:
     )
 
 
-def facts_of(loop: AgentLoop, phase: PhasePlan, *, check_passed: bool) -> PhaseFacts:
+def facts_of(checks: Checks, phase: PhasePlan, *, check_passed: bool) -> PhaseFacts:
     """The phase's facts from the state (and the workspace's diff since the phase began)."""
-    state = loop.state
+    state = checks.state
     progress = state.phase
     assert progress is not None
     start, now = progress.start_snapshot, state.snapshot
-    changed = now is not None and loop.workspace_changed(start, now)
+    changed = now is not None and checks.changed(start, now)
     diff = ""
-    differ = getattr(loop.workspace, "diff", None)
+    differ = getattr(checks.workspace, "diff", None)
     if changed and differ is not None and start is not None and now is not None:
         diff = differ(start, now)
     return PhaseFacts(
@@ -85,46 +105,52 @@ def facts_of(loop: AgentLoop, phase: PhasePlan, *, check_passed: bool) -> PhaseF
         changed=changed,
         diff=diff,
         files_read=tuple(state.files_read),
-        survey=is_survey(loop, phase),
+        survey=is_survey(checks.tools, phase),
     )
 
 
-def is_survey(loop: AgentLoop, phase: PhasePlan) -> bool:
+def is_survey(tools: ToolExecutor, phase: PhasePlan) -> bool:
     """Whether the phase's tools change nothing but can read something."""
     readers = [t for t in phase.tools if t != "finish"]
-    return bool(readers) and not any(loop.tools.mutates(t) for t in readers)
+    return bool(readers) and not any(tools.mutates(t) for t in readers)
 
 
-async def conclude(loop: AgentLoop, phase: PhasePlan, summary: str, *, check_passed: bool) -> None:
+async def conclude(checks: Checks, phase: PhasePlan, summary: str, *, check_passed: bool) -> None:
     """The model called finish (and the check, if any, ran): the phase succeeds on evidence,
     else the refusal is a failed attempt, told to the model like a failed check."""
-    facts = await asyncio.to_thread(facts_of, loop, phase, check_passed=check_passed)
+    facts = await asyncio.to_thread(facts_of, checks, phase, check_passed=check_passed)
     verdict = judge(facts)
-    record(loop, verdict)
+    record(checks, verdict)
     if verdict.accepted:
-        loop.phase_succeeded(phase, summary)
+        end_phase(checks.emit, checks.state, "succeeded", summary=summary)
         return
-    refuse(loop, phase, verdict)
+    await checks.refuse_attempt(
+        phase,
+        f"evidence: {verdict.rule}",
+        verdict.reason,
+        lambda left: feedback(verdict, left),
+        f"no evidence of success after {phase.max_attempts} attempt(s): {verdict.reason}",
+    )
 
 
-async def conclude_after_edit(loop: AgentLoop, phase: PhasePlan, summary: str) -> None:
+async def conclude_after_edit(checks: Checks, phase: PhasePlan, summary: str) -> None:
     """``check_after_edit`` saw the check pass: the phase ends only when that is evidence (the
     check failed before any change); a check that passed from the start waits for finish, and
     a change that deletes or skips a test is told to the model at once."""
-    facts = await asyncio.to_thread(facts_of, loop, phase, check_passed=True)
+    facts = await asyncio.to_thread(facts_of, checks, phase, check_passed=True)
     verdict = judge(facts)
     if verdict.accepted:
-        record(loop, verdict)
-        loop.phase_succeeded(phase, summary)
+        record(checks, verdict)
+        end_phase(checks.emit, checks.state, "succeeded", summary=summary)
     elif NEEDS_FINISH not in verdict.reason:
-        record(loop, verdict)
-        loop.emit(ev.Nudge(reason="evidence", text=feedback(verdict, None)))
+        record(checks, verdict)
+        checks.emit(ev.Nudge(reason="evidence", text=feedback(verdict, None)))
 
 
-def record(loop: AgentLoop, verdict: Verdict) -> None:
-    progress = loop.state.phase
+def record(checks: Checks, verdict: Verdict) -> None:
+    progress = checks.state.phase
     assert progress is not None
-    loop.emit(
+    checks.emit(
         ev.PhaseEvidence(
             phase=progress.index,
             rule=verdict.rule,
@@ -143,57 +169,3 @@ def feedback(verdict: Verdict, attempts_left: int | None) -> str:
         "skipping or commenting out a test), check it, then call finish with a summary naming "
         "the files you read or changed."
     )
-
-
-def refuse(loop: AgentLoop, phase: PhasePlan, verdict: Verdict) -> None:
-    """A refused finish: a failed attempt (``max_attempts``), the reason sent back; the last
-    one fails the phase."""
-    failed_attempt(
-        loop,
-        phase,
-        label=f"evidence: {verdict.rule}",
-        output=verdict.reason,
-        feedback=lambda left: feedback(verdict, left),
-        final=f"no evidence of success after {phase.max_attempts} attempt(s): {verdict.reason}",
-    )
-
-
-def failed_attempt(
-    loop: AgentLoop,
-    phase: PhasePlan,
-    *,
-    label: str,
-    output: str,
-    feedback: Callable[[int], str],
-    final: str,
-    snapshot: str | None = None,
-    head: str | None = None,
-) -> None:
-    """A finish refused without running the check: recorded as a failed check attempt named
-    ``label`` (``feedback(attempts left)`` goes back to the model); the last attempt fails the
-    phase and the run with ``final``."""
-    progress = loop.state.phase
-    assert progress is not None
-    attempt = progress.check_attempts + 1
-    attempts_left = phase.max_attempts - attempt
-    loop.emit(ev.CheckStarted(phase=progress.index, attempt=attempt, command=label))
-    loop.emit(
-        ev.CheckFinished(
-            phase=progress.index,
-            attempt=attempt,
-            command=label,
-            exit_code=None,
-            passed=False,
-            output=output,
-            timed_out=False,
-            duration_s=0.0,
-            snapshot=snapshot or loop.state.snapshot,
-            head=head or loop.state.head,
-            feedback=feedback(attempts_left) if attempts_left > 0 else "",
-        )
-    )
-    if attempts_left <= 0:
-        loop.emit(
-            ev.PhaseFinished(index=progress.index, name=phase.name, outcome="failed", reason=final)
-        )
-        loop.emit(ev.RunFinished(status="failed", reason=f"phase {phase.name}: {final}"))
