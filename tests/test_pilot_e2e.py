@@ -212,7 +212,7 @@ def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Pat
             {"tool_calls": [call("delete_everything", path="/")]},
             {"tool_calls": [call("read_file", colour="app.py")]},
             {"tool_calls": [call("read_file", pth="app.py")]},
-            {"tool_calls": [call("finish", summary="ok")]},
+            {"tool_calls": [call("finish", summary="app.py holds VALUE")]},
         ],
     )
     with running_sim(sim_for(script)) as sim:
@@ -251,7 +251,8 @@ def test_length_cut_tool_call_is_not_executed(tmp_path: Path, repo: Path) -> Non
                 "tool_calls": [call("write_file", path="big.txt", content="x" * 50)],
                 "fault": "length",
             },
-            {"tool_calls": [call("finish", summary="ok")]},
+            {"tool_calls": [call("read_file", path="app.py")]},
+            {"tool_calls": [call("finish", summary="app.py holds VALUE")]},
         ],
     )
     with running_sim(sim_for(script)) as sim:
@@ -276,7 +277,7 @@ def test_server_refusing_connections_is_waited_for_and_recorded(tmp_path: Path, 
         "e2e-refuse",
         [
             {"tool_calls": [call("read_file", path="app.py")]},
-            {"tool_calls": [call("finish", summary="ok")]},
+            {"tool_calls": [call("finish", summary="app.py holds VALUE")]},
         ],
     )
     config = sim_for(script, faults=[FaultRule(kind="refuse", at=[2], seconds=1.5)])

@@ -613,14 +613,17 @@ def show(
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
     """The run's timeline, from its events."""
-    from pilot.front.ui import event_json, event_line, line_width
+    from pilot.front.ui import event_json, event_line, evidence_lines, line_width
 
     console = _console()
     with _user_errors():
         store = _store(db, create=False)
         record = store.find_run(run_id)
         server = _run_server_events(store, record)
+        judged = []
         for seq, event in store.iter_events(record.id):
+            if event.type in ("phase_started", "phase_evidence"):
+                judged.append(event)
             while server and server[0][0] <= event.at:
                 _print_server_event(console, json_lines, *server.pop(0))
             if json_lines:
@@ -631,6 +634,9 @@ def show(
             _print_server_event(console, json_lines, *item)
         if not json_lines:
             from pilot.store.event_store import shown_status
+
+            for line in evidence_lines(judged):
+                console.print(line, highlight=False, markup=False)
 
             status = shown_status(store.get_run(record.id))
             console.print(f"[bold]{record.id}[/] {status} {record.status_reason}")

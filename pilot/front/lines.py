@@ -87,12 +87,8 @@ def event_parts(event: ev.Event, *, width: int = 110) -> list[tuple[str, str]]:
             verdict = "passes" if event.passed else f"fails (exit {event.exit_code})"
             text.append(f"check before any change {verdict}: {event.command}", style="magenta")
         case ev.PhaseEvidence():
-            verdict = "accepted" if event.accepted else "refused"
-            text.append(
-                f"evidence {verdict} ({event.rule})", style="green" if event.accepted else "red"
-            )
-            if event.items or event.reason:
-                text.append(f": {_short('; '.join([*event.items, event.reason][:4]), width - 40)}")
+            style = "green" if event.accepted else "red"
+            text.append(f"evidence {_short(event.line(), width - 30)}", style)
         case ev.Nudge():
             text.append(f"nudge ({event.reason})", style="yellow")
         case ev.PhaseFinished():

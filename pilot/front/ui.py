@@ -256,3 +256,16 @@ class MultiRunView:
             return Group(header, table, *self.recent)
         servers = [Text(f"  {server.text}", style="cyan") for server in self.servers]
         return Group(header, *servers, table, *self.recent)  # one line per routed server
+
+
+def evidence_lines(events: Sequence[ev.Event]) -> list[str]:
+    """Per phase, what its end was judged on (its last ``phase_evidence``): ``pilot show``'s
+    closing list, so a success says what it rests on."""
+    names: dict[int, str] = {}
+    last: dict[int, ev.PhaseEvidence] = {}
+    for event in events:
+        if isinstance(event, ev.PhaseStarted):
+            names[event.index] = event.name
+        elif isinstance(event, ev.PhaseEvidence):
+            last[event.phase] = event
+    return [f"phase {names.get(i, i)}: evidence {last[i].line()}" for i in sorted(last)]

@@ -191,6 +191,9 @@ class _History:
                 self._tool_finished(event)
             case ev.CheckFinished():
                 self._check_finished(event)
+            case ev.PhaseEvidence():
+                if event.phase in self.phases:
+                    self.phases[event.phase].evidence = event.line()
             case ev.PhaseFinished():
                 phase = self.phases.setdefault(
                     event.index, PhaseReport(index=event.index, name=event.name)

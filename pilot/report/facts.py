@@ -47,6 +47,8 @@ class PhaseReport:
     checks_passed: int = 0
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    evidence: str = ""
+    """What the phase's end was judged on (its last ``phase_evidence``)."""
 
 
 @dataclass

@@ -94,6 +94,11 @@ def _run_markdown(run: RunReport) -> list[str]:
                 f"{_md(note)} |"
             )
         out.append("")
+        judged = [p for p in run.phases if p.evidence]
+        if judged:
+            out += ["### Evidence", ""]
+            out += [f"- {_md(p.name)}: {_md(p.evidence)}" for p in judged]
+            out.append("")
     if run.checks:
         out += ["### Checks", ""]
         for c in run.checks:

@@ -215,3 +215,8 @@ class GitWorkspace:
         ):
             return False
         return bool(snapshot_diff(self.repo, since, now, "--name-only"))
+
+    def diff(self, since: str, now: str) -> str:
+        """The change between two snapshots as a patch, build artefacts aside: what a phase's
+        evidence is judged on (a deleted test, a comment-only edit: ``pilot.agent.evidence``)."""
+        return snapshot_diff(self.repo, since, now, "--patch")
