@@ -233,10 +233,15 @@ def _detach(console: Console, argv: list[str]) -> int:
     import time
     from datetime import datetime
 
-    from pilot.environ import state_dir
+    from pilot.environ import protect_environment, state_dir, taken_db_url
     from pilot.private_files import private_dirs
 
+    # This process is the run's parent until the run has started: its /proc/<pid>/environ
+    # must show no secret either (the child gets them through ``env`` and protects its own).
+    protect_environment()
     args, env = _db_to_environment([a for a in argv if a != "--detach"])
+    if (url := taken_db_url()) and "MARATHON_DB" not in env:
+        env["MARATHON_DB"] = url  # dropped from this process's environment, not the child's
     if "--json" not in args:
         args.append("--json")
     logs = private_dirs(state_dir() / "logs")
