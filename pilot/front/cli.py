@@ -689,7 +689,14 @@ def logs(
             from pilot.store.event_store import lease_holder_gone
 
             now = store.get_run(record.id)
-            if now.status not in ("running", "cancelling") or lease_holder_gone(now):
+            if lease_holder_gone(now):
+                raise _fail(
+                    f"run {record.id} is interrupted: nobody drives it (the process that did "
+                    f"is gone), so nothing more will come; continue it with "
+                    f"`pilot resume {record.id}{_db_flag(store)}`",
+                    1,
+                )
+            if now.status not in ("running", "cancelling"):
                 break
             time.sleep(0.5)
 
@@ -762,6 +769,7 @@ def queue_ls(
 ) -> None:
     """Queued runs and queue runs still in progress."""
     from pilot.front.ui import local_time
+    from pilot.store.event_store import shown_status
 
     records = _records(db, lambda store: store.list_queue())
     columns = ("id", "workflow", "status", "phase", "steps", "worker", "added")
@@ -769,7 +777,7 @@ def queue_ls(
         (
             r.id,
             r.workflow_name,
-            r.status,
+            shown_status(r),
             r.phase or "-",
             str(r.steps),
             r.lease_owner or "-",
