@@ -244,10 +244,15 @@ def _detach(console: Console, argv: list[str]) -> int:
     import time
     from datetime import datetime
 
-    from pilot.environ import state_dir
+    from pilot.environ import protect_environment, state_dir, taken_db_url
     from pilot.private_files import private_dirs
 
+    # This process is the run's parent until the run has started: its /proc/<pid>/environ
+    # must show no secret either (the child gets them through ``env`` and protects its own).
+    protect_environment()
     args, env = _db_to_environment([a for a in argv if a != "--detach"])
+    if (url := taken_db_url()) and "MARATHON_DB" not in env:
+        env["MARATHON_DB"] = url  # dropped from this process's environment, not the child's
     if "--json" not in args:
         args.append("--json")
     logs = private_dirs(state_dir() / "logs")
@@ -704,7 +709,14 @@ def logs(
             from pilot.store.event_store import lease_holder_gone
 
             now = store.get_run(record.id)
-            if now.status not in ("running", "cancelling") or lease_holder_gone(now):
+            if lease_holder_gone(now):
+                raise _fail(
+                    f"run {record.id} is interrupted: nobody drives it (the process that did "
+                    f"is gone), so nothing more will come; continue it with "
+                    f"`pilot resume {record.id}{_db_flag(store)}`",
+                    1,
+                )
+            if now.status not in ("running", "cancelling"):
                 break
             time.sleep(0.5)
 
@@ -780,6 +792,7 @@ def queue_ls(
 ) -> None:
     """Queued runs and queue runs still in progress."""
     from pilot.front.lines import local_time
+    from pilot.store.event_store import shown_status
 
     records = _records(db, lambda store: store.list_queue())
     columns = ("id", "workflow", "status", "phase", "steps", "worker", "added")
@@ -787,7 +800,7 @@ def queue_ls(
         (
             r.id,
             r.workflow_name,
-            r.status,
+            shown_status(r),
             r.phase or "-",
             str(r.steps),
             r.lease_owner or "-",

@@ -407,10 +407,11 @@ def run_servers(store: EventStore, endpoints: Sequence[str], until: datetime) ->
 def _brain_events(store: EventStore, report: RunReport) -> None:
     """The brain's server events inside the run's time window, of the servers the run used
     (its endpoints' ports): restarts, deaths, downtime. Another port's server is not this
-    run's trouble."""
+    run's trouble, nor is a replica of its fleet that it was given and never asked (a routed
+    run's answers say which servers it asked; without them, every endpoint it was given)."""
     start, end = report.first_at, report.last_at
     assert start is not None and end is not None
-    mine = run_servers(store, report.endpoints, end)
+    mine = run_servers(store, list(report.endpoint_requests) or report.endpoints, end)
     down_since: dict[str, datetime] = {}
     # Was a server already down when the run began? Its latest event before the window says.
     before = queries.server_events_before(store, start, limit=200)

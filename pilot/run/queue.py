@@ -36,6 +36,12 @@ def load_matrix(path: Path) -> list[dict[str, Any]]:
             "- {repo: ./a}\n- {repo: ./b}",
             file=str(path),
         )
+    if not data:
+        raise WorkflowError(
+            "the params matrix lists no runs; give one mapping of params per run, e.g.\n"
+            "- {repo: ./a}\n- {repo: ./b}",
+            file=str(path),
+        )
     return data
 
 
