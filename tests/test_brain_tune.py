@@ -107,7 +107,7 @@ def test_one_round_decides_nothing() -> None:
 
 def test_depth_buckets_and_thinning_keep_the_deepest_request() -> None:
     assert [depth_label(n, [2048, 8192]) for n in (10, 2048, 9000)] == ["<2k", "2k-8k", ">=8k"]
-    from brain.bench.replay_files import load_replay
+    from brain.bench.replay.files import load_replay
 
     run = load_replay(REPLAY)
     thinned = thin(run, 3)

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import httpx
 
 from brain.bench.endpoint import Endpoint
-from brain.bench.replay import replay_point
-from brain.bench.replay_files import ReplayRun
-from brain.bench.replay_models import ReplayConfig, RequestRow
+from brain.bench.replay.files import ReplayRun
+from brain.bench.replay.models import ReplayConfig, RequestRow
+from brain.bench.replay.run import replay_point
 from brain.tune.models import DepthSample, Sample
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from brain.bench.endpoint import Endpoint, bench_client, discover_model
 from brain.bench.models import BenchError
-from brain.bench.replay_files import ReplayRun, load_replay, pick_runs, replay_files
-from brain.bench.replay_models import ReplayConfig
+from brain.bench.replay.files import ReplayRun, load_replay, pick_runs, replay_files
+from brain.bench.replay.models import ReplayConfig
 from brain.profiles import apply_overrides, load_profile, profile_path
 from brain.spec import ServerSpec
 from brain.state import Registry

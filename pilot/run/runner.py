@@ -25,10 +25,12 @@ import re2  # noqa: F401  (the progress tracker's engine: see below)
 
 from pilot import events as ev
 from pilot.agent.context import ServerCounts
-from pilot.agent.loop import AgentLoop, StopRequested
+from pilot.agent.endings import stopped_by
+from pilot.agent.loop import AgentLoop
 from pilot.agent.progress import ProgressLimits
+from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
-from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
+from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
     die_now,
@@ -36,10 +38,12 @@ from pilot.failpoints import (
     kill_at,
 )
 from pilot.model.types import ModelClient, WaitEvent
-from pilot.private_files import private_dirs
+from pilot.private_files import inside, private_dirs
 from pilot.redact import redact_for_storage
+from pilot.run.claims import checkpoint_problem
+from pilot.run.confinement import confinement
 from pilot.run.notify import notify_run_end
-from pilot.store import StoreError, StoreOperationalError, layout
+from pilot.store import LaunchFacts, StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
     CheckpointWriter,
@@ -53,6 +57,7 @@ from pilot.store.event_store import (
     is_storage_full,
     lease_owner_id,
 )
+from pilot.tactics.small_models import SmallModelTactics
 from pilot.workflow.plan import RunPlan
 from pilot.workspace.executor import GitWorkspace, RegistryExecutor
 from pilot.workspace.snapshot import (
@@ -157,6 +162,8 @@ class Runner:
     commit_wait: float = COMMIT_WAIT_S
     """Seconds held events may wait while the run's task waits on something (a read-only
     tool in its thread, a request) before they are committed on their own."""
+    tactics: Tactics | None = None
+    """What the loop asks how to read imperfect answers (None: ``SmallModelTactics``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
 
@@ -165,6 +172,18 @@ class Runner:
 
     def checkpoint_dir(self, run_id: str) -> Path:
         return layout.checkpoint_dir(self.store, run_id)
+
+    def state_paths(self) -> list[Path]:
+        """What the sandbox hides from the agent's commands: the database and the folders of
+        checkpoints, artifacts and background logs (made now, so that they are hidden from
+        the first command on)."""
+        root = layout.files_root(self.store)
+        folders = [root / "checkpoints", root / "artifacts", root / "logs"]
+        for folder in folders:
+            private_dirs(folder)
+        database = layout.sqlite_file(self.store)
+        files = [Path(f"{database}{end}") for end in ("", "-wal", "-shm")] if database else []
+        return [*folders, *files]
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
@@ -222,9 +241,10 @@ class Runner:
         build_plan: PlanBuilder,
         run_id: str | None = None,
         existing: bool = False,
+        launch: LaunchFacts | None = None,
     ) -> RunOutcome:
         """Create a run (or take a queued one whose lease we hold), prepare its workspace and
-        branch, and drive it."""
+        branch, and drive it; ``launch``: what it is started with (kept in its row)."""
         if not existing:
             run_id = self.store.create_run(
                 workflow_name=workflow_name,
@@ -235,6 +255,7 @@ class Runner:
                 owner=self.owner,
                 lease_seconds=self.lease_seconds,
                 run_id=run_id,
+                launch=launch,
             )
         assert run_id is not None
         kill_at("startup")
@@ -272,6 +293,7 @@ class Runner:
                     phases=[p.name for p in plan.phases],
                     owner=self.owner,
                     repository=repository,
+                    sandbox=confinement(plan.sandbox),
                 )
             )
         except StoreBusy as exc:
@@ -295,6 +317,7 @@ class Runner:
     def _prepare_workspace(self, run_id: str, plan: RunPlan) -> tuple[GitRepo, str | None]:
         """The run's git workspace and, for a run in its own worktree, the user's checkout it
         was made from (None in place)."""
+        self._refuse_state_inside(Path(plan.source or plan.workspace))
         if plan.in_place:
             self.store.check_workspace_free(run_id, plan.workspace)
             repo = ensure_repository(Path(plan.workspace), init=plan.init_workspace)
@@ -307,6 +330,17 @@ class Runner:
         repo = add_worktree(source, path, plan.branch, carry_changes=plan.carry_changes)
         clear_stale_locks(repo, run_id)
         return repo, str(source.root.resolve())
+
+    def _refuse_state_inside(self, workspace: Path) -> None:
+        """A workspace holding the pilot's database or state folders would hand them to the
+        agent's commands (the sandbox binds the workspace writable): refused."""
+        for path in (layout.files_root(self.store), layout.sqlite_file(self.store)):
+            if path is not None and inside(path, workspace):
+                raise ConfigurationError(
+                    f"the workspace {workspace} holds Marathon's state ({path}): the agent's "
+                    "commands could rewrite the run's record; keep the database and "
+                    "MARATHON_HOME outside the workspace (--db, MARATHON_HOME)"
+                )
 
     async def resume(self, run_id: str, build_plan: PlanBuilder) -> RunOutcome:
         """Continue a paused or interrupted run from its events (a run killed in its
@@ -327,6 +361,13 @@ class Runner:
         state, checkpoint_seq = load_run_state(
             self.store, run_id, self.checkpoint_dir(run_id), progress_limits(plan)
         )
+        refused = None
+        if checkpoint_seq is not None:
+            refused = checkpoint_problem(self.store, run_id, state)
+            if refused is not None:  # forged or stale: the events decide
+                delete_checkpoint(self.checkpoint_dir(run_id))
+                state = fold(self.store.load_events(run_id), progress_limits=progress_limits(plan))
+                checkpoint_seq = None
         delete_legacy(self.artifacts_dir(run_id))
         run = RunSession(self, run_id, plan, state)
         if state.finished is not None:
@@ -341,6 +382,8 @@ class Runner:
             self.store.release_lease(run_id, self.owner)
             raise
         try:
+            if refused is not None:
+                note = f"{note}; its state checkpoint was refused ({refused})".lstrip("; ")
             run.emit(ev.RunResumed(owner=self.owner, note=note, from_checkpoint=checkpoint_seq))
         except StoreBusy as exc:
             return store_busy_outcome(run_id, run.state, exc)
@@ -536,19 +579,22 @@ class RunSession:
             base_commit=self.state.started.base_head if self.state.started else None,
             redact=self.plan.redact,
             run_id=self.run_id,
+            hidden=runner.state_paths(),
         )
         private_dirs(runner.artifacts_dir(self.run_id))
         lease_lost = asyncio.Event()
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
         storage_full = False
         busy: StoreBusy | None = None
+        workspace = GitWorkspace(repo, self.run_id, executor.take_written)
         loop = AgentLoop(
             self.plan,
             self.state,
             self.emit,
             client,
             executor,
-            GitWorkspace(repo, self.run_id, executor.take_written),
+            workspace,
+            tactics=runner.tactics or SmallModelTactics(),
             stop=stop,
             server_counts=runner.server_counts(self.plan),
         )
@@ -556,21 +602,18 @@ class RunSession:
             try:
                 # Waiting for the server before the first request: a stop pauses it at once.
                 await loop.stoppable(self._resolve_model(client))
-            except StopRequested:
+            except StopRequested as exc:
                 loop.release_stop_waiter()
-                self.emit(ev.RunPaused(reason="stop requested (signal); resume to continue"))
+                self.emit(stopped_by(exc))
             else:
                 await loop.run()
             if self.cancel_requested and self.state.finished is None:
                 self.emit(ev.RunFinished(status="cancelled", reason="cancelled by the user"))
         except StoreBusy as exc:
             busy = exc  # nothing can be written, as with a full disk (below)
-        except ServerUnavailable as exc:
+        except MarathonError as exc:  # a server away pauses; any other error fails
             if self.state.finished is None:
-                self.emit(ev.RunPaused(reason=f"model server unavailable: {exc}"))
-        except MarathonError as exc:
-            if self.state.finished is None:
-                self.emit(ev.RunFinished(status="failed", reason=str(exc)))
+                self.emit(stopped_by(exc))
         except StoreOperationalError as exc:
             if not is_storage_full(exc):
                 raise
@@ -579,6 +622,7 @@ class RunSession:
             storage_full = True
         finally:
             loop.release_stop_waiter()
+            workspace.close()
             if self.unsaved and not storage_full and busy is None:
                 # lost: the model is asked again
                 with contextlib.suppress(StoreOperationalError, StoreBusy):
