@@ -15,7 +15,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
-T=${T:-${TMPDIR:-/tmp}/gputasks}; C=${GPUCARRY:-$ROOT/.gpucarry}; CHUNK=${CHUNK:-60000000}
+T=${T:-${TMPDIR:-/tmp}/gputasks}; C=${GPUCARRY:-$ROOT/.gpucarry}; CHUNK=${CHUNK:-58000000}
 if [ -n "${SCRIPTS_ONLY:-}" ]; then cp -p "$HERE"/scripts/* "$C/scripts/" && ls "$C/scripts" | tr '\n' ' ' && echo; exit 0; fi
 GGUF_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 mkdir -p "$T"/dl "$T"/whl "$T"/miniwhl "$T"/sdists

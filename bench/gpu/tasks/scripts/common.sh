@@ -23,7 +23,7 @@ fi
 export REPO=$R/m PATH=$R/bin:$PATH
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 export DO_NOT_TRACK=1 PYTHONUNBUFFERED=1 XDG_STATE_HOME=$R/state MARATHON_HOME=$R/state/marathon
-export MARATHON_BENCH_MINI=$R/bin/mini
+export MARATHON_BENCH_MINI=$R/bin/mini MSWEA_GLOBAL_CONFIG_DIR=$R/state/mini MSWEA_CONFIGURED=1 MSWEA_SILENT_STARTUP=1
 export ART=$R/art B=$R/art/brain SUITE=$R/suite
 export PM=${PM:-8000} PD=${PD:-8009}
 mkdir -p $B
@@ -56,8 +56,12 @@ make_bins() {
     # main guard: vLLM's spawned EngineCore imports this file again)
     printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' "$PY" > $R/bin/vllm
   fi
-  printf '#!%s\nimport sys\nfrom brain.cli import app\nsys.exit(app())\n' "$PY" > $R/bin/brain
-  printf '#!%s\nimport sys\nfrom pilot.cli import app\nsys.exit(app())\n' "$PY" > $R/bin/pilot
+  # brain and pilot as the project's pyproject.toml names their entry points
+  local name ep
+  for name in brain pilot; do
+    ep=$($PY -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['project']['scripts'][sys.argv[2]])" $REPO/pyproject.toml $name)
+    printf '#!%s\nimport sys\nfrom %s import %s\nsys.exit(%s())\n' "$PY" "${ep%%:*}" "${ep##*:}" "${ep##*:}" > $R/bin/$name
+  done
   # mini-swe-agent's `mini`, its own site first (the suite gives it no PYTHONPATH of ours)
   printf '#!%s\nimport sys\nsys.path[:0] = ["%s"]\nfrom minisweagent.run.mini import app\nif __name__ == "__main__":\n    sys.exit(app())\n' "$PY" "$MINISITE" > $R/bin/mini
   chmod +x $R/bin/*
