@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,11 @@ from pilot.redact import redact_for_storage
 from pilot.run.claims import checkpoint_problem
 from pilot.run.confinement import confinement
 from pilot.run.notify import notify_run_end
+from pilot.run.outcomes import (
+    RunOutcome,
+    storage_full_outcome,
+    store_busy_outcome,
+)
 from pilot.store import LaunchFacts, StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
@@ -75,46 +79,10 @@ from tools.registry import ToolRegistry, default_registry
 # every step's tool result use it, so a run loads it with its code, not inside its first fold.
 Observer = Callable[[str, int, ev.Event, RunState], None]
 
-EXIT_CODES = {
-    "succeeded": 0,
-    "paused": 0,
-    "failed": 1,
-    "limit": 3,
-    "cancelled": 4,
-    "server_unavailable": 75,
-    "storage_full": 74,
-}
-"""Process exit codes per outcome (2 is a usage or workflow error, from the CLI)."""
 COMMIT_WAIT_S = 0.05
 """How long held events wait for the next commit while the run waits: a read-only tool
 quicker than this shares its step's one transaction; a slower one is shown (and durable)
 while it runs."""
-STORAGE_FULL = "the database disk is full"
-STORAGE_BUSY = "the database is locked"
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    status: str
-    reason: str
-    state: RunState
-
-    @property
-    def exit_code(self) -> int:
-        if self.status == "paused" and self.reason.startswith("model server unavailable"):
-            return EXIT_CODES["server_unavailable"]
-        if self.status == "paused" and self.reason.startswith((STORAGE_FULL, STORAGE_BUSY)):
-            return EXIT_CODES["storage_full"]
-        return EXIT_CODES.get(self.status, 1)
-
-
-def storage_full_outcome(run_id: str, state: RunState) -> RunOutcome:
-    """The database cannot take one more write: say so (stderr, as nothing can be recorded)
-    and stop; the run resumes from its last committed event once there is room."""
-    reason = f"{STORAGE_FULL}: free space then `pilot resume {run_id}`"
-    print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", reason, state)
 
 
 PlanBuilder = Callable[[str], RunPlan]
@@ -419,14 +387,6 @@ class Runner:
         if repo.is_repo():
             clear_stale_locks(repo, run_id)
         return repo
-
-
-def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutcome:
-    """The database is locked by another process past the bound: like a full disk, nothing
-    can be recorded, so say so (stderr) and stop; the run resumes from its last event."""
-    reason = f"{exc}: `pilot resume {run_id}`"
-    print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", f"{STORAGE_BUSY}: {reason}", state)
 
 
 class RunSession:
