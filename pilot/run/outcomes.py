@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pilot import events as ev
 from pilot.agent.state import RunState
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ EXIT_CODES = {
 """Process exit codes per outcome (2 is a usage or workflow error, from the CLI)."""
 STORAGE_FULL = "the database disk is full"
 STORAGE_BUSY = "the database is locked"
+STORAGE_GONE = "the database is unreachable"
 
 
 @dataclass
@@ -41,9 +43,22 @@ class RunOutcome:
     def exit_code(self) -> int:
         if self.status == "paused" and self.reason.startswith("model server unavailable"):
             return EXIT_CODES["server_unavailable"]
-        if self.status == "paused" and self.reason.startswith((STORAGE_FULL, STORAGE_BUSY)):
+        if self.status == "paused" and self.reason.startswith(
+            (STORAGE_FULL, STORAGE_BUSY, STORAGE_GONE)
+        ):
             return EXIT_CODES["storage_full"]
         return EXIT_CODES.get(self.status, 1)
+
+
+def status_of(event: ev.Event) -> str | None:
+    """The status a run's row takes from ``event`` (None: the event changes none)."""
+    if isinstance(event, ev.RunFinished):
+        return event.status
+    if isinstance(event, ev.RunPaused):
+        return "paused"
+    if isinstance(event, ev.RunStarted | ev.RunResumed):
+        return "running"
+    return None
 
 
 def storage_full_outcome(run_id: str, state: RunState) -> RunOutcome:
@@ -55,8 +70,12 @@ def storage_full_outcome(run_id: str, state: RunState) -> RunOutcome:
 
 
 def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutcome:
-    """The database is locked by another process past the bound: like a full disk, nothing
-    can be recorded, so say so (stderr) and stop; the run resumes from its last event."""
+    """The database is locked by another process past the bound, or cannot be reached (its
+    server stopped): like a full disk, nothing can be recorded, so say so (stderr) and stop
+    (exit 74); the run resumes from its last committed event."""
+    from pilot.store.lock_wait import StoreGone  # the store only once it failed
+
     reason = f"{exc}: `pilot resume {run_id}`"
     print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", f"{STORAGE_BUSY}: {reason}", state)
+    kind = STORAGE_GONE if isinstance(exc, StoreGone) else STORAGE_BUSY
+    return RunOutcome(run_id, "paused", f"{kind}: {reason}", state)
