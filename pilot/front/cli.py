@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import typer
 from rich.console import Console
@@ -129,7 +129,8 @@ def _durability_option(default: str | None, what: str) -> Any:
     return typer.Option(
         default,
         "--durability",
-        help=f"normal survives any process death, full also a power cut (fsync). {what}",
+        help=f"{' or '.join(get_args(Durability))}: normal survives any process death, "
+        f"full also a power cut (fsync). {what}",
     )
 
 
@@ -331,7 +332,7 @@ def resume(
     raise typer.Exit(outcome)
 
 
-def _install_signals(stop: asyncio.Event, store: Any) -> None:
+def _install_signals(stop: asyncio.Event, store: Any, runner: Any) -> None:
     """First SIGINT/SIGTERM: pause at the next safe point, or at once from any wait (the
     server, a backoff, a database lock). Second: exit at once (130); the run is left
     interrupted and ``pilot resume`` takes it over.
@@ -353,6 +354,13 @@ def _install_signals(stop: asyncio.Event, store: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
 
+    from pilot.run.cancel_bell import CANCEL_SIGNAL
+
+    def on_cancel(_signum: int, _frame: Any) -> None:  # `pilot cancel` on this host
+        loop.call_soon_threadsafe(runner.ring_bells)
+
+    signal.signal(CANCEL_SIGNAL, on_cancel)
+
 
 def _observed(
     console: Console,
@@ -370,10 +378,12 @@ def _observed(
     from pilot.front.printer import LinePrinter, plain_render
     from pilot.front.ui import event_json
     from pilot.heap import settle_startup_heap
+    from pilot.run.cancel_bell import with_bell
     from pilot.run.runner import Runner
+    from pilot.store.lease import lease_owner_id
 
     stop = asyncio.Event()
-    runner = Runner(store, stop=stop)
+    runner = Runner(store, stop=stop, owner=with_bell(lease_owner_id()))
     view: Any
     if json_lines:
         view = LinePrinter(sys.stdout, event_json)
@@ -384,7 +394,7 @@ def _observed(
     runner.observers.append(view)
 
     async def main() -> Any:
-        _install_signals(stop, store)
+        _install_signals(stop, store, runner)
         try:
             return await start(runner)
         finally:
@@ -500,7 +510,7 @@ def list_runs(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""
-    from pilot.front.ui import format_duration, local_time
+    from pilot.front.lines import format_duration, local_time
     from pilot.store.event_store import shown_status
 
     records = _records(db, lambda store: store.list_runs(limit=limit))
@@ -764,7 +774,7 @@ def queue_ls(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """Queued runs and queue runs still in progress."""
-    from pilot.front.ui import local_time
+    from pilot.front.lines import local_time
 
     records = _records(db, lambda store: store.list_queue())
     columns = ("id", "workflow", "status", "phase", "steps", "worker", "added")
