@@ -129,7 +129,8 @@ def _durability_option(default: str | None, what: str) -> Any:
     return typer.Option(
         default,
         "--durability",
-        help=f"normal survives any process death, full also a power cut (fsync). {what}",
+        help=f"{' or '.join(get_args(Durability))}: normal survives any process death, "
+        f"full also a power cut (fsync). {what}",
     )
 
 
