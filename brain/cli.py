@@ -34,9 +34,11 @@ def _register() -> None:
     from brain.bench.cli import register as register_bench
     from brain.cli_server import register as register_server
     from brain.sim.cli import sim_command
+    from brain.tune.cli import register as register_tune
 
     register_server(app)
     register_bench(app)
+    register_tune(app)
     app.command("sim", help="Serve the simulated vLLM server (no GPU needed).")(sim_command)
 
 

@@ -97,7 +97,8 @@ def up(
         None,
         "--gpus",
         metavar="IDS",
-        help="GPUs for the replicas: indexes or UUIDs, e.g. 0,1,2,3 (split in TP-sized groups).",
+        help="GPUs for the replicas: all, or indexes or UUIDs, e.g. 0,1,2,3 (split in TP-sized "
+        "groups); a number is an index, not a count as in docker run --gpus 2.",
     ),
     fleet: str = typer.Option(
         None, "--fleet", help="A fleet file: servers (profile, gpus, port) started together."
@@ -199,6 +200,8 @@ def _print_ready(spec: ServerSpec, info: Any) -> None:
     if t.speculative_enabled is not None:
         out.print(f"  speculative {'on' if t.speculative_enabled else 'off'}", end="")
     out.print("")
+    if spec.tuned is not None:
+        out.print(f"  {spec.tuned.line()}", markup=False, soft_wrap=True)
     if spec.api_key:
         out.print(f"  API key: in {state_dir() / 'api-keys' / (spec.name + '.key')}")
 

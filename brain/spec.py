@@ -149,6 +149,39 @@ class DistributedSpec(_Strict):
         return self.nodes * self.gpus_per_node
 
 
+class TunedSpec(_Strict):
+    """What ``brain tune`` chose for this profile and when (no vLLM flag: ``brain up`` says it).
+    The chosen setting itself is the profile's ``speculative``; this keeps the evidence."""
+
+    choice: str
+    """The winning candidate (``off``, ``ngram:4``, ``mtp:2`` ...)."""
+    measured_at: str
+    """UTC time the tune ended (ISO 8601)."""
+    evidence: str | None = None
+    """The tune's evidence file (JSON: every sample, every interval)."""
+    concurrency: int | None = None
+    depth: str | None = None
+    """The (concurrency, depth) point the choice was made for: where the runs spend most time."""
+    note: str = ""
+    """One line: the gain over off with its interval, or where speculation loses."""
+
+    def line(self) -> str:
+        """What ``brain up`` says about the tuned setting it starts."""
+        where = ", ".join(
+            x
+            for x in (
+                f"c={self.concurrency}" if self.concurrency else "",
+                f"depth {self.depth}" if self.depth else "",
+            )
+            if x
+        )
+        text = f"tuned: speculative {self.choice} (brain tune, measured {self.measured_at}"
+        text += f" for {where})" if where else ")"
+        if self.note:
+            text += f"; {self.note}"
+        return text + (f"; evidence {self.evidence}" if self.evidence else "")
+
+
 class TimeoutsSpec(_Strict):
     load_timeout_s: float = Field(default=1800, gt=0)
     """From start to /health 200; big models on cold disks take many minutes."""
@@ -232,6 +265,8 @@ class ServerSpec(_Strict):
     refused (``owned_flags``)."""
     env: dict[str, str] = Field(default_factory=dict)
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
+    tuned: TunedSpec | None = None
+    """Written by ``brain tune``: the measured choice, when, and its evidence."""
 
     @field_validator("name")
     @classmethod

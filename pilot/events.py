@@ -84,7 +84,7 @@ class ModelRequest(_Event):
     bound proves the request fits and no ``/tokenize`` round trip is made."""
     temperature: float | None = None
     """Set when the request was sampled hotter than the workflow's temperature, because the
-    model repeated the same call with the same result (``pilot.agent.progress.hotter``)."""
+    model repeated the same call with the same result (``pilot.tactics.feedback.hotter``)."""
 
 
 class ToolCall(BaseModel):
@@ -182,6 +182,47 @@ class CheckFinished(_Event):
     """What the model is told when the check failed and it may try again."""
     after_edit: bool = False
     """Run after a file edit (``check_after_edit``); not an attempt."""
+
+
+class AnswerCut(_Event):
+    """The answer of ``step`` was cut by the output limit (``pilot.agent.cut``): none of its
+    calls is run; each is answered with ``message``, or, with no call, the model is told."""
+
+    type: Literal["answer_cut"] = "answer_cut"
+    step: int
+    reason: str
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    max_tokens: int | None = None
+    calls: list[str] = []
+    """The names of the calls not run."""
+    message: str = ""
+
+
+class CheckBaseline(_Event):
+    """The phase's check, run once as the phase starts, before any change: whether it passed
+    then decides what counts as evidence of success (``pilot.agent.evidence``)."""
+
+    type: Literal["check_baseline"] = "check_baseline"
+    phase: int
+    command: str
+    exit_code: int | None
+    passed: bool
+    output: str = ""
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+class PhaseEvidence(_Event):
+    """What a phase's success was judged on, at its end: the rule applied, the facts from the
+    events that meet it (``items``), and whether they did (``accepted``)."""
+
+    type: Literal["phase_evidence"] = "phase_evidence"
+    phase: int
+    rule: str
+    accepted: bool
+    items: list[str] = []
+    reason: str = ""
 
 
 class Nudge(_Event):
@@ -321,6 +362,9 @@ Event = Annotated[
     | WorkspaceSnapshot
     | CheckStarted
     | CheckFinished
+    | AnswerCut
+    | CheckBaseline
+    | PhaseEvidence
     | Nudge
     | Compaction
     | Question

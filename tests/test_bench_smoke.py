@@ -83,17 +83,21 @@ def test_vs_langgraph_marathon_configs_run_and_every_step_is_durable(tmp_path: P
         assert row["checkpoint_bytes_at_kill"] == 0  # 40 events: none yet (every 256)
         assert _positive(row["git_bytes_at_kill"])  # the real workspace: its start commit
     for result in data["results"]:
-        # Runner.resume with a client that needs no SDK never imports it
-        assert result["resume_imported_openai"] is False, result
+        # the resume imports what a real one does: the SDK, with its first model call
+        assert result["resume_imported_openai"] is True, result
+        assert _positive(result["resume_proc_cpu_s"]), result
     # what a step adds to the thread: 1,200 + 2,048 + the call's arguments
     assert 3248 < data["raw"]["10"] < 3800
 
 
 def test_snapshot_bench_measures_file_and_run_steps(tmp_path: Path) -> None:
     rows = _bench("bench.snapshots", "--sizes", "50", "--steps", "2", out=tmp_path / "out.json")
-    assert [r["files"] for r in rows] == [50]
-    for key in ("file_step_ms", "file_snapshot_ms", "run_step_ms", "run_snapshot_ms", "start_ms"):
-        assert _positive(rows[0][key]), (key, rows[0])
+    assert [(r["files"], r["mode"]) for r in rows] == [(50, "rehash"), (50, "index"), (50, "watch")]
+    for row in rows:
+        for key in ("run_step_ms", "run_snapshot_ms", "sitting_first_ms", "start_ms"):
+            assert _positive(row[key]), (key, row)
+    for key in ("file_step_ms", "file_snapshot_ms"):  # path-based in every mode: measured once
+        assert _positive(rows[2][key]), (key, rows[2])
 
 
 def test_vs_langgraph_langgraph_configs_run_and_every_step_is_durable(tmp_path: Path) -> None:

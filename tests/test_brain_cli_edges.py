@@ -112,3 +112,29 @@ def test_gpu_indexes_and_uuids_are_taken():
     r = runner.invoke(app, ["up", "sim", "--gpus", "0,GPU-5e1a0c2b,MIG-9f1c/1/0", "--dry-run"])
     assert r.exit_code == 0, r.output
     assert "GPUs GPU-5e1a0c2b" in r.output and "GPUs MIG-9f1c/1/0" in r.output
+
+
+def test_gpus_all_and_dockers_device_form_are_read_as_docker_reads_them(tmp_path, monkeypatch):
+    smi = tmp_path / "bin" / "nvidia-smi"  # a real process on PATH, as on a GPU host
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\necho '0, GPU-aaaa, H100, 81559, 0, 81559'\n"
+        "echo '1, GPU-bbbb, H100, 81559, 0, 81559'\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    r = runner.invoke(app, ["up", "sim", "--gpus", "all", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "replica 0: sim-r0  GPUs 0 " in r.output and "replica 1: sim-r1  GPUs 1 " in r.output
+    r = runner.invoke(app, ["up", "sim", "--gpus", "device=1", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "1 replica(s)" in r.output and "replica 0: sim-r0  GPUs 1 " in r.output
+
+
+def test_gpus_all_on_a_host_with_no_gpu_says_so_and_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi here
+    r = runner.invoke(app, ["up", "sim", "--gpus", "all", "--dry-run"])
+    assert r.exit_code == 2, r.output
+    said = " ".join(r.output.split())
+    assert "--gpus all: this host shows no NVIDIA GPU" in said and "--gpus 0,1" in said
+    assert "Traceback" not in r.output

@@ -80,9 +80,28 @@ def plan_from_cli(
         sets = (["gpus=all"] if gpus else []) + list(sets or [])
         spec = build_spec(profile, sets, preset, backend, no_gpu)
         reps = plan_replicas(
-            spec, replicas=replicas, gpus=parse_gpus(gpus) if gpus else None, base_port=port
+            spec, replicas=replicas, gpus=cli_gpus(gpus) if gpus else None, base_port=port
         )
     return reps
+
+
+def cli_gpus(value: str) -> list[str]:
+    """``--gpus`` as ``parse_gpus`` reads it, and ``all`` (as Docker takes it): every GPU this
+    host has, by index, asked of NVML or nvidia-smi; a SpecError when it has none."""
+    if value.strip().lower() != "all":
+        return parse_gpus(value)
+    from brain.errors import NoNvidiaGpu
+    from brain.gpu import query_gpus
+
+    try:
+        found = query_gpus()
+    except (NoNvidiaGpu, OSError) as exc:
+        raise SpecError(
+            f"--gpus all: this host shows no NVIDIA GPU ({exc})",
+            field="--gpus",
+            hint="name the GPUs (--gpus 0,1) where they are, or use --backend sim",
+        ) from None
+    return [str(g.index) for g in found]
 
 
 def _with_shared_api_key(replicas: list[Replica]) -> list[Replica]:

@@ -74,12 +74,17 @@ MIG instance's UUID (``nvidia-smi -L``)."""
 
 
 def parse_gpus(value: str | int | Sequence[int | str]) -> list[str]:
-    """``"0,1,2,3"``, ``4`` or ``[0, 1]`` -> ``["0", "1", ...]``; ids may be GPU UUIDs.
+    """``"0,1,2,3"``, ``4`` or ``[0, 1]`` -> ``["0", "1", ...]``; ids may be GPU UUIDs, and
+    Docker's ``device=0,1`` is read as ``0,1``. A number is a device index, never a count
+    (Docker's ``--gpus 2`` means two GPUs; ours means GPU 2): ``all`` is expanded by the CLI,
+    which can ask the host (:func:`brain.fleet.cli.cli_gpus`).
 
     A GPU may be listed more than once (``0,0``): that is the explicit split of one card
     between replicas (``plan_replicas`` divides their memory)."""
     if isinstance(value, int):
         value = str(value)
+    if isinstance(value, str):
+        value = value.strip().removeprefix("device=")  # Docker's --gpus device=0,1 form
     items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
     gpus = [g.strip() for g in items if g.strip()]
     if not gpus:

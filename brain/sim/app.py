@@ -42,7 +42,7 @@ from brain.sim.media import check_images
 from brain.sim.metrics_text import METRICS_PATH
 from brain.sim.policies import load_policy
 from brain.sim.policy import Policy, SimChatRequest
-from brain.sim.shaping import Emission, OutputToken, shape_turn
+from brain.sim.shaping import Emission, OutputToken, shape_turn, streamed_finish_reason
 from brain.sim.tokenizer import Vocabulary, count_text, render_chat
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -356,6 +356,13 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
         faults=kinds,
         id_seed=json.dumps(messages, sort_keys=True, ensure_ascii=False),
     )
+    if body.stream:
+        emission.stream_finish_reason = streamed_finish_reason(
+            emission,
+            body,
+            flavour=config.vllm_version,
+            tool_parser=config.enable_auto_tool_choice and config.tool_call_parser is not None,
+        )
     n = body.n or 1
     hashes = prompt_block_hashes(prompt, config.block_size) if config.enable_prefix_caching else ()
     ticket = engine.admit(number, prompt_tokens, hashes, max_tokens=max_tokens, n=n)
@@ -425,7 +432,7 @@ async def _generate(
     engine = state.engine
     await ticket.admitted()
     await engine.prefill(ticket.request, clock)
-    decoder = engine.decoder(number)
+    decoder = engine.decoder(number, ticket.request)
     tokens = emission.tokens
     index = 0
     while index < len(tokens):
@@ -668,7 +675,8 @@ async def _stream(
                 if await faults_after_chunk():
                     return
         for i in indexes:
-            yield _chunk(meta, {}, emission.finish_reason, index=i, stamp=not include_usage)
+            finish = emission.stream_finish_reason or emission.finish_reason
+            yield _chunk(meta, {}, finish, index=i, stamp=not include_usage)
             sent += 1
             if await faults_after_chunk():
                 return

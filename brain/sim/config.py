@@ -53,6 +53,24 @@ class Timing(BaseModel):
         "share one lane and lengthen the decode steps they are batched with (engine.py).",
     )
     itl: float = Field(0.001, ge=0, description="Seconds per decode step (inter-token latency).")
+    itl_per_token: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds a decode step grows per token it verifies: each running request "
+        "puts 1 + k tokens into the step (k = draft tokens), as vLLM's scheduler budgets them, "
+        "so speculation costs more the more requests share the step.",
+    )
+
+
+class DraftMethod(BaseModel):
+    """How well one draft method guesses and what drafting costs (``Speculative.methods``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    acceptance: float = Field(0.7, ge=0, le=1, description="Per-position acceptance at depth 0.")
+    draft_cost: float = Field(
+        0.0, ge=0, description="Seconds each draft token adds to a step (an MTP head's pass)."
+    )
 
 
 class Speculative(BaseModel):
@@ -64,10 +82,37 @@ class Speculative(BaseModel):
     acceptance: float = Field(0.7, ge=0, le=1, description="Per-position acceptance probability.")
     method: str = "mtp"
     draft_model: str | None = None
+    acceptance_half_depth: int | None = Field(
+        None,
+        ge=1,
+        description="Context tokens (prompt + generated) at which acceptance has halved: drafts "
+        "guess worse deep in a long agent context; None keeps it flat.",
+    )
+    draft_cost: float = Field(
+        0.0, ge=0, description="Seconds each draft token adds to a decode step."
+    )
+    methods: dict[str, DraftMethod] = Field(
+        default_factory=dict,
+        description="Per-method acceptance and draft cost (ngram, mtp, draft_model), used in "
+        "place of acceptance / draft_cost for the method the server was started with.",
+    )
 
     @property
     def enabled(self) -> bool:
         return self.num_tokens > 0
+
+    def model_for(self) -> DraftMethod:
+        """The started method's acceptance and cost."""
+        return self.methods.get(self.method) or DraftMethod(
+            acceptance=self.acceptance, draft_cost=self.draft_cost
+        )
+
+    def acceptance_at(self, depth: int) -> float:
+        """Per-position acceptance at ``depth`` context tokens."""
+        base = self.model_for().acceptance
+        if self.acceptance_half_depth is None:
+            return base
+        return base * 0.5 ** (depth / self.acceptance_half_depth)
 
 
 class FaultRule(BaseModel):

@@ -503,17 +503,28 @@ class SimEngine:
             raise
 
     def step_time(self) -> float:
-        """One decode step: ``itl``, plus the prefill chunk batched into it while the lane has
-        prefill tokens queued (at most ``max_num_batched_tokens`` of them)."""
+        """One decode step: ``itl``; plus what it verifies (1 + k tokens for each running
+        request, at ``itl_per_token``) and drafts (k x the method's draft cost), so that
+        speculation's extra tokens cost more the fuller the batch, as in vLLM; plus the prefill
+        chunk batched into it while the lane has prefill tokens queued (at most
+        ``max_num_batched_tokens`` of them)."""
         timing = self.config.timing
+        spec = self.config.speculative
+        base = timing.itl
+        if timing.itl_per_token or spec.enabled:
+            k = spec.num_tokens
+            base += timing.itl_per_token * max(1, len(self._running)) * (1 + k)
+            base += k * spec.model_for().draft_cost if spec.enabled else 0.0
         queued = self._lane_until - time.monotonic()
         if queued <= 0:
-            return timing.itl
-        return timing.itl + min(queued, timing.ttft_per_token * self.config.batched_tokens)
+            return base
+        return base + min(queued, timing.ttft_per_token * self.config.batched_tokens)
 
-    def decoder(self, request_number: int) -> Decoder:
+    def decoder(self, request_number: int, request: _Request | None = None) -> Decoder:
+        """The decode steps of one request (``request`` gives its context depth, which the
+        acceptance falls with)."""
         rng = random.Random(f"{self.config.seed}:spec:{request_number}")
-        return Decoder(self, rng)
+        return Decoder(self, rng, request)
 
     def token_emitted(self, count: int) -> None:
         self.metrics.inc("vllm:generation_tokens", count)
@@ -545,15 +556,19 @@ class SimEngine:
 class Decoder:
     """Decode steps for one request: how many tokens each step yields, after sleeping for it."""
 
-    def __init__(self, engine: SimEngine, rng: random.Random):
+    def __init__(self, engine: SimEngine, rng: random.Random, request: _Request | None = None):
         self._engine = engine
         self._rng = rng
+        self._request = request
         self._next_step: float | None = None
 
     def _accepted(self) -> int:
         spec = self._engine.config.speculative
+        request = self._request
+        depth = request.prompt_tokens + request.generated if request is not None else 0
+        acceptance = spec.acceptance_at(depth)
         accepted = 0
-        while accepted < spec.num_tokens and self._rng.random() < spec.acceptance:
+        while accepted < spec.num_tokens and self._rng.random() < acceptance:
             accepted += 1
         return accepted
 

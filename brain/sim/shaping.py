@@ -53,6 +53,9 @@ class Emission:
     calls: list[ToolCallOut]
     finish_reason: str
     faults: set[str] = field(default_factory=set)
+    stream_finish_reason: str | None = None
+    """What a stream's last choice chunk says where the release's stream differs from its
+    non-streamed answer (``streamed_finish_reason``); None: ``finish_reason``."""
 
     def text_of(self, kind: TokenKind) -> str | None:
         parts = [t.text for t in self.tokens if t.kind == kind]
@@ -188,3 +191,21 @@ def shape_turn(
     if finish == "stop" and any(t.header for t in tokens) and not named:
         finish = "tool_calls"
     return Emission(tokens=tokens, calls=outs, finish_reason=finish, faults=active)
+
+
+def streamed_finish_reason(
+    emission: Emission, request: SimChatRequest, *, flavour: str, tool_parser: bool
+) -> str:
+    """The finish_reason of a streamed answer's last choice chunk.
+
+    vLLM 0.26's chat stream (``entrypoints/openai/serving_chat.py``) sends
+    ``output.finish_reason if not auto_tools_called else "tool_calls"``, where
+    ``auto_tools_called`` is whether the auto tool parser streamed any call: a call cut at
+    ``max_tokens`` ends with ``tool_calls``, as on the H200 this round. 0.33 maps the engine's
+    reason through ``serve/utils/tool_calls_utils.py`` ``resolve_finish_reason``, which keeps
+    ``length`` "so clients can tell a truncated call from a complete one"."""
+    auto = tool_parser and bool(request.tool_names()) and request.tool_choice in (None, "auto")
+    called = any(t.header for t in emission.tokens)
+    if flavour == "0.26" and auto and called:
+        return "tool_calls"
+    return emission.finish_reason

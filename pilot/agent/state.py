@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pilot.agent.context import apply_compaction
+from pilot.agent.compaction import apply_compaction
 from pilot.agent.images import ImageRef, image_message, prompt_content
 from pilot.agent.progress import FeedbackObs, ProgressLimits, ProgressTracker, Verdict
 from pilot.events import (
+    AnswerCut,
     AssistantMessage,
     AttemptRestarted,
     CheckFinished,
@@ -141,6 +142,9 @@ class RunState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     last_finish_reason: str | None = None
+    answer_cut: str | None = None
+    """The last answer was cut by the output limit: what each of its calls gets instead of a
+    run (``pilot.agent.cut``)."""
     pending_calls: list[ToolCall] = field(default_factory=list)
     """Calls of the last assistant message not yet answered, in order."""
     started_call: ToolStarted | None = None
@@ -200,11 +204,6 @@ class RunState:
             return self.active_seconds
         return self.active_seconds + max(0.0, (now - self._segment_start).total_seconds())
 
-    def phase_elapsed(self, now: datetime) -> float:
-        if self.phase is None:
-            return 0.0
-        return max(0.0, (now - self.phase.started_at).total_seconds())
-
     # -- folding --------------------------------------------------------------------------
 
     def apply(self, ev: Event) -> None:
@@ -253,6 +252,7 @@ class RunState:
                     self._add(assistant_message_dict(ev), self.last_seq)
                 self.pending_calls = list(ev.tool_calls)
                 self.last_finish_reason = ev.finish_reason
+                self.answer_cut = None
                 if self.phase is not None:
                     self.phase.compactions_in_a_row = 0
                     self._verdict(self.phase.tracker.observe_turn(ev.content, bool(ev.tool_calls)))
@@ -347,6 +347,11 @@ class RunState:
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
                             self._add({"role": "user", "content": ev.feedback})
+            case AnswerCut():
+                if ev.calls:
+                    self.answer_cut = ev.message
+                elif ev.message:
+                    self._add({"role": "user", "content": ev.message})
             case Nudge():
                 self._add({"role": "user", "content": ev.text})
             case Question():

@@ -8,7 +8,6 @@ unavailable longer than ``model.server_wait``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -16,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 from rich.console import Console
@@ -26,7 +25,10 @@ from rich.table import Table
 from pilot import __version__
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.front.cli_errors import UserErrorGroup
-from pilot.store.opening import DURABILITIES, NoDatabase, open_store
+from pilot.front.completion import run_id_argument
+
+if TYPE_CHECKING:
+    import asyncio
 
 app = typer.Typer(
     name="pilot",
@@ -37,6 +39,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+Durability = Literal["normal", "full"]
+"""``--durability``'s choices, shown in the help and completed: the store's DURABILITIES."""
 DB_OPTION = typer.Option(
     None,
     "--db",
@@ -123,6 +127,7 @@ def _notes(console: Console, json_lines: bool) -> Console:
 def _store(db: str | None, durability: str = "normal", *, create: bool = True):
     """The store, or a ConfigurationError naming what is wrong (see ``pilot.front.cli_errors``)."""
     from pilot.environ import protect_environment
+    from pilot.store.opening import open_store
 
     store = open_store(db, durability, create=create)
     protect_environment()  # before any tool runs: /proc/<pid>/environ shows no secret
@@ -135,7 +140,9 @@ def _store(db: str | None, durability: str = "normal", *, create: bool = True):
 @app.command()
 def run(
     workflow: Path = typer.Argument(..., help="The workflow file (YAML).", exists=False),
-    param: list[str] = typer.Option([], "--param", "-p", help="Set a param: NAME=VALUE."),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", metavar="NAME=VALUE", help="Set a param (repeat it for more)."
+    ),
     params_file: Path | None = typer.Option(None, "--params-file", help="YAML file of params."),
     matrix: Path | None = typer.Option(
         None, "--matrix", help="YAML list of param sets: one run per set."
@@ -153,11 +160,10 @@ def run(
         False, "--detach", help="Run in the background; print the run id and a log file."
     ),
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
-    durability: str = typer.Option(
+    durability: Durability = typer.Option(
         "normal",
         "--durability",
-        help=f"{' or '.join(DURABILITIES)}: normal survives any process death, full also a "
-        "power cut (fsync).",
+        help="normal survives any process death, full also a power cut (fsync).",
     ),
     admission: bool = ADMISSION_OPTION,
 ) -> None:
@@ -292,7 +298,7 @@ def _db_to_environment(args: list[str]) -> tuple[list[str], dict[str, str]]:
 
 @app.command()
 def resume(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
     endpoint: list[str] = ENDPOINT_OPTION,
     dry_run: bool = typer.Option(
@@ -329,6 +335,8 @@ def _install_signals(stop: asyncio.Event, store: Any, runner: Any) -> None:
 
     A Python-level handler, not ``loop.add_signal_handler``: it also runs while the event
     loop's thread is blocked waiting for a database lock (``EventStore.interrupt``)."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     signals = {"count": 0}
 
@@ -350,25 +358,6 @@ def _install_signals(stop: asyncio.Event, store: Any, runner: Any) -> None:
     signal.signal(CANCEL_SIGNAL, on_cancel)
 
 
-def _plain_lines(console: Console, *, with_run_id: bool) -> Any:
-    """An observer printing each event as a line, flushed at once: a log file (a worker's, a
-    matrix run's) holds every event up to the moment its process was killed."""
-    from rich.text import Text
-
-    from pilot.front.ui import event_line, line_width
-
-    width = line_width(console)
-
-    def observe(run_id: str, _seq: int, event: Any, _state: Any) -> None:
-        line = event_line(event, width=width)
-        if with_run_id:
-            line = Text.assemble(f"{run_id} ", line)
-        console.print(line)
-        console.file.flush()
-
-    return observe
-
-
 def _observed(
     console: Console,
     json_lines: bool,
@@ -380,6 +369,9 @@ def _observed(
 ) -> Any:
     """``start(runner)`` on a fresh ``Runner``, with the signals handled and the events shown
     (JSON lines, ``live_view()`` on a terminal, plain lines elsewhere); what it returns."""
+    import asyncio
+
+    from pilot.front.printer import LinePrinter, plain_render
     from pilot.front.ui import event_json
     from pilot.heap import settle_startup_heap
     from pilot.run.cancel_bell import with_bell
@@ -388,14 +380,14 @@ def _observed(
 
     stop = asyncio.Event()
     runner = Runner(store, stop=stop, owner=with_bell(lease_owner_id()))
-    view: Any = None
+    view: Any
     if json_lines:
-        runner.observers.append(lambda rid, seq, e, _s: print(event_json(rid, seq, e), flush=True))
+        view = LinePrinter(sys.stdout, event_json)
     elif console.is_terminal:
         view = live_view()
-        runner.observers.append(view)
-    else:
-        runner.observers.append(_plain_lines(console, with_run_id=with_run_id))
+    else:  # a pipe, a log file, CI, --detach: plain lines off the step's thread
+        view = LinePrinter(console.file, plain_render(with_run_id=with_run_id))
+    runner.observers.append(view)
 
     async def main() -> Any:
         _install_signals(stop, store, runner)
@@ -405,8 +397,6 @@ def _observed(
             await runner.aclose()
 
     settle_startup_heap()
-    if view is None:
-        return asyncio.run(main())
     with view:
         return asyncio.run(main())
 
@@ -418,8 +408,9 @@ def _drive_many(
     store: Any,
     endpoints: Sequence[str] = (),
 ) -> int:
-    """Drive several runs in this process; the exit code is the worst outcome's."""
-    from pilot.front.outcome import print_outcome
+    """Drive several runs in this process; the exit code is the worst outcome's. A roll-up
+    line ends it (a JSON object on stderr with --json, whose stdout is events only)."""
+    from pilot.front.outcome import print_outcome, rollup, rollup_line
     from pilot.front.ui import MultiRunView
     from pilot.run.notify import notify_queue_end
 
@@ -430,6 +421,10 @@ def _drive_many(
     if not json_lines:
         for outcome in outcomes:
             print_outcome(console, store, outcome)
+        console.print()
+        console.print(f"[bold]{escape(rollup_line(outcomes))}[/]")
+    else:
+        print(json.dumps({"rollup": rollup(outcomes)}), file=sys.stderr, flush=True)
     notify_queue_end(outcomes)
     codes = [o.exit_code for o in outcomes] or [0]
     return max(codes)
@@ -552,6 +547,8 @@ def _db_flag(store: Any) -> str:
 def _records(db: str | None, read: Any) -> list[Any]:
     """Records from the store, none when the default database does not exist yet (a first
     day's `pilot runs`); a ``--db`` naming a missing file is an error."""
+    from pilot.store.opening import NoDatabase
+
     try:
         store = _store(db, create=False)
     except NoDatabase:
@@ -605,7 +602,7 @@ def _print_records(
 
 @app.command()
 def show(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
@@ -666,14 +663,17 @@ def _print_server_event(
 
 @app.command()
 def logs(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events."),
+    json_lines: bool = typer.Option(
+        False, "--json", help="Print events as JSON lines (as pilot run --json does)."
+    ),
 ) -> None:
     """Print the run's events (with -f, follow them as another process appends them)."""
     import time
 
-    from pilot.front.ui import event_line, line_width
+    from pilot.front.ui import event_json, event_line, line_width
 
     console = _console()
     with _user_errors():
@@ -682,7 +682,10 @@ def logs(
         last = 0
         while True:
             for seq, event in store.iter_events(record.id, after_seq=last):
-                console.print(event_line(event, width=line_width(console)))
+                if json_lines:
+                    print(event_json(record.id, seq, event), flush=True)
+                else:
+                    console.print(event_line(event, width=line_width(console)))
                 last = seq
             if not follow:
                 break
@@ -703,7 +706,7 @@ def logs(
 
 @app.command()
 def cancel(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
 ) -> None:
     """Cancel a run (a running one is asked to stop; it ends as cancelled)."""
@@ -717,7 +720,7 @@ def cancel(
 
 @app.command()
 def diff(
-    run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+    run_id: str = run_id_argument(),
     db: str | None = DB_OPTION,
     stat: bool = typer.Option(False, "--stat", help="Only the diffstat."),
 ) -> None:
@@ -750,7 +753,9 @@ app.add_typer(queue_app, name="queue")
 @queue_app.command("add")
 def queue_add(
     workflow: Path = typer.Argument(..., help="The workflow file (YAML)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Set a param: NAME=VALUE."),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", metavar="NAME=VALUE", help="Set a param (repeat it for more)."
+    ),
     params_file: Path | None = typer.Option(None, "--params-file", help="YAML file of params."),
     db: str | None = DB_OPTION,
 ) -> None:
@@ -839,7 +844,9 @@ def worker(
 @app.command()
 def validate(
     workflow: Path = typer.Argument(..., help="The workflow file to check."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Also check these params."),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", metavar="NAME=VALUE", help="Also check these params."
+    ),
 ) -> None:
     """Check a workflow file; every problem is reported with file, line and field."""
     from pilot.run.launch import validate_workflow

@@ -16,13 +16,14 @@ import typer
 from typer.core import TyperGroup
 
 from pilot.errors import MarathonError
-from pilot.store.opening import state_dir_problem
 
 
 def describe(exc: BaseException) -> str | None:
     """The one-line message for an exception a user can cause, or None for a bug."""
     if isinstance(exc, MarathonError):
         return str(exc)
+    from pilot.store.opening import state_dir_problem  # the store is imported on errors only
+
     if isinstance(exc, (FileExistsError, NotADirectoryError)) and (problem := state_dir_problem()):
         return problem
     if isinstance(exc, (PermissionError, FileExistsError, NotADirectoryError, IsADirectoryError)):

@@ -3,7 +3,7 @@
 The store keeps events, not request bodies, so the requests are rebuilt the way the loop built
 them: the events are folded in order and, at each ``model_request``, the folded messages are
 the prompt the pilot sent (with the phase's tool schemas); at each ``compaction`` the summary
-request is rebuilt from the replaced turns with :func:`pilot.agent.context.summary_request`. The
+request is rebuilt from the replaced turns with :func:`pilot.agent.compaction.summary_request`. The
 answer's recorded length (``usage.completion_tokens``) becomes the replayed ``max_tokens``, and
 the time between an answer and the next request (tools, checks, the pilot) the think time.
 
@@ -27,15 +27,15 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pilot import events as ev
-from pilot.agent.context import SUMMARY_MAX_TOKENS, Budget, summary_request
-from pilot.agent.state import RunState
 from pilot.errors import ConfigurationError
-from pilot.store.event_store import EventStore
+from pilot.front.completion import run_id_argument
+
+if TYPE_CHECKING:
+    from pilot.store.event_store import EventStore
 
 REPLAY_VERSION = 1
 
@@ -94,6 +94,10 @@ class _Writer:
 
 def export_run(store: EventStore, run_id: str, *, source: str = "") -> list[dict[str, Any]]:
     """The replay lines of one stored run (see the module docstring for the format)."""
+    from pilot import events as ev
+    from pilot.agent.compaction import summary_request
+    from pilot.agent.context import SUMMARY_MAX_TOKENS, Budget
+    from pilot.agent.state import RunState
     from pilot.run.launch import load_stored
     from tools.registry import default_registry
 
@@ -188,7 +192,7 @@ def _run_ids(store: EventStore, ids: Sequence[str], last: int | None) -> Iterato
 
 
 def replay_export_command(
-    run_ids: list[str] = typer.Argument(None, help="Run ids (any unambiguous prefix)."),
+    run_ids: list[str] = run_id_argument(None, help="Run ids (any unambiguous prefix)."),
     last: int | None = typer.Option(None, "--last", help="Also the N most recent runs."),
     out_dir: Path = typer.Option(Path("."), "--out", "-o", help="Directory for the files."),
     db: str | None = typer.Option(None, "--db", envvar="MARATHON_DB", help="Store URL or path."),
@@ -198,6 +202,7 @@ def replay_export_command(
     from rich.console import Console
 
     from pilot.errors import MarathonError
+    from pilot.store.event_store import EventStore
 
     console = Console(highlight=False)
     store = EventStore(db)

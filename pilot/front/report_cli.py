@@ -11,10 +11,12 @@ import re
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 import typer
 from rich.console import Console
+
+from pilot.front.completion import run_id_argument
 
 if TYPE_CHECKING:
     from pilot.report.facts import Report
@@ -53,8 +55,13 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     return value if value.tzinfo else value.astimezone()
 
 
+ReportFormat = Literal["md", "html", "json"]
+REPORT_FORMATS: tuple[str, ...] = get_args(ReportFormat)
+
+
 def render(report: Report, fmt: str) -> str:
-    """The report as ``md`` (Markdown) or ``html`` (one self-contained page)."""
+    """The report as ``md`` (Markdown), ``html`` (one self-contained page) or ``json`` (the
+    versioned document of ``pilot.report.json_report``)."""
     if fmt == "md":
         from pilot.report.markdown import render_markdown
 
@@ -63,7 +70,11 @@ def render(report: Report, fmt: str) -> str:
         from pilot.report.html import render_html
 
         return render_html(report)
-    raise ValueError(f"unknown report format {fmt!r}; use md or html")
+    if fmt == "json":
+        from pilot.report.json_report import render_json
+
+        return render_json(report)
+    raise ValueError(f"unknown report format {fmt!r}; use md, html or json")
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -77,11 +88,16 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def report(
-        run_id: str | None = typer.Argument(None, help="Run id (any unambiguous prefix)."),
+        run_id: str | None = run_id_argument(None),
         since: str | None = typer.Option(
             None, "--since", help="Every run active in this window: 12h, 2d, or a date/time."
         ),
-        fmt: str = typer.Option("md", "--format", help="md (Markdown) or html."),
+        fmt: ReportFormat = typer.Option(
+            "md",
+            "--format",
+            help="md (Markdown), html (one page) or json (a versioned document).",
+        ),
+        json_out: bool = typer.Option(False, "--json", help="The same as --format json."),
         output: Path | None = typer.Option(
             None, "--output", "-o", help="Write the report to this file instead of stdout."
         ),
@@ -95,8 +111,8 @@ def register(app: typer.Typer) -> None:
         from pilot.report.build import build_report
         from pilot.store.opening import open_store
 
-        if fmt not in ("md", "html"):
-            raise _fail(f"unknown --format {fmt!r}; use md (Markdown) or html")
+        if json_out:
+            fmt = "json"
         if (run_id is None) == (since is None):
             raise _fail("give either a RUN id or --since (e.g. --since 12h)")
         try:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import typer
 
+from pilot.front.completion import run_id_argument
+
 _DB_HELP = (
     "SQLAlchemy URL of the store (default: SQLite in the state directory, $MARATHON_HOME or "
     "~/.local/state/marathon)."
@@ -22,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def trace(
-        run_id: str = typer.Argument(..., help="Run id (any unambiguous prefix)."),
+        run_id: str = run_id_argument(),
         out: Path | None = typer.Option(
             None,
             "--out",
@@ -33,6 +35,7 @@ def register(app: typer.Typer) -> None:
         endpoint: str | None = typer.Option(
             None,
             "--endpoint",
+            "--otlp",
             metavar="URL",
             help="Send the trace to this OTLP/HTTP receiver instead (e.g. "
             "http://127.0.0.1:4318). Nothing is sent anywhere unless you name it.",

@@ -20,128 +20,19 @@ from rich.text import Text
 from brain.urls import server_root
 from pilot import events as ev
 from pilot.agent.state import RunState
-from pilot.run.confinement import is_unconfined
+from pilot.front.lines import PIPE_WIDTH, event_parts, short_endpoint
 
 
 def event_line(event: ev.Event, *, width: int = 110) -> Text:
     """One readable line per event, for the live view, `pilot show` and `pilot logs`; long
     fields are cut to fit ``width`` (the terminal's; a pipe's is unlimited, see
     :func:`line_width`)."""
-    stamp = event.at.astimezone().strftime("%H:%M:%S")
-    text = Text(f"{stamp} ", style="dim")
-    match event:
-        case ev.RunStarted():
-            text.append(f"run started: {event.workflow} in {event.workspace} ", style="bold")
-            text.append(f"(branch {event.branch})", style="dim")
-            if is_unconfined(event.sandbox):
-                text.append(f"\n  sandbox: {event.sandbox}", style="yellow")
-        case ev.ModelResolved():
-            if event.max_model_len is None:
-                text.append(
-                    f"model {event.model}, context window unknown "
-                    f"({event.window_source or 'not reported'}): nothing is budgeted until a "
-                    "context error names it; set model.context_window to budget from the start"
-                )
-            else:
-                source = f" ({event.window_source})" if event.window_source else ""
-                text.append(
-                    f"model {event.model}, context window {event.max_model_len} tokens{source}"
-                )
-        case ev.PhaseStarted():
-            text.append(f"phase {event.index + 1}: {event.name}", style="bold cyan")
-        case ev.ModelRequest():
-            text.append(f"step {event.step}: asking the model", style="dim")
-            if event.temperature is not None:
-                text.append(f" (temperature {event.temperature}: it repeated itself)", style="dim")
-        case ev.AssistantMessage():
-            usage = event.usage
-            tokens = f" [{usage.prompt_tokens}+{usage.completion_tokens} tok]" if usage else ""
-            calls = ", ".join(c.name for c in event.tool_calls) or "no tool call"
-            text.append(f"step {event.step}: {calls}{tokens}")
-            if event.endpoint:
-                text.append(f" @{short_endpoint(event.endpoint)}", style="dim")
-            if event.content:
-                text.append(f"  {_short(event.content, max(60, width - 70))}", style="italic")
-            if event.repairs:
-                text.append(f"  (repaired: {'; '.join(event.repairs)})", style="yellow")
-        case ev.ToolStarted():
-            text.append(f"  -> {event.name}", style="dim")
-        case ev.ToolFinished():
-            style = "red" if event.is_error else "green"
-            text.append(f"  <- {event.name}: ", style=style)
-            text.append(_short(event.output, width - 30))
-        case ev.CheckStarted():
-            when = "after the edit" if event.after_edit else f"attempt {event.attempt}"
-            text.append(f"check ({when}): {event.command}", style="magenta")
-        case ev.CheckFinished():
-            verdict = "passed" if event.passed else f"failed (exit {event.exit_code})"
-            text.append(f"check {verdict}", style="green" if event.passed else "red")
-        case ev.Nudge():
-            text.append(f"nudge ({event.reason})", style="yellow")
-        case ev.PhaseFinished():
-            style = "bold green" if event.outcome == "succeeded" else "bold red"
-            text.append(f"phase {event.name} {event.outcome}", style=style)
-            if event.reason:
-                text.append(f": {event.reason}")
-        case ev.ServerAway():
-            text.append(
-                f"server unavailable, waiting: {_short(event.error, width - 40)}", style="yellow"
-            )
-        case ev.Compaction():
-            text.append(
-                f"context compacted ({event.reason}): {event.replaced_count} messages -> "
-                f"summary ({event.summary_source}), {event.tokens_before} -> "
-                f"{event.tokens_after} tokens",
-                style="cyan",
-            )
-            if event.summary_error:
-                text.append(f"  summary error: {_short(event.summary_error, width - 60)}")
-        case ev.Question():
-            text.append(f"step {event.step}: the model asked: ", style="yellow")
-            text.append(_short(event.text, max(40, width // 2 - 20)))
-            text.append(f"  answered: {_short(event.reply, max(30, width // 2 - 30))}", "dim")
-        case ev.LoopDetected():
-            text.append(f"loop detected ({event.kind}, {event.action}): ", style="yellow")
-            text.append(_short(event.detail or event.message, width - 40))
-        case ev.ImageFallback():
-            verb = "resent as a data URL" if event.action == "data_url" else "dropped"
-            text.append(f"image {verb}: {_short(event.error, width - 40)}", style="yellow")
-        case ev.ServerBack():
-            text.append(f"server back after {event.waited_s:.1f}s", style="green")
-        case ev.WorkspaceSnapshot():
-            text.append(f"  snapshot {event.snapshot[:10]}", style="dim")
-        case ev.AttemptRestarted():
-            text.append(f"starting the phase's try again: {event.reason}", style="yellow")
-        case ev.WorkspaceRestored():
-            text.append(f"workspace restored to {event.snapshot[:10]}: {event.reason}", "yellow")
-        case ev.RunPaused():
-            text.append(f"paused: {event.reason}", style="yellow bold")
-        case ev.RunResumed():
-            text.append(f"resumed by {event.owner} {event.note}", style="cyan")
-            if event.from_checkpoint is not None:
-                text.append(f" (state from its checkpoint at event {event.from_checkpoint})")
-        case ev.RunFinished():
-            style = "bold green" if event.status == "succeeded" else "bold red"
-            text.append(f"run {event.status}", style=style)
-            if event.reason:
-                text.append(f": {event.reason}")
-    return text
+    return Text.assemble(*event_parts(event, width=width))
 
 
 def line_width(console: Console) -> int:
     """How wide an event line may be: the terminal's width, or no limit in a pipe or file."""
-    return console.width if console.is_terminal else 100_000
-
-
-def short_endpoint(url: str) -> str:
-    """``http://10.0.0.5:8001/v1`` -> ``10.0.0.5:8001``: which server answered, briefly."""
-    rest = url.split("://", 1)[-1].rstrip("/")
-    return rest.removesuffix("/v1")
-
-
-def _short(value: str, limit: int) -> str:
-    flat = " ".join(value.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return console.width if console.is_terminal else PIPE_WIDTH
 
 
 def event_json(run_id: str, seq: int, event: ev.Event) -> str:

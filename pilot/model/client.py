@@ -19,13 +19,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
-
-import httpx
-import httpx2
-import openai
-from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception
-from tenacity.wait import wait_exponential_jitter
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from brain.sse import SSEDecoder
 from pilot.errors import MarathonError, ServerUnavailable, StreamInterrupted
@@ -63,6 +57,12 @@ from pilot.model.types import (
     WaitEvent,
 )
 
+if TYPE_CHECKING:
+    import httpx
+    import httpx2
+    import openai
+    from tenacity import RetryCallState
+
 __all__ = ["OpenAIModelClient", "notify_wait"]
 
 T = TypeVar("T")
@@ -85,6 +85,8 @@ async def _stream_chunks(response: httpx2.Response | httpx.Response) -> AsyncIte
     :func:`is_transient` and :func:`map_vllm_error` see the same thing either way. A body
     without content coding is read raw: one generator layer less per chunk.
     """
+    import openai
+
     coded = response.headers.get("content-encoding", "identity").lower() != "identity"
     body = response.aiter_bytes() if coded else response.aiter_raw()
     decoder = SSEDecoder()
@@ -106,6 +108,9 @@ async def _stream_chunks(response: httpx2.Response | httpx.Response) -> AsyncIte
 
 async def _drain(body: AsyncIterator[bytes]) -> None:
     """Read what is left of a finished stream, briefly; a failure here changes nothing."""
+    import httpx
+    import httpx2
+
     try:
         async with asyncio.timeout(DRAIN_AFTER_DONE_S):
             async for _ in body:
@@ -139,6 +144,10 @@ class OpenAIModelClient:
     ``give_up``, when given, is asked after each transient failure; True ends the wait at once
     with :class:`ServerUnavailable` (the router's way to move on from a refused connection when
     another endpoint can take the request).
+
+    openai, httpx and tenacity are imported when the first request goes out (tenacity at the
+    first failure), not with this module nor with the client: a resume reads its store and
+    folds its state without them, and ``pilot show`` never loads them.
     """
 
     def __init__(
@@ -153,30 +162,42 @@ class OpenAIModelClient:
         self.base_url = base_url.rstrip("/")
         self._give_up = give_up
         self.settings = settings
-        self._api_key = api_key = settings.api_key
-        self._request_timeout = request_timeout = settings.request_timeout
+        self._api_key = settings.api_key
+        self._request_timeout = settings.request_timeout
         self._idle_timeout = settings.idle_timeout
         self._server_wait = settings.server_wait
         self._retry = retry or RetryPolicy()
         self._own_http = http_client is None
-        # Our own pool, closed by aclose(): the SDK's default wrapper closes itself from
-        # __del__ by scheduling a task on whatever loop runs then, which breaks when a client
-        # outlives the loop that opened its connections.
-        self._http = http_client or openai.DefaultAioHttpClient(timeout=request_timeout)
-        # vLLM without --api-key accepts any bearer; a placeholder keeps the SDK from reading
-        # OPENAI_API_KEY (a real OpenAI key must never be sent to a local server by accident).
-        self._client = openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=api_key or "no-key",
-            max_retries=0,
-            timeout=request_timeout,
-            http_client=self._http,
-        )
+        self._http = http_client  # None: the SDK's transport, made with the SDK's client
+        self._sdk: openai.AsyncOpenAI | None = None
         self._tokenize_supported: bool | None = None
         self._count_path = "/tokenize"  # llama-server counts a chat at LLAMA_CPP_COUNT_PATH
         self._takes_stream_interval: asyncio.Future[bool] | None = None
         self._models_in_flight: asyncio.Future[list[ServedModel]] | None = None
         self._models_seen: tuple[float, list[ServedModel]] | None = None
+
+    @property
+    def _client(self) -> openai.AsyncOpenAI:
+        """The SDK's client, made (and the SDK imported) for the first request."""
+        if self._sdk is None:
+            import openai
+
+            if self._http is None:
+                # Our own pool, closed by aclose(): the SDK's default wrapper closes itself
+                # from __del__ by scheduling a task on whatever loop runs then, which breaks
+                # when a client outlives the loop that opened its connections.
+                self._http = openai.DefaultAioHttpClient(timeout=self._request_timeout)
+            # vLLM without --api-key accepts any bearer; a placeholder keeps the SDK from
+            # reading OPENAI_API_KEY (a real OpenAI key must never be sent to a local server
+            # by accident).
+            self._sdk = openai.AsyncOpenAI(
+                base_url=self.base_url,
+                api_key=self._api_key or "no-key",
+                max_retries=0,
+                timeout=self._request_timeout,
+                http_client=self._http,
+            )
+        return self._sdk
 
     # -- retries ------------------------------------------------------------------------------
 
@@ -196,6 +217,9 @@ class OpenAIModelClient:
             if not is_transient(exc):
                 raise
             replay: Exception | None = exc
+        from tenacity import AsyncRetrying, RetryError, retry_if_exception
+        from tenacity.wait import wait_exponential_jitter
+
         first_failure: float | None = None
         attempts = 0
         backoff = wait_exponential_jitter(
@@ -355,6 +379,8 @@ class OpenAIModelClient:
         auth, status errors with their bodies) without that work; ``cast_to`` a response is
         the SDK's documented way to get the body raw, and :func:`_stream_chunks` reads it.
         """
+        import httpx2
+
         return await self._client.post(
             "/chat/completions",
             body=self._request_body(request),
@@ -443,6 +469,10 @@ class OpenAIModelClient:
         """
         if request.extra_body and "stream_interval" in request.extra_body:
             await self._check_stream_interval()
+        import httpx
+        import httpx2
+        import openai
+
         same_500: list[str] = []
         cuts = 0
 
@@ -485,6 +515,9 @@ class OpenAIModelClient:
         body = self._request_body(request)
         body.pop("stream_options", None)
         body |= {"stream": False, "max_tokens": 1}
+        import httpx2
+        import openai
+
         try:
             response = await self._client.post(
                 "/chat/completions", body=body, cast_to=httpx2.Response
@@ -545,6 +578,8 @@ class OpenAIModelClient:
             return list(await self._shared_list_models())
         except Exception:
             pass
+        import openai
+
         try:
             models, _ = await self._with_retries(self._list_models_once, on_wait)
         except openai.APIError as exc:
@@ -566,7 +601,11 @@ class OpenAIModelClient:
             self._models_seen = (time.monotonic(), flight.result())
 
     def _http_client(self) -> httpx.AsyncClient | httpx2.AsyncClient:
-        if self._http is None:
+        if self._http is None and self._sdk is None:
+            self._client  # noqa: B018 (the SDK's transport, as the first request would make)
+        if self._http is None:  # closed by aclose(): a fresh pool
+            import httpx
+
             self._http = httpx.AsyncClient(timeout=self._request_timeout)
         return self._http
 
@@ -621,7 +660,8 @@ class OpenAIModelClient:
     async def aclose(self) -> None:
         """Close the connections this client opened (not an ``http_client`` passed in)."""
         if self._own_http:
-            await self._client.close()
+            if self._sdk is not None:
+                await self._sdk.close()
             if self._http is not None:
                 await self._http.aclose()
                 self._http = None

@@ -18,12 +18,8 @@ import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
-import httpx2
-import openai
 
 from pilot.errors import (
     BadRequest,
@@ -34,6 +30,9 @@ from pilot.errors import (
     ServerUnavailable,
     StreamInterrupted,
 )
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = [
     "SAME_500_LIMIT",
@@ -56,10 +55,31 @@ __all__ = [
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth waiting out: the server is busy, restarting or its engine died."""
+
+
 # The SDK's transport is httpx2 (aiohttp underneath); /tokenize may go through either client.
-TRANSPORT_ERRORS = httpx.TransportError | httpx2.TransportError
-TIMEOUT_ERRORS = httpx.TimeoutException | httpx2.TimeoutException
-CONNECT_ERRORS = httpx.ConnectError | httpx2.ConnectError | ConnectionRefusedError
+# The exception classes are imported on a failure, not with this module: a process that never
+# meets one never loads the SDK for them (``import pilot.model.client`` loads none of it).
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import httpx
+    import httpx2
+
+    return (httpx.TransportError, httpx2.TransportError)
+
+
+def _timeout_errors() -> tuple[type[BaseException], ...]:
+    import httpx
+    import httpx2
+
+    return (httpx.TimeoutException, httpx2.TimeoutException)
+
+
+def _connect_errors() -> tuple[type[BaseException], ...]:
+    import httpx
+    import httpx2
+
+    return (httpx.ConnectError, httpx2.ConnectError, ConnectionRefusedError)
+
 
 API_KEY_HINT = (
     "set model.api_key_env in the workflow to the name of an environment variable holding the "
@@ -104,10 +124,11 @@ def is_transient(exc: BaseException) -> bool:
     inside a stream that carry a 5xx (or no) code. Everything else, in particular every other
     4xx, is deterministic and must not be retried.
     """
-    if isinstance(
-        exc,
-        StreamInterrupted | TransientStatus | openai.APIConnectionError | TRANSPORT_ERRORS,
-    ):
+    if isinstance(exc, StreamInterrupted | TransientStatus):
+        return True
+    import openai
+
+    if isinstance(exc, (openai.APIConnectionError, *_transport_errors())):
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in TRANSIENT_STATUS
@@ -137,16 +158,19 @@ def is_refused(exc: BaseException | None) -> bool:
     """Whether a failure is "nobody listens there" (connection refused, host unreachable),
     wherever it sits in the chain of causes (the aiohttp transport reports a refused connection
     as a connect *timeout* whose cause is the refusal)."""
-    return any(isinstance(cause, CONNECT_ERRORS) for cause in _causes(exc))
+    connect_errors = _connect_errors()
+    return any(isinstance(cause, connect_errors) for cause in _causes(exc))
 
 
 def describe_failure(exc: BaseException) -> str:
     """One line about a transient failure, for events and the final ServerUnavailable."""
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {error_message(exc.body, exc.message)}"
-    if isinstance(exc, openai.APITimeoutError | TIMEOUT_ERRORS) and _timed_out(exc):
+    if isinstance(exc, (openai.APITimeoutError, *_timeout_errors())) and _timed_out(exc):
         return "request timed out"
-    if isinstance(exc, openai.APIConnectionError | TRANSPORT_ERRORS):
+    if isinstance(exc, (openai.APIConnectionError, *_transport_errors())):
         *_, cause = _causes(exc)
         detail = f" ({type(cause).__name__}: {' '.join(str(cause).split())})"
         return f"connection failed{detail}"
@@ -198,6 +222,8 @@ def error_message(body: Any, fallback: str) -> str:
 def answer_of(exc: openai.APIError) -> tuple[int, str, str | None, str | None]:
     """The status, vLLM's message, the raw body and its content type of an SDK error (an
     error event inside a stream carries its status as ``code``; none is read as 400)."""
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.response.text if exc.response is not None else None

@@ -41,9 +41,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pilot.errors import ConfigurationError, ServerUnavailable
 from pilot.model.client import OpenAIModelClient, notify_wait
@@ -58,6 +56,9 @@ from pilot.model.types import (
     WaitCallback,
     WaitEvent,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "FAILOVER_WAIT",
@@ -290,6 +291,8 @@ class Router:
     def _http_client(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if self._http is None or self._http_loop is not loop:
+            import httpx
+
             self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S)
             self._http_loop = loop
         return self._http
@@ -320,6 +323,8 @@ class Router:
         if not healthy:
             self.mark_dead(state, "/health failed")
             return
+        import httpx
+
         from brain.metrics import fetch_metrics
 
         ours = state.inflight

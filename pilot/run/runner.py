@@ -25,10 +25,12 @@ import re2  # noqa: F401  (the progress tracker's engine: see below)
 
 from pilot import events as ev
 from pilot.agent.context import ServerCounts
-from pilot.agent.loop import AgentLoop, StopRequested
+from pilot.agent.endings import stopped_by
+from pilot.agent.loop import AgentLoop
 from pilot.agent.progress import ProgressLimits
+from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
-from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
+from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
     die_now,
@@ -42,7 +44,7 @@ from pilot.run.cancel_bell import ring
 from pilot.run.claims import checkpoint_problem
 from pilot.run.confinement import confinement
 from pilot.run.notify import notify_run_end
-from pilot.store import StoreError, StoreOperationalError, layout
+from pilot.store import LaunchFacts, StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
     CheckpointWriter,
@@ -56,6 +58,7 @@ from pilot.store.event_store import (
     is_storage_full,
     lease_owner_id,
 )
+from pilot.tactics.small_models import SmallModelTactics
 from pilot.workflow.plan import RunPlan
 from pilot.workspace.executor import GitWorkspace, RegistryExecutor
 from pilot.workspace.snapshot import (
@@ -160,6 +163,8 @@ class Runner:
     commit_wait: float = COMMIT_WAIT_S
     """Seconds held events may wait while the run's task waits on something (a read-only
     tool in its thread, a request) before they are committed on their own."""
+    tactics: Tactics | None = None
+    """What the loop asks how to read imperfect answers (None: ``SmallModelTactics``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
     bells: set[asyncio.Event] = field(default_factory=set, repr=False)
@@ -245,9 +250,10 @@ class Runner:
         build_plan: PlanBuilder,
         run_id: str | None = None,
         existing: bool = False,
+        launch: LaunchFacts | None = None,
     ) -> RunOutcome:
         """Create a run (or take a queued one whose lease we hold), prepare its workspace and
-        branch, and drive it."""
+        branch, and drive it; ``launch``: what it is started with (kept in its row)."""
         if not existing:
             run_id = self.store.create_run(
                 workflow_name=workflow_name,
@@ -258,6 +264,7 @@ class Runner:
                 owner=self.owner,
                 lease_seconds=self.lease_seconds,
                 run_id=run_id,
+                launch=launch,
             )
         assert run_id is not None
         kill_at("startup")
@@ -609,13 +616,15 @@ class RunSession:
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
         storage_full = False
         busy: StoreBusy | None = None
+        workspace = GitWorkspace(repo, self.run_id, executor.take_written)
         loop = AgentLoop(
             self.plan,
             self.state,
             self.emit,
             client,
             executor,
-            GitWorkspace(repo, self.run_id, executor.take_written),
+            workspace,
+            tactics=runner.tactics or SmallModelTactics(),
             stop=stop,
             server_counts=runner.server_counts(self.plan),
         )
@@ -623,21 +632,18 @@ class RunSession:
             try:
                 # Waiting for the server before the first request: a stop pauses it at once.
                 await loop.stoppable(self._resolve_model(client))
-            except StopRequested:
+            except StopRequested as exc:
                 loop.release_stop_waiter()
-                self.emit(ev.RunPaused(reason="stop requested (signal); resume to continue"))
+                self.emit(stopped_by(exc))
             else:
                 await loop.run()
             if self.cancel_requested and self.state.finished is None:
                 self.emit(ev.RunFinished(status="cancelled", reason="cancelled by the user"))
         except StoreBusy as exc:
             busy = exc  # nothing can be written, as with a full disk (below)
-        except ServerUnavailable as exc:
+        except MarathonError as exc:  # a server away pauses; any other error fails
             if self.state.finished is None:
-                self.emit(ev.RunPaused(reason=f"model server unavailable: {exc}"))
-        except MarathonError as exc:
-            if self.state.finished is None:
-                self.emit(ev.RunFinished(status="failed", reason=str(exc)))
+                self.emit(stopped_by(exc))
         except StoreOperationalError as exc:
             if not is_storage_full(exc):
                 raise
@@ -646,6 +652,7 @@ class RunSession:
             storage_full = True
         finally:
             loop.release_stop_waiter()
+            workspace.close()
             if self.unsaved and not storage_full and busy is None:
                 # lost: the model is asked again
                 with contextlib.suppress(StoreOperationalError, StoreBusy):

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pilot.errors import ConfigurationError
+from pilot.store.runs import DURABILITIES
 
-DURABILITIES = ("normal", "full")
 POSTGRES_EXTRA = "pip install 'marathon[postgres]'"
 URL_FORMS = "sqlite:///PATH (a file) or postgresql+psycopg://USER@HOST:PORT/DATABASE"
 

@@ -30,6 +30,19 @@ WEATHER = {
         },
     },
 }
+FINISH = {
+    "type": "function",
+    "function": {
+        "name": "finish",
+        "description": "End the task with a summary",
+        "parameters": {
+            "type": "object",
+            "properties": {"summary": {"type": "string"}},
+            "required": ["summary"],
+        },
+    },
+}
+"""The tool the sim's demo agent calls when a request has tools and no phase prompt."""
 HI = [{"role": "user", "content": "hi"}]
 CHAT_KEYS = [
     "id",
@@ -628,6 +641,22 @@ CASES: list[Case] = [
         versions=("0.26",),
         recorded="tools_required.txt",
         not_followed="as named_tool_choice_026: a 0.26 failure, not copied",
+    ),
+    Case(
+        "streamed_call_cut_at_max_tokens",
+        "0.26: entrypoints/openai/serving_chat.py chat_completion_stream_generator, "
+        '`finish_reason=output.finish_reason if not auto_tools_called else "tool_calls"`; '
+        "0.33: serve/utils/tool_calls_utils.py:41 resolve_finish_reason keeps `length`",
+        Expect(200, check="stream_cut_call"),
+        body=_chat(
+            tools=[FINISH],
+            tool_choice="auto",
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        ),
+        versions=("0.26", "0.33"),
+        extra={"finish_reason": {"0.26": "tool_calls", "0.33": "length"}, "max_tokens": 12},
     ),
     Case(
         "auto_tool_choice_with_flags_is_served",

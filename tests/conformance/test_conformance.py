@@ -221,6 +221,34 @@ def _stream_usage(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[
     return problems
 
 
+def _stream_cut_call(answer: Answer, case: Case, sim: RunningSim | None) -> list[str]:
+    """A streamed call cut at max_tokens: its arguments are not whole JSON, all max_tokens
+    were spent, and the last choice chunk's finish_reason is the release's."""
+    assert sim is not None
+    chunks = [json.loads(line[6:]) for line in answer.text.splitlines() if line[:7] == "data: {"]
+    arguments = "".join(
+        call["function"].get("arguments") or ""
+        for chunk in chunks
+        if chunk["choices"]
+        for call in chunk["choices"][0]["delta"].get("tool_calls") or []
+    )
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    problems = []
+    try:
+        json.loads(arguments)
+        problems.append(f"the call's arguments are whole: {arguments!r}")
+    except ValueError:
+        pass
+    if not arguments:
+        problems.append("no call was streamed")
+    if chunks[-1]["usage"]["completion_tokens"] != case.extra["max_tokens"]:
+        problems.append(f"usage {chunks[-1]['usage']}")
+    wanted = case.extra["finish_reason"][sim.config.vllm_version]
+    if reasons[-1] != wanted:
+        problems.append(f"finish_reason {reasons[-1]!r} != {wanted!r}")
+    return problems
+
+
 def _families(text: str) -> set[str]:
     """The families a /metrics text declares, by their registered names. A ``X_created`` gauge
     next to counter ``X_total`` or histogram ``X`` is not one: prometheus_client writes it for
@@ -300,6 +328,7 @@ CHECKS: dict[str, Callable[[Answer, Case, RunningSim | None], list[str]]] = {
     "model_card": _model_card,
     "not_found_detail": _not_found_detail,
     "stream_usage": _stream_usage,
+    "stream_cut_call": _stream_cut_call,
     "metric_families": _metric_families,
     "spec_families": _spec_families,
     "finish_reasons": _finish_reasons,
@@ -398,7 +427,7 @@ def test_the_table_counts() -> None:
     assert (len(CASES), len(runs), len(followed)) == (TABLE_SIZE, RUN_COUNT, FOLLOWED)
 
 
-TABLE_SIZE, RUN_COUNT, FOLLOWED = 61, 78, 74  # quoted in brain/sim/README.md
+TABLE_SIZE, RUN_COUNT, FOLLOWED = 62, 80, 76  # quoted in brain/sim/README.md
 
 
 # ------------------------------------------------------------------- against a real vLLM
