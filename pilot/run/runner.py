@@ -30,6 +30,7 @@ from pilot.agent.loop import AgentLoop
 from pilot.agent.progress import ProgressLimits
 from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
+from pilot.environ import state_dir
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
@@ -184,15 +185,16 @@ class Runner:
 
     def state_paths(self) -> list[Path]:
         """What the sandbox hides from the agent's commands: the database and the folders of
-        checkpoints, artifacts and background logs (made now, so that they are hidden from
-        the first command on)."""
+        checkpoints and artifacts (made now, so that they are hidden from the first command
+        on) and of background logs (where they exist)."""
         root = layout.files_root(self.store)
-        folders = [root / "checkpoints", root / "artifacts", root / "logs"]
+        folders = [root / "checkpoints", root / "artifacts"]  # a run makes both anyway
         for folder in folders:
             private_dirs(folder)
+        logs = [root / "logs", state_dir() / "logs"]  # --detach's, hidden where they exist
         database = layout.sqlite_file(self.store)
         files = [Path(f"{database}{end}") for end in ("", "-wal", "-shm")] if database else []
-        return [*folders, *files]
+        return [*folders, *logs, *files]
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
