@@ -56,6 +56,7 @@ from pilot.store.checkpoint import (
 from pilot.store.event_store import (
     EventStore,
     StoreBusy,
+    StoreGone,
     is_storage_full,
     lease_owner_id,
 )
@@ -93,6 +94,7 @@ quicker than this shares its step's one transaction; a slower one is shown (and 
 while it runs."""
 STORAGE_FULL = "the database disk is full"
 STORAGE_BUSY = "the database is locked"
+STORAGE_GONE = "the database is unreachable"
 
 
 @dataclass
@@ -106,7 +108,9 @@ class RunOutcome:
     def exit_code(self) -> int:
         if self.status == "paused" and self.reason.startswith("model server unavailable"):
             return EXIT_CODES["server_unavailable"]
-        if self.status == "paused" and self.reason.startswith((STORAGE_FULL, STORAGE_BUSY)):
+        if self.status == "paused" and self.reason.startswith(
+            (STORAGE_FULL, STORAGE_BUSY, STORAGE_GONE)
+        ):
             return EXIT_CODES["storage_full"]
         return EXIT_CODES.get(self.status, 1)
 
@@ -433,11 +437,13 @@ class Runner:
 
 
 def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutcome:
-    """The database is locked by another process past the bound: like a full disk, nothing
-    can be recorded, so say so (stderr) and stop; the run resumes from its last event."""
+    """The database is locked by another process past the bound, or cannot be reached (its
+    server stopped): like a full disk, nothing can be recorded, so say so (stderr) and stop
+    (exit 74); the run resumes from its last committed event."""
     reason = f"{exc}: `pilot resume {run_id}`"
     print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", f"{STORAGE_BUSY}: {reason}", state)
+    kind = STORAGE_GONE if isinstance(exc, StoreGone) else STORAGE_BUSY
+    return RunOutcome(run_id, "paused", f"{kind}: {reason}", state)
 
 
 class RunSession:
