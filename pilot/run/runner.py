@@ -29,6 +29,7 @@ from pilot.agent.loop import AgentLoop
 from pilot.agent.progress import ProgressLimits
 from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
+from pilot.environ import state_dir
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
@@ -132,15 +133,16 @@ class Runner:
 
     def state_paths(self) -> list[Path]:
         """What the sandbox hides from the agent's commands: the database and the folders of
-        checkpoints, artifacts and background logs (made now, so that they are hidden from
-        the first command on)."""
+        checkpoints and artifacts (made now, so that they are hidden from the first command
+        on) and of background logs (where they exist)."""
         root = layout.files_root(self.store)
-        folders = [root / "checkpoints", root / "artifacts", root / "logs"]
+        folders = [root / "checkpoints", root / "artifacts"]  # a run makes both anyway
         for folder in folders:
             private_dirs(folder)
+        logs = [root / "logs", state_dir() / "logs"]  # --detach's, hidden where they exist
         database = layout.sqlite_file(self.store)
         files = [Path(f"{database}{end}") for end in ("", "-wal", "-shm")] if database else []
-        return [*folders, *files]
+        return [*folders, *logs, *files]
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
@@ -538,7 +540,7 @@ class RunSession:
 
     async def drive(self, repo: GitRepo) -> RunOutcome:
         runner = self.runner
-        stop = runner.stop or asyncio.Event()
+        stop = SessionStop(runner.stop)  # a cancel or a lost lease stops this run alone
         client = runner._client(self.plan, self.run_id, self.state.endpoint)
         executor = RegistryExecutor(
             registry=runner.registry,
@@ -567,7 +569,7 @@ class RunSession:
             executor,
             workspace,
             tactics=runner.tactics or SmallModelTactics(),
-            stop=stop,
+            stop=stop,  # type: ignore[arg-type]  # is_set and wait, as an Event
             server_counts=runner.server_counts(self.plan),
         )
         try:
@@ -638,7 +640,7 @@ class RunSession:
     def _cancel_requested(self) -> bool:
         return self.store.get_run(self.run_id).status == "cancelling"
 
-    async def _renew_lease(self, stop: asyncio.Event, lease_lost: asyncio.Event) -> None:
+    async def _renew_lease(self, stop: SessionStop, lease_lost: asyncio.Event) -> None:
         """Keep the lease while running; notice a cancel request (at once when ``pilot
         cancel`` rings this process, else at the next renewal) or a lost lease."""
         interval = max(0.2, self.runner.lease_seconds / 3)
@@ -650,7 +652,7 @@ class RunSession:
             self.runner.bells.discard(bell)
 
     async def _renewals(
-        self, stop: asyncio.Event, lease_lost: asyncio.Event, bell: asyncio.Event, interval: float
+        self, stop: SessionStop, lease_lost: asyncio.Event, bell: asyncio.Event, interval: float
     ) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
@@ -669,6 +671,33 @@ class RunSession:
             if await asyncio.to_thread(self._cancel_requested):
                 self.cancel_requested = True
                 stop.set()
+
+
+class SessionStop:
+    """One run session's stop: set by its own cancel or lost lease, or by the process-wide
+    stop (a signal) it follows; what the loop reads as ``stop`` (``is_set``, ``wait``). A
+    cancel of one run of a worker driving several stops that run only."""
+
+    def __init__(self, shared: asyncio.Event | None) -> None:
+        self.own = asyncio.Event()
+        self.shared = shared
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.shared is not None and self.shared.is_set())
+
+    def set(self) -> None:
+        self.own.set()
+
+    async def wait(self) -> bool:
+        if self.shared is None:
+            return await self.own.wait()
+        waits = [asyncio.ensure_future(e.wait()) for e in (self.own, self.shared)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        return True
 
 
 def request_cancel(store: EventStore, run_id: str) -> str:
