@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pilot import events as ev
+from pilot.run.confinement import is_unconfined
 
 PIPE_WIDTH = 100_000
 """How wide a line may be when nobody's terminal cuts it: no limit, in effect."""
@@ -36,6 +37,8 @@ def event_parts(event: ev.Event, *, width: int = 110) -> list[tuple[str, str]]:
         case ev.RunStarted():
             text.append(f"run started: {event.workflow} in {event.workspace} ", style="bold")
             text.append(f"(branch {event.branch})", style="dim")
+            if is_unconfined(event.sandbox):
+                text.append(f"\n  sandbox: {event.sandbox}", style="yellow")
         case ev.ModelResolved():
             if event.max_model_len is None:
                 text.append(

@@ -165,6 +165,7 @@ class _History:
         match event:
             case ev.RunStarted():
                 r.routed = r.routed or bool(event.endpoints)
+                r.sandbox = event.sandbox or r.sandbox
                 for url in (event.endpoint, *event.endpoints):
                     if url not in r.endpoints:
                         r.endpoints.append(url)

@@ -10,7 +10,7 @@ from typing import Any
 
 from pilot import events as ev
 from pilot.agent.images import refs_from_artifacts
-from pilot.agent.loop import CheckOutcome
+from pilot.agent.seams import CheckOutcome
 from pilot.failpoints import kill_at
 from pilot.private_files import inside, make_private, write_private
 from pilot.redact import redact_file, redact_text
@@ -42,6 +42,8 @@ class RegistryExecutor:
     redact: Sequence[str] = ()
     """The workflow's own redaction patterns: files the pilot keeps are redacted as events."""
     run_id: str | None = None
+    hidden: Sequence[Path] = ()
+    """The pilot's state, kept out of the sandbox (``tools.sandbox.wrap``)."""
 
     def __post_init__(self) -> None:
         self._workspace = Workspace(self.workspace_root)
@@ -64,6 +66,7 @@ class RegistryExecutor:
             call_id=call_id,
             base_commit=self.base_commit,
             run_id=self.run_id,
+            hidden=self.hidden,
         )
 
     def schemas(self, names: list[str]) -> list[dict[str, Any]]:
