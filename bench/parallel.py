@@ -118,6 +118,7 @@ def pilot_child(
     from pilot.model.settings import ClientSettings
     from pilot.run.runner import Runner, RunSession, progress_limits
     from pilot.store.event_store import EventStore
+    from pilot.tactics.small_models import SmallModelTactics
     from pilot.workflow.plan import ModelPlan, PhasePlan, RunPlan
     from pilot.workspace.executor import RegistryExecutor
     from tools.base import ToolResult
@@ -220,6 +221,7 @@ def pilot_child(
                 client,
                 tools,
                 workspace_ops,
+                tactics=SmallModelTactics(),
                 stop=asyncio.Event(),
                 server_counts=counts,  # shared by the runs, as the Runner does
             )

@@ -8,7 +8,18 @@ seams the loop uses (``RegistryExecutor`` over the default registry, ``GitWorksp
 - **file-tool steps**: ``write_file`` of one file (an existing one deep in the tree, or a new
   one), then the snapshot, as the loop takes it after a mutating tool;
 - **run steps**: the ``run`` tool appending a line to one file (``sandbox: none``), then the
-  snapshot, which cannot know what the command wrote and refreshes the whole tree.
+  snapshot, which the tool cannot tell what the command wrote. Three ways are compared, each in
+  a fresh copy of the repository (``--modes``):
+
+  - ``rehash``: ``git add -A`` into a fresh index each time (git hashes every file: what a
+    snapshot without a kept index costs);
+  - ``index``: the run's persistent private index with ``core.untrackedCache`` (git's stat cache
+    skips unchanged files, but still ``lstat``s every file and reads and writes the whole index);
+  - ``watch``: the default: an inotify watch of the tree (``pilot.workspace.watch``) names the
+    paths the command changed, and only they are hashed, in-process with libgit2.
+
+  git's own fsmonitor would be a fourth, but git has no fsmonitor daemon on Linux (``git
+  fsmonitor--daemon``: "not supported on this platform", git 2.39 to 2.47).
 
 Each figure is the median over ``--steps`` steps of wall time, and of CPU time (this process's
 and its children's: git, the command's shell), which the other processes on a shared machine
@@ -66,7 +77,10 @@ def make_repository(root: Path, files: int) -> float:
         path.write_text(f"# module {i}\n" + "value = 1\n" * 12)
     env = {**os.environ, **GIT_ENV}
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the repository"]):
-        subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
+        # no background `git gc --auto` (50K loose objects start one) racing the copies
+        subprocess.run(
+            ["git", "-c", "gc.auto=0", *args], cwd=root, env=env, check=True, capture_output=True
+        )
     return time.perf_counter() - started
 
 
@@ -83,9 +97,14 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float]:
     return (time.perf_counter() - wall) * 1000, (cpu_s() - cpu) * 1000
 
 
-def measure(root: Path, files: int, steps: int) -> dict[str, Any]:
+def measure(root: Path, files: int, steps: int, mode: str) -> dict[str, Any]:
     from pilot.workspace.executor import GitWorkspace, RegistryExecutor
-    from pilot.workspace.snapshot import ensure_repository, start_work_branch, take_snapshot
+    from pilot.workspace.snapshot import (
+        _index_path,
+        ensure_repository,
+        start_work_branch,
+        take_snapshot,
+    )
     from tools.registry import default_registry
 
     run_id = "bench0001"
@@ -102,11 +121,16 @@ def measure(root: Path, files: int, steps: int) -> dict[str, Any]:
         sandbox="none",
         work_branch="bench",
     )
-    workspace = GitWorkspace(repo, run_id, executor.take_written)
+    workspace = GitWorkspace(repo, run_id, executor.take_written, watch_changes=mode == "watch")
     figures: dict[str, list[float]] = {}
+    first_wall, first_cpu = timed(
+        lambda: workspace.snapshot("the sitting's first (full): the watch starts here")
+    )
 
     def step(kind: str, name: str, arguments: dict[str, Any], call_id: str) -> None:
         tool_wall, tool_cpu = timed(lambda: executor.invoke(name, arguments, call_id))
+        if mode == "rehash":
+            _index_path(repo, run_id).unlink(missing_ok=True)
         snap_wall, snap_cpu = timed(lambda: workspace.snapshot(f"after {name} ({call_id})"))
         for key, value in (
             ("step_ms", tool_wall + snap_wall),
@@ -116,7 +140,7 @@ def measure(root: Path, files: int, steps: int) -> dict[str, Any]:
         ):
             figures.setdefault(f"{kind}_{key}", []).append(value)
 
-    for k in range(steps):
+    for k in range(steps if mode == "watch" else 0):  # file tools: the same in every mode
         i = (k * 7919) % files  # spread over the tree
         # odd steps: a new file in a new folder; even ones: an existing file
         path = f"pkg{i // 1000:03d}/new/file_{k:04d}.py" if k % 2 else file_path(i)
@@ -124,67 +148,86 @@ def measure(root: Path, files: int, steps: int) -> dict[str, Any]:
     for k in range(steps):
         target = file_path((k * 104729) % files)
         step("run", "run", {"command": f"echo '# run {k}' >> {target}"}, f"r{k}")
+    workspace.close()
     return {
+        "mode": mode,
         "files": files,
         "steps": steps,
         "start_ms": start_wall,
         "start_cpu_ms": start_cpu,
+        "sitting_first_ms": first_wall,
+        "sitting_first_cpu_ms": first_cpu,
         **{key: statistics.median(values) for key, values in figures.items()},
     }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    base = rows[0]
-    return markdown_table(
+    """Run steps in every mode, then the file-tool steps (path-based in every mode)."""
+    base = {r["mode"]: r for r in rows if r["files"] == min(x["files"] for x in rows)}
+    run_table = markdown_table(
+        [
+            "mode",
+            "files",
+            "run step ms (command + snapshot)",
+            "its snapshot ms",
+            "snapshot CPU ms (git included)",
+            "snapshot vs smallest",
+            "a sitting's first snapshot ms (watch set up)",
+        ],
+        [
+            [
+                r["mode"],
+                f"{r['files']:,}",
+                r["run_step_ms"],
+                r["run_snapshot_ms"],
+                r["run_snapshot_cpu_ms"],
+                r["run_snapshot_ms"] / base[r["mode"]]["run_snapshot_ms"],
+                r["sitting_first_ms"],
+            ]
+            for r in rows
+        ],
+    )
+    file_rows = [r for r in rows if "file_step_ms" in r]
+    file_table = markdown_table(
         [
             "files",
             "file-tool step ms (write_file + snapshot)",
             "its snapshot ms",
             "step CPU ms",
-            f"step vs {base['files']:,} files",
-            "run step ms (command + snapshot)",
-            "its snapshot ms",
-            "snapshot CPU ms",
-            f"snapshot vs {base['files']:,} files",
             "start ms (branch + first snapshot)",
         ],
         [
-            [
-                f"{r['files']:,}",
-                r["file_step_ms"],
-                r["file_snapshot_ms"],
-                r["file_step_cpu_ms"],
-                r["file_step_ms"] / base["file_step_ms"],
-                r["run_step_ms"],
-                r["run_snapshot_ms"],
-                r["run_snapshot_cpu_ms"],
-                r["run_snapshot_ms"] / base["run_snapshot_ms"],
-                r["start_ms"],
-            ]
-            for r in rows
+            [f"{r['files']:,}", r["file_step_ms"], r["file_snapshot_ms"], r["file_step_cpu_ms"],
+             r["start_ms"]]
+            for r in file_rows
         ],
-    )
+    )  # fmt: skip
+    return run_table + "\n\n" + file_table
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 50_000])
     parser.add_argument("--steps", type=int, default=15, help="steps of each kind per size")
+    parser.add_argument("--modes", nargs="+", default=["rehash", "index", "watch"],
+                        choices=("rehash", "index", "watch"))  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-snapshots-") as tmp:
         for files in args.sizes:
-            root = Path(tmp) / f"repo-{files}" / "ws"
-            made = make_repository(root, files)
-            row = measure(root, files, args.steps)
-            rows.append(row)
-            print(
-                f"  {files:>6} files (made in {made:.1f} s): file step {row['file_step_ms']:.2f} "
-                f"ms, run snapshot {row['run_snapshot_ms']:.1f} ms",
-                file=sys.stderr,
-                flush=True,
-            )
+            made = make_repository(Path(tmp) / f"repo-{files}" / "seed", files)
+            for mode in args.modes:  # each mode in its own copy: no cache carried over
+                root = Path(tmp) / f"repo-{files}" / mode
+                subprocess.run(["cp", "-a", str(root.parent / "seed"), str(root)], check=True)
+                row = measure(root, files, args.steps, mode)
+                rows.append(row)
+                print(
+                    f"  {files:>6} files (made in {made:.1f} s) {mode:6s}: run snapshot "
+                    f"{row['run_snapshot_ms']:.1f} ms, CPU {row['run_snapshot_cpu_ms']:.1f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
         print(table(rows), flush=True)  # before the clean-up: removing 50K files takes a while
         if args.json is not None:
             args.json.write_text(json.dumps(rows, indent=1))

@@ -12,10 +12,11 @@ import bisect
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from brain import vllm_choices
+from brain.errors import Diagnosis
 from brain.spec import ServerSpec
 from brain.spec_flags import owned_flags
 from brain.vllm_log import (
@@ -26,25 +27,6 @@ from brain.vllm_log import (
     is_api_server,
     read_lines,
 )
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """Why the server failed (``cause`` is a stable id), the log lines that prove it, the fix."""
-
-    cause: str
-    summary: str
-    evidence: list[str]
-    remedy: str
-    fatal: bool = True
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def render(self) -> str:
-        lines = [f"{self.summary} [{self.cause}]"]
-        lines += [f"  > {e.strip()}" for e in self.evidence]
-        lines.append(f"  fix: {self.remedy}")
-        return "\n".join(lines)
-
 
 Remedy = Callable[[re.Match[str], ServerSpec | None], tuple[str, dict[str, Any]]]
 

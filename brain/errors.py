@@ -8,10 +8,8 @@ This module holds no logic beyond formatting; diagnosis lives in ``brain.diagnos
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from brain.diagnose import Diagnosis
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class BrainError(Exception):
@@ -67,6 +65,26 @@ class SpecErrors(SpecError):
 
     def __str__(self) -> str:
         return "\n".join(str(e) for e in self.errors)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why the server failed (``cause`` is a stable id), the log lines that prove it, the fix:
+    a ``LaunchError``'s explanation, as ``brain.diagnose`` finds it (kept here, beside the
+    error that carries it, so the errors import nothing of the diagnosis)."""
+
+    cause: str
+    summary: str
+    evidence: list[str]
+    remedy: str
+    fatal: bool = True
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def render(self) -> str:
+        lines = [f"{self.summary} [{self.cause}]"]
+        lines += [f"  > {e.strip()}" for e in self.evidence]
+        lines.append(f"  fix: {self.remedy}")
+        return "\n".join(lines)
 
 
 class LaunchError(BrainError):

@@ -48,6 +48,9 @@ class RunStarted(_Event):
     owner: str
     repository: str | None = None
     """The user's checkout the run's worktree was added from (None: the run works in place)."""
+    sandbox: str = ""
+    """How the agent's commands are confined, in words (``pilot.run.confinement``): ``bwrap``,
+    or ``none`` and why; empty for a run recorded before it was said."""
 
 
 class ModelResolved(_Event):
@@ -81,7 +84,7 @@ class ModelRequest(_Event):
     bound proves the request fits and no ``/tokenize`` round trip is made."""
     temperature: float | None = None
     """Set when the request was sampled hotter than the workflow's temperature, because the
-    model repeated the same call with the same result (``pilot.agent.progress.hotter``)."""
+    model repeated the same call with the same result (``pilot.tactics.feedback.hotter``)."""
 
 
 class ToolCall(BaseModel):

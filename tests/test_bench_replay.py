@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 from brain.bench.cli import register
 from brain.bench.models import BenchError
-from brain.bench.replay import run_replay, salted
-from brain.bench.replay_files import load_replay
-from brain.bench.replay_models import ReplayConfig, ReplayPoint, RequestRow
-from brain.bench.replay_report import render_markdown, write_plot
-from brain.bench.replay_stats import reduce_depths
+from brain.bench.replay.files import load_replay
+from brain.bench.replay.models import ReplayConfig, ReplayPoint, RequestRow
+from brain.bench.replay.report import render_markdown, write_plot
+from brain.bench.replay.run import run_replay, salted
+from brain.bench.replay.stats import reduce_depths
 from brain.sim.config import SimConfig, Speculative, Timing
 from brain.sim.policy import SimChatRequest, SimTurn
 from brain.sim.script_policy import ScriptPolicy

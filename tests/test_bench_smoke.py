@@ -83,17 +83,21 @@ def test_vs_langgraph_marathon_configs_run_and_every_step_is_durable(tmp_path: P
         assert row["checkpoint_bytes_at_kill"] == 0  # 40 events: none yet (every 256)
         assert _positive(row["git_bytes_at_kill"])  # the real workspace: its start commit
     for result in data["results"]:
-        # Runner.resume with a client that needs no SDK never imports it
-        assert result["resume_imported_openai"] is False, result
+        # the resume imports what a real one does: the SDK, with its first model call
+        assert result["resume_imported_openai"] is True, result
+        assert _positive(result["resume_proc_cpu_s"]), result
     # what a step adds to the thread: 1,200 + 2,048 + the call's arguments
     assert 3248 < data["raw"]["10"] < 3800
 
 
 def test_snapshot_bench_measures_file_and_run_steps(tmp_path: Path) -> None:
     rows = _bench("bench.snapshots", "--sizes", "50", "--steps", "2", out=tmp_path / "out.json")
-    assert [r["files"] for r in rows] == [50]
-    for key in ("file_step_ms", "file_snapshot_ms", "run_step_ms", "run_snapshot_ms", "start_ms"):
-        assert _positive(rows[0][key]), (key, rows[0])
+    assert [(r["files"], r["mode"]) for r in rows] == [(50, "rehash"), (50, "index"), (50, "watch")]
+    for row in rows:
+        for key in ("run_step_ms", "run_snapshot_ms", "sitting_first_ms", "start_ms"):
+            assert _positive(row[key]), (key, row)
+    for key in ("file_step_ms", "file_snapshot_ms"):  # path-based in every mode: measured once
+        assert _positive(rows[2][key]), (key, rows[2])
 
 
 def test_vs_langgraph_langgraph_configs_run_and_every_step_is_durable(tmp_path: Path) -> None:
@@ -194,3 +198,10 @@ def test_scale_routes_a_batch_over_one_and_two_sim_servers(tmp_path: Path) -> No
         for key in ("wall_s", "runs_per_min", "ideal_s", "speedup"):
             assert _positive(r[key]), (key, r)
     assert results[1]["requests_per_server"] == [2, 2]  # one run on each server
+
+
+def test_printer_bench_shows_every_event_each_way(tmp_path: Path) -> None:
+    rows = _bench("bench.printer", "--steps", "5", "--repeats", "1", out=tmp_path / "out.json")
+    lines = {mode: [r["lines"] for r in runs] for mode, runs in rows.items()}
+    assert lines == {"none": [0], "rich": [20], "printer": [20]}  # 4 events a step, a line each
+    assert _positive(rows["printer"][0]["cpu_ms_per_step"])

@@ -36,6 +36,7 @@ EXPECTED_ARGV = {
         "--allowed-local-media-path", "/media",
         "--enable-auto-tool-choice",
         "--tool-call-parser", "gemma4",
+        "--prefix-cache-retention-interval", "4096",
     ],
     "qwen2.5-1.5b-smoke": [
         "Qwen/Qwen2.5-1.5B-Instruct",

@@ -21,21 +21,23 @@ from brain.sim.config import SimConfig
 from brain.sim.policy import SimTurn
 from brain.sim.server import running_sim
 from brain.sim.tokenizer import count_chat
-from pilot.agent.context import (
+from pilot.agent.compaction import (
     SUMMARY_HEADER,
-    Budget,
-    ServerCounts,
-    TokenCounter,
     accept_summary,
     apply_compaction,
     cut_tool_output,
-    estimate_message_tokens,
     fallback_summary,
     is_summary_message,
-    message_key,
     plan_compaction,
     summary_message,
     summary_request,
+)
+from pilot.agent.context import (
+    Budget,
+    ServerCounts,
+    TokenCounter,
+    estimate_message_tokens,
+    message_key,
 )
 from pilot.errors import BadRequest, ContextOverflow, ServerUnavailable
 from pilot.model.client import OpenAIModelClient

@@ -14,9 +14,10 @@ from sqlalchemy import insert, update
 from brain.events import server_events
 from pilot import events as ev
 from pilot.run.runner import Runner
-from pilot.store.event_store import EventStore, RunRow
+from pilot.store.event_store import EventStore
 from pilot.store.layout import artifacts_dir
 from pilot.store.retention import database_bytes, describe, gc
+from pilot.store.schema import runs as RunRow
 from pilot.workspace.snapshot import GitRepo, take_snapshot
 
 NOW = datetime(2025, 7, 1, 8, 0, tzinfo=UTC)
@@ -230,7 +231,7 @@ def test_server_events_a_kept_run_lived_through_are_kept(store: EventStore, repo
     with store.engine.begin() as conn:
         conn.execute(
             update(RunRow)
-            .where(RunRow.id == "old_paused")
+            .where(RunRow.c.id == "old_paused")
             .values(created_at=NOW - timedelta(days=70))
         )
     report = gc(store, timedelta(days=30), now=NOW)

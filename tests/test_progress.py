@@ -10,17 +10,15 @@ from hypothesis import strategies as st
 
 from pilot import events as ev
 from pilot.agent.progress import (
-    QUESTION_REPLY,
     CallObs,
     FeedbackObs,
     ProgressLimits,
     ProgressTracker,
     TurnObs,
     Verdict,
-    detect_question,
-    empty_turn_action,
     observations_from_events,
 )
+from pilot.tactics.feedback import QUESTION_REPLY, detect_question, empty_turn_action
 
 PYTEST_FAIL = (
     "FAILED tests/test_util.py::test_parse - KeyError: 'name'\n1 failed, 12 passed in 0.4s"
@@ -391,7 +389,8 @@ def test_durations_are_blanked_as_the_python_pattern_would_on_ascii_text() -> No
 
 
 def test_each_repeat_samples_hotter_up_to_one() -> None:
-    from pilot.agent.progress import ProgressTracker, hotter
+    from pilot.agent.progress import ProgressTracker
+    from pilot.tactics.feedback import hotter
 
     tracker = ProgressTracker()
     assert tracker.repeats == 0

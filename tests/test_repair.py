@@ -9,11 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pilot.tactics.repair import (
-    extract_text_tool_calls,
-    parse_gemma4_arguments,
-    repair_arguments,
-)
+from pilot.tactics.arguments import parse_gemma4_arguments, repair_arguments
+from pilot.tactics.dialects import extract_text_tool_calls
 
 D = '<|"|>'
 

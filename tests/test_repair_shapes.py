@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pilot.tactics.repair import (
-    call_shape,
-    extract_text_tool_calls,
-    fit_arguments,
-    resolve_tool_name,
-)
+from pilot.tactics.dialects import extract_text_tool_calls
+from pilot.tactics.fitting import call_shape, fit_arguments, resolve_tool_name
 from tools.registry import default_registry
 
 REGISTRY = default_registry()
@@ -155,7 +151,7 @@ def test_arguments_that_fit_two_tools_or_none_are_not_guessed() -> None:
 
 
 def test_code_written_as_text_is_told_to_use_edit_file_on_the_prompts_file() -> None:
-    from pilot.tactics.repair import example_path, no_call_feedback
+    from pilot.tactics.feedback import example_path, no_call_feedback
 
     prompt = "The tests fail: `pytest -q tests/test_a.py`. Fix the bug in pkg/mod.py."
     path = example_path(prompt)
@@ -211,7 +207,7 @@ def test_a_python_block_is_no_call_without_the_tool() -> None:
 
 
 def test_a_new_definition_goes_to_the_file_the_prompt_names() -> None:
-    from pilot.tactics.repair import addition_target
+    from pilot.tactics.dialects import addition_target
 
     prompt = (
         "Add a function `count_if(pred, seq)` to toolz/itertoolz.py and a test "

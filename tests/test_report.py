@@ -18,8 +18,9 @@ from pilot.front.report_cli import parse_age, parse_since
 from pilot.report.build import build_report, is_test_command
 from pilot.report.html import render_html
 from pilot.report.markdown import render_markdown
-from pilot.store.event_store import EventRow, EventStore
+from pilot.store.event_store import EventStore
 from pilot.store.queries import stored_events
+from pilot.store.schema import events as EventRow
 from pilot.workspace.snapshot import GitRepo, start_work_branch, take_snapshot
 
 T0 = datetime(2025, 6, 1, 22, 0, 0, tzinfo=UTC)

@@ -162,14 +162,7 @@ def test_a_file_tool_snapshot_hashes_only_its_paths_and_equals_a_full_one(
     (root / "run.sh").chmod(0o755)
     executor, workspace = _executor(repo, tmp_path)
     workspace.snapshot("run start")  # the first one is full
-    calls: list[tuple[str, ...]] = []
-    real_git = GitRepo.git
-
-    def recording(self: GitRepo, *args: str, **kwargs: object) -> str:
-        calls.append(args)
-        return real_git(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(GitRepo, "git", recording)
+    calls = _recording_git(monkeypatch)
     steps = [
         ("write_file", {"path": "deep/new/dir/x.py", "content": "x = 1\n"}),
         ("write_file", {"path": "a.txt", "content": "two\n"}),
@@ -183,7 +176,7 @@ def test_a_file_tool_snapshot_hashes_only_its_paths_and_equals_a_full_one(
         assert not finished.is_error, finished.output
         snap, _head = workspace.snapshot(f"after {name}")
     assert not any(call[:1] == ("add",) for call in calls)  # no git add -A: paths only
-    monkeypatch.setattr(GitRepo, "git", real_git)
+    monkeypatch.undo()
     full = take_snapshot(repo, "r2", "full")  # another run's index: a full git add -A
     assert _listing(repo, snap) == _listing(repo, full)
     listing = _listing(repo, snap)
@@ -303,3 +296,95 @@ def test_the_git_layout_is_read_as_git_reports_it(repo: GitRepo, tmp_path: Path)
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / ".git").write_text("not a pointer\n")
     assert read_git_layout(tmp_path / "plain") is None
+
+
+def _recording_git(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    calls: list[tuple[str, ...]] = []
+    real_git = GitRepo.git
+
+    def recording(self: GitRepo, *args: str, **kwargs: object) -> str:
+        calls.append(args)
+        return real_git(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GitRepo, "git", recording)
+    return calls
+
+
+def test_a_commands_snapshot_hashes_only_what_the_kernel_saw_change(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = repo.root
+    (root / "src" / "deep").mkdir(parents=True)
+    (root / "src" / "deep" / "m.py").write_text("x = 1\n")
+    (root / "gone.txt").write_text("bye\n")
+    (root / "tool.sh").write_text("#!/bin/sh\n")
+    executor, workspace = _executor(repo, tmp_path)
+    workspace.snapshot("run start")  # the first is full; the watch starts with it
+    assert workspace.watch is not None
+    calls = _recording_git(monkeypatch)
+    commands = [
+        "echo 'y = 2' >> src/deep/m.py",
+        "rm gone.txt",
+        "chmod +x tool.sh",
+        "mv a.txt b.txt",
+        "mkdir -p build && echo junk > build/out.o",  # an ignored folder: no snapshot change
+    ]
+    for k, command in enumerate(commands):
+        finished = executor.invoke("run", {"command": command}, f"r{k}")
+        assert not finished.is_error, finished.output
+        snap, _head = workspace.snapshot(f"after {command}")
+    assert not any(call[:1] == ("add",) for call in calls)  # never git add -A: the paths only
+    monkeypatch.undo()
+    full = take_snapshot(repo, "other", "full")  # another run's index: a whole-tree git add -A
+    assert _listing(repo, snap) == _listing(repo, full)
+    listing = _listing(repo, snap)
+    assert "gone.txt" not in listing and "a.txt" not in listing and "b.txt" in listing
+    assert "100755 blob" in next(line for line in listing.splitlines() if "tool.sh" in line)
+    assert git(root, "show", f"{snap}:src/deep/m.py") == "x = 1\ny = 2"
+    workspace.close()
+
+
+def test_a_folder_made_or_removed_by_a_command_refreshes_the_whole_tree(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executor, workspace = _executor(repo, tmp_path)
+    workspace.snapshot("run start")
+    calls = _recording_git(monkeypatch)
+    made = executor.invoke("run", {"command": "mkdir -p n/m && echo 1 > n/m/f.txt"}, "r1")
+    assert not made.is_error, made.output
+    snap, _ = workspace.snapshot("after mkdir")
+    assert any(call[:1] == ("add",) for call in calls)  # its files came unseen: git looks
+    assert "n/m/f.txt" in _listing(repo, snap)
+    calls.clear()
+    # the new folder is watched from then on: a write in it is seen by path again
+    edited = executor.invoke("run", {"command": "echo 2 >> n/m/f.txt"}, "r2")
+    assert not edited.is_error, edited.output
+    snap, _ = workspace.snapshot("after edit")
+    assert not any(call[:1] == ("add",) for call in calls)
+    assert git(repo.root, "show", f"{snap}:n/m/f.txt") == "1\n2"
+    removed = executor.invoke("run", {"command": "rm -r n"}, "r3")
+    assert not removed.is_error, removed.output
+    snap, _ = workspace.snapshot("after rm -r")
+    assert any(call[:1] == ("add",) for call in calls)
+    assert "n/m/f.txt" not in _listing(repo, snap)
+    workspace.close()
+
+
+def test_a_folder_moved_inside_the_tree_is_watched_under_its_new_name(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo.root / "old" / "in").mkdir(parents=True)
+    (repo.root / "old" / "in" / "f.txt").write_text("1\n")
+    executor, workspace = _executor(repo, tmp_path)
+    workspace.snapshot("run start")
+    moved = executor.invoke("run", {"command": "mv old new"}, "r1")
+    assert not moved.is_error, moved.output
+    workspace.snapshot("after mv")  # a folder moved: the whole tree
+    calls = _recording_git(monkeypatch)
+    edited = executor.invoke("run", {"command": "echo 2 >> new/in/f.txt"}, "r2")
+    assert not edited.is_error, edited.output
+    snap, _ = workspace.snapshot("after edit")
+    assert not any(call[:1] == ("add",) for call in calls)
+    assert git(repo.root, "show", f"{snap}:new/in/f.txt") == "1\n2"
+    assert "old/" not in _listing(repo, snap)
+    workspace.close()

@@ -115,7 +115,7 @@ def test_a_run_read_straight_from_sqlite_is_the_record_the_statement_gives(
 ) -> None:
     """``get_run`` and ``find_run`` read a run on SQLite without SQLAlchemy's compiler: the
     same record, dates (aware), JSON params and lease included, as the Core statement's."""
-    from pilot.store import event_store as es
+    from pilot.store import runs, sqlite_read
 
     store = make_store(tmp_path)
     bare = new_run(store, owner=None, run_id="bare0001")
@@ -125,9 +125,9 @@ def test_a_run_read_straight_from_sqlite_is_the_record_the_statement_gives(
     assert store.held is not None
     with store.engine.connect() as conn:
         for run_id in (bare, busy):
-            core = es._records(conn, es._RUN_BY_ID, run_id_=run_id)
-            assert es._sqlite_run_by_id(store.held, run_id) == core and len(core) == 1
-    assert es._sqlite_run_by_id(store.held, "nope") == []
+            core = runs.records(conn, runs.RUN_BY_ID, run_id_=run_id)
+            assert sqlite_read.run_by_id(store.held, run_id) == core and len(core) == 1
+    assert sqlite_read.run_by_id(store.held, "nope") == []
     record = store.get_run(busy)
     assert (record.params, record.last_seq, record.phase) == ({"a": 1}, 2, "p")
     assert record.created_at.tzinfo is not None and record.lease_expires_at is not None
@@ -140,7 +140,7 @@ def test_the_lease_taken_straight_from_sqlite_writes_what_the_statement_writes(
     """``acquire_lease`` runs its UPDATE on SQLite without SQLAlchemy's compiler: the same
     stored text for owner and dates as the Core statement, and the same refusal of a lease
     held by someone else."""
-    from pilot.store import event_store as es
+    from pilot.store import lease, sqlite_read
 
     store = make_store(tmp_path)
     now = utcnow()
@@ -149,9 +149,9 @@ def test_the_lease_taken_straight_from_sqlite_writes_what_the_statement_writes(
     for run_id in ("core0001", "wire0002"):
         new_run(store, owner=None, run_id=run_id)
     with store.engine.begin() as conn:
-        assert conn.execute(es._TAKE_LEASE, {**values, "run_id_": "core0001"}).rowcount == 1
+        assert conn.execute(lease.TAKE_LEASE, {**values, "run_id_": "core0001"}).rowcount == 1
     assert store.held is not None
-    take = es._sqlite_take_lease
+    take = sqlite_read.take_lease
     assert store.held.transaction(lambda c: take(c, {**values, "run_id_": "wire0002"})) == 1
     held = {**values, "run_id_": "wire0002", "owner_": "other:2:c", "lease_owner": "x"}
     assert store.held.transaction(lambda c: take(c, held)) == 0
@@ -234,20 +234,47 @@ def test_lease_of_dead_local_process_is_taken_over_at_once(tmp_path: Path) -> No
     assert "no longer exists" in note
 
 
-def test_a_version_1_store_is_migrated_forward_and_its_runs_kept(tmp_path: Path) -> None:
-    store = make_store(tmp_path)
-    run_id = new_run(store)
-    store.append(run_id, 1, ev.RunPaused(reason="paused under v1"), totals={})
-    store.close()
-    with sqlite3.connect(tmp_path / "m.db") as conn:  # make it exactly what v1 wrote
-        conn.execute("ALTER TABLE runs DROP COLUMN origin")
-        conn.execute("UPDATE marathon_schema SET version = 1")
+OLD_STORE = Path(__file__).parent / "fixtures" / "store_v2.sql"
+"""A store file as version 2 wrote it (dumped from that code): three runs whose launch
+facts ride in their params as ``__`` keys, one event."""
+
+
+def old_store(tmp_path: Path, *, version: int = 2) -> Path:
+    path = tmp_path / "m.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(OLD_STORE.read_text())
+        if version == 1:  # what version 1 wrote: no origin column
+            conn.execute("ALTER TABLE runs DROP COLUMN origin")
+            conn.execute("UPDATE marathon_schema SET version = 1")
+    return path
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_old_store_is_migrated_forward_and_its_runs_kept(tmp_path: Path, version: int) -> None:
+    """Versions 1 and 2 open as version 3: the columns added, each run's ``__`` params moved
+    to its launch columns (and out of its params), its events kept."""
+    from pilot.store.schema import SCHEMA_VERSION
+
+    old_store(tmp_path, version=version)
     reopened = make_store(tmp_path)
     with reopened.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version FROM marathon_schema").scalar() == 2
-    record = reopened.get_run(run_id)
-    assert record.origin == "cli"
-    assert reopened.load_events(run_id)[0].reason == "paused under v1"
+        assert conn.exec_driver_sql("SELECT version FROM marathon_schema").scalar() == 3
+    assert SCHEMA_VERSION == 3
+    first = reopened.get_run("old00001")
+    assert first.origin == "cli" and first.params == {"target": "x"}
+    assert first.launch.started_at == "2026-12-01T10:00:00+00:00"
+    assert first.launch.base_dir == "/w" and not first.launch.dry_run
+    assert first.launch.endpoints == ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
+    assert first.launch.durability == "normal"
+    dry = reopened.get_run("old00002")
+    assert dry.params == {} and dry.launch.dry_run and dry.launch.endpoints == ()
+    waiting = reopened.get_run("old00003")
+    assert waiting.params == {"n": 3} and waiting.launch.started_at == ""
+    assert waiting.origin == ("queue" if version == 2 else "cli")
+    assert reopened.load_events("old00001")[0].reason == "paused under v2"
+    reopened.close()
+    again = make_store(tmp_path)  # opened a second time: nothing left to migrate
+    assert again.get_run("old00001") == first
 
 
 def test_a_current_file_missing_part_of_its_schema_gets_it_back_on_open(tmp_path: Path) -> None:
@@ -392,6 +419,6 @@ def test_a_sqlite_resume_path_needs_no_engine(tmp_path: Path) -> None:
     store.append(run_id, 1, ev.ModelRequest(step=1, messages=2), totals={"steps": 1})
     assert [seq for seq, _ in queries.events_from(store, run_id, 1)] == [1]
     assert store.get_run(run_id).steps == 1
-    assert store._engine is None
+    assert store._connections._engine is None
     assert [r.id for r in store.list_runs()] == [run_id]  # a Core query: the engine is made
-    assert store._engine is not None
+    assert store._connections._engine is not None

@@ -102,7 +102,7 @@ def test_refactor_repo_loads_with_repo_param_and_real_tool_names(tmp_path: Path)
         "git_status",
         "finish",
     ]
-    assert wf.phases[1].check == "{{ params.test_command }}"
+    assert wf.phases[1].check == "{{ params.test_command | raw }}"
     assert wf.phases[1].max_attempts == 3
     assert wf.tool_settings["run"].timeout == 300
     assert loaded.text == REFACTOR.read_text()

@@ -83,6 +83,8 @@ class ToolContext:
     call_id: str | None = None
     base_commit: str | None = None  # the commit the run started from (git_diff since_start)
     run_id: str | None = None  # with call_id, the idempotency key commands get (MARATHON_CALL_ID)
+    hidden: Sequence[Path] = ()
+    """The pilot's own state (database, checkpoints, artifacts): not mounted in the sandbox."""
 
     def tool_settings(self, tool_name: str) -> dict:
         """The workflow's settings for one tool (empty when none were given)."""

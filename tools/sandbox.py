@@ -101,11 +101,14 @@ def wrap(
     cwd: Path,
     network: bool = False,
     home: str | None = None,
+    hidden: Sequence[Path] = (),
 ) -> tuple[list[str], bool]:
     """``argv`` wrapped for the sandbox mode; returns (argv, whether it is sandboxed).
 
-    ``writable`` paths are bound read-write (the workspace first). Raises
-    ``SandboxUnavailable`` for mode "bwrap" when bwrap cannot run.
+    ``writable`` paths are bound read-write (the workspace first). ``hidden`` paths (the
+    pilot's state: its database, checkpoints, artifacts) are not there at all inside: an empty
+    folder or an empty file over each that exists. Raises ``SandboxUnavailable`` for mode
+    "bwrap" when bwrap cannot run.
     """
     if mode == "none":
         return list(argv), False
@@ -123,6 +126,11 @@ def wrap(
             args += ["--tmpfs", str(secret)]
         else:
             args += ["--ro-bind", "/dev/null", str(secret)]
+    for path in hidden:
+        if path.is_dir():
+            args += ["--tmpfs", str(path)]
+        elif path.exists():
+            args += ["--ro-bind", "/dev/null", str(path)]
     for path in writable:
         args += ["--bind", str(path), str(path)]
     args += ["--chdir", str(cwd), "--"]

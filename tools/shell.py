@@ -407,6 +407,7 @@ def run_command(
                 writable=[root, *linked_git_dirs(root)],
                 cwd=root,
                 network=bool(settings.get("network", False)),
+                hidden=ctx.hidden,
             )
         except SandboxUnavailable as exc:
             raise ToolError(str(exc)) from None

@@ -9,10 +9,9 @@ Modules, one job each: ``models`` (the config, prompt and result values), ``prom
 (synthetic, depth and dataset prompts, calibrated on the server's tokenizer), ``sender`` (one
 streamed request, timed), ``endpoint`` (root URL, model, ``/metrics``, the HTTP client),
 ``stats`` (timings reduced to figures, and what each figure means), ``drivers`` (load points,
-depths, ``run_bench``), ``replay`` (recorded agent runs replayed, prefix caches and all; with
-``replay_files``, ``replay_models`` and ``replay_stats`` as above for the replay), ``report``
-and ``replay_report`` (tables, Markdown, JSON), ``plot`` (the PNG), ``output`` (the ending
-both share) and ``cli`` / ``replay_cli`` (the command).
+depths, ``run_bench``), ``replay/`` (recorded agent runs replayed, prefix caches and all: a
+folder of its own, modules as these), ``report`` (tables, Markdown, JSON), ``plot`` (the
+PNG), ``output`` (the ending both share) and ``cli`` (the command).
 
 It must not start or stop servers, nor import ``pilot``: it measures whatever answers at the
 URL it is given.

@@ -124,7 +124,7 @@ def bench_command(
     if len(names) != 2 or not all(names):
         raise typer.BadParameter("expected two names, e.g. mtp,base", param_hint="--labels")
     if replay:
-        from brain.bench.replay_cli import replay_command
+        from brain.bench.replay.cli import replay_command
 
         stray = [
             name

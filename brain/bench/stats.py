@@ -29,7 +29,8 @@ What the figures mean (all measured by the client, from the moment the request i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from brain.bench.models import (
     DepthResult,
@@ -41,6 +42,8 @@ from brain.bench.models import (
 )
 from brain.bench.sender import RequestResult
 from brain.metrics import SpecDecodeStats
+
+_T = TypeVar("_T")
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -153,41 +156,52 @@ def dist_mean(p: Percentiles | None) -> float | None:
     return p.mean if p is not None else None
 
 
+def matched(
+    a: Iterable[_T], b: Iterable[_T], key: Callable[[_T], object]
+) -> Iterator[tuple[_T, _T]]:
+    """Each item of ``a`` with the item of ``b`` of the same key (points by label, depths by
+    depth); items without a match are left out."""
+    others = {key(item): item for item in b}
+    for item in a:
+        other = others.get(key(item))
+        if other is not None:
+            yield item, other
+
+
+def ratios(
+    a: _T, b: _T, figures: dict[str, Callable[[_T], float | None]]
+) -> dict[str, float | None]:
+    """Each figure of ``a`` over the same figure of ``b``."""
+    return {name: ratio(figure(a), figure(b)) for name, figure in figures.items()}
+
+
+def mean_of(name: str) -> Callable[[Any], float | None]:
+    """The figure that reads the mean of the distribution ``name`` of a point or a depth."""
+    return lambda item: dist_mean(getattr(item, name))
+
+
 def compare_reports(a: EndpointReport, b: EndpointReport) -> list[RatioRow]:
     """Ratios first / second per load point and per depth (matched by label / depth)."""
-    rows: list[RatioRow] = []
-    b_points = {p.label: p for p in b.points}
-    for pa in a.points:
-        pb = b_points.get(pa.label)
-        if pb is None:
-            continue
-        rows.append(
-            RatioRow(
-                point=pa.label,
-                ratios={
-                    "output_throughput": ratio(pa.output_throughput, pb.output_throughput),
-                    "request_throughput": ratio(pa.request_throughput, pb.request_throughput),
-                    "ttft_mean": ratio(dist_mean(pa.ttft_ms), dist_mean(pb.ttft_ms)),
-                    "tpot_mean": ratio(dist_mean(pa.tpot_ms), dist_mean(pb.tpot_ms)),
-                    "itl_mean": ratio(dist_mean(pa.itl_ms), dist_mean(pb.itl_ms)),
-                    "e2el_mean": ratio(dist_mean(pa.e2el_ms), dist_mean(pb.e2el_ms)),
-                },
-            )
-        )
-    b_depths = {d.depth: d for d in b.depths}
-    for da in a.depths:
-        db = b_depths.get(da.depth)
-        if db is None:
-            continue
-        rows.append(
-            RatioRow(
-                point=f"depth={da.depth}",
-                ratios={
-                    "prefill_tps": ratio(da.prefill_tps, db.prefill_tps),
-                    "decode_tps": ratio(da.decode_tps, db.decode_tps),
-                    "ttft_mean": ratio(dist_mean(da.ttft_ms), dist_mean(db.ttft_ms)),
-                    "e2el_mean": ratio(dist_mean(da.e2el_ms), dist_mean(db.e2el_ms)),
-                },
-            )
-        )
+    point_figures: dict[str, Callable[[PointResult], float | None]] = {
+        "output_throughput": lambda p: p.output_throughput,
+        "request_throughput": lambda p: p.request_throughput,
+        "ttft_mean": mean_of("ttft_ms"),
+        "tpot_mean": mean_of("tpot_ms"),
+        "itl_mean": mean_of("itl_ms"),
+        "e2el_mean": mean_of("e2el_ms"),
+    }
+    depth_figures: dict[str, Callable[[DepthResult], float | None]] = {
+        "prefill_tps": lambda d: d.prefill_tps,
+        "decode_tps": lambda d: d.decode_tps,
+        "ttft_mean": mean_of("ttft_ms"),
+        "e2el_mean": mean_of("e2el_ms"),
+    }
+    rows = [
+        RatioRow(point=pa.label, ratios=ratios(pa, pb, point_figures))
+        for pa, pb in matched(a.points, b.points, lambda p: p.label)
+    ]
+    rows += [
+        RatioRow(point=f"depth={da.depth}", ratios=ratios(da, db, depth_figures))
+        for da, db in matched(a.depths, b.depths, lambda d: d.depth)
+    ]
     return rows

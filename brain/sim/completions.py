@@ -11,21 +11,31 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fastapi.responses import JSONResponse, Response
 from pydantic import ConfigDict
 
 from brain.sim import errors, validation
-from brain.sim.engine import RequestClock
+from brain.sim.config import SimConfig
+from brain.sim.engine import RequestClock, SimEngine
 from brain.sim.kv import prompt_block_hashes
-from brain.sim.policy import SimChatRequest, SimMessage
+from brain.sim.policy import Policy, SimChatRequest, SimMessage
 from brain.sim.tokenizer import count_text, split_pieces
 
-if TYPE_CHECKING:
-    from brain.sim.app import SimState
-
 DEFAULT_MAX_TOKENS = 16
+
+
+class SimState(Protocol):
+    """What this route reads of the app's shared state (``brain.sim.app.SimState``), named
+    here so the route does not import the app that mounts it."""
+
+    config: SimConfig
+    engine: SimEngine
+    policy: Policy
+    fingerprint: str
+
+    def next_request_number(self) -> int: ...
 
 
 class SimCompletionRequest(SimChatRequest):

@@ -43,6 +43,9 @@ def tune_command(
         "2048,8192,16384,32768", "--depths", help="Context-depth bucket edges (prompt tokens)."
     ),
     budget_s: float = typer.Option(480.0, "--budget-s", help="Seconds of measuring, at most."),
+    wall_s: float = typer.Option(
+        None, "--wall-s", help="The whole tune's seconds, starts included (budget shrinks to fit)."
+    ),
     max_rounds: int = typer.Option(12, "--max-rounds", help="Rounds at most (at least 2 run)."),
     requests_per_run: int = typer.Option(
         None, "--requests-per-run", help="Requests per recorded run, evenly spaced (all: unset)."
@@ -90,6 +93,7 @@ def tune_command(
             candidates=candidates,
             depth_edges=sorted(set(_ints(depths, "--depths"))),
             budget_s=budget_s,
+            wall_s=wall_s,
             max_rounds=max(2, max_rounds),
             requests_per_run=requests_per_run,
             runs=runs,

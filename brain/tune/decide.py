@@ -59,7 +59,7 @@ def _speeds(samples: Sequence[Sample], cand: str, c: int, depth: str) -> dict[in
     for s in samples:
         if s.candidate == cand and s.concurrency == c and depth in s.depths:
             tps = s.depths[depth].decode_tps
-            if tps is not None and s.failed == 0:
+            if tps is not None:
                 out[s.round] = tps
     return out
 

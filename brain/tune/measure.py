@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import httpx
 
 from brain.bench.endpoint import Endpoint
-from brain.bench.replay import replay_point
-from brain.bench.replay_files import ReplayRun
-from brain.bench.replay_models import ReplayConfig, RequestRow
+from brain.bench.replay.files import ReplayRun
+from brain.bench.replay.models import ReplayConfig, RequestRow
+from brain.bench.replay.run import replay_point
 from brain.tune.models import DepthSample, Sample
 
 
@@ -92,6 +92,7 @@ async def measure(
         wall_s=point.wall_s,
         requests=point.requests,
         failed=point.failed,
+        errors=point.errors[:3],
         decode_tps=reduce_rows(rows).decode_tps,
         depths={label: reduce_rows(group) for label, group in by_depth.items()},
         acceptance=spec.acceptance_rate if spec else None,

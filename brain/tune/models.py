@@ -20,6 +20,9 @@ class TuneConfig(BaseModel):
     """Context-depth buckets (prompt tokens): below the first edge, between edges, above."""
     budget_s: float = Field(480.0, gt=0)
     """Seconds of measuring (rounds after the servers are up); the rounds stop when it is spent."""
+    wall_s: float | None = Field(None, gt=0)
+    """The whole tune's seconds, server starts included: the measuring budget shrinks to fit
+    (what a time-limited call needs when the servers may have to start first)."""
     min_rounds: int = Field(2, ge=2)
     max_rounds: int = Field(12, ge=2)
     requests_per_run: int | None = Field(None, ge=1)
@@ -63,6 +66,7 @@ class Sample(BaseModel):
     wall_s: float
     requests: int
     failed: int
+    errors: list[str] = Field(default_factory=list)
     decode_tps: float | None = None
     depths: dict[str, DepthSample] = Field(default_factory=dict)
     acceptance: float | None = None

@@ -40,7 +40,7 @@ def markdown(report: TuneReport) -> str:
     lines += [
         "",
         "| c | depth | winner | candidate | decode tok/s [95%] | x off [95%] | TPOT ms | "
-        "TTFT ms | E2E s/turn | acceptance | per position |",
+        "TTFT ms | E2E s/turn | acceptance (whole replay) | per position |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in report.points:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from brain.bench.endpoint import Endpoint, bench_client, discover_model
 from brain.bench.models import BenchError
-from brain.bench.replay_files import ReplayRun, load_replay, pick_runs, replay_files
-from brain.bench.replay_models import ReplayConfig
+from brain.bench.replay.files import ReplayRun, load_replay, pick_runs, replay_files
+from brain.bench.replay.models import ReplayConfig
 from brain.profiles import apply_overrides, load_profile, profile_path
 from brain.spec import ServerSpec
 from brain.state import Registry
@@ -25,6 +25,8 @@ from brain.tune.servers import Served, start_all, stop_all
 Say = Callable[[str], None]
 RETENTION_FLAG = "--prefix-cache-retention-interval"
 RETENTION_ENV = "VLLM_PREFIX_CACHE_RETENTION_INTERVAL"
+STOP_RESERVE_S = 45.0
+"""Of ``--wall-s``, kept for the last round's overrun, stopping the servers, writing."""
 
 
 def load_traffic(config: TuneConfig) -> list[ReplayRun]:
@@ -123,6 +125,29 @@ def decide_all(
     ]
 
 
+def winner_gap(points: Sequence[PointDecision]) -> str:
+    """How far each point's winner is below the fastest candidate measured there (means): the
+    price of preferring off when a faster candidate's gain is inside the noise."""
+    worst: tuple[float, str] | None = None
+    for p in points:
+        speeds = {r.candidate: r.decode_tps.mean for r in p.results if r.decode_tps is not None}
+        if not speeds or p.winner not in speeds:
+            continue
+        best = max(speeds, key=lambda c: speeds[c])
+        gap = 1.0 - speeds[p.winner] / speeds[best] if speeds[best] > 0 else 0.0
+        where = f"c={p.concurrency} {p.depth} ({best} {speeds[best]:.0f} tok/s vs {p.winner})"
+        if worst is None or gap > worst[0]:
+            worst = (gap, where)
+    if worst is None:
+        return ""
+    if worst[0] <= 0:
+        return "every point's winner is the fastest candidate measured there"
+    return (
+        f"largest gap between a point's winner and its fastest candidate: {worst[0]:.1%} "
+        f"at {worst[1]}"
+    )
+
+
 def choose(config: TuneConfig, report: TuneReport) -> None:
     """The profile's one setting: the winner at the chosen concurrency and the depth the runs
     spend most time at there; where speculation turns into a loss deeper, say so."""
@@ -148,6 +173,7 @@ def tune(
     config: TuneConfig, say: Say, *, start_only: bool = False, keep: bool = False
 ) -> TuneReport:
     """The whole tune (or, with ``start_only``, the servers up and their start costs)."""
+    began = time.monotonic()
     path = profile_path(config.profile)
     spec = load_profile(path)
     if config.sets:
@@ -173,16 +199,43 @@ def tune(
         say=say,
     )
     report.starts = [s.cost for s in served]
+    fresh = [s.cost.start_s for s in served if s.cost.start_s is not None]
+    report.notes.append(
+        f"{len(served)} servers side by side"
+        + (f", {1 / len(served):.2f} of the profile's GPU memory each" if config.share_gpu else "")
+        + ": the rounds switch candidates without a restart"
+        + (
+            f" (a restart per switch would cost {sum(fresh) / len(fresh):.0f} s, the mean start)"
+            if fresh
+            else " (all reused, already running)"
+        )
+    )
     report.vllm_version = next((s.version for s in served if s.version), None)
     try:
         if start_only:
             return report
+        if config.wall_s is not None:
+            left = config.wall_s - (time.monotonic() - began) - STOP_RESERVE_S
+            if left <= 0:
+                raise TuneError(
+                    f"--wall-s {config.wall_s:g}: the servers' start left no time to measure"
+                )
+            if left < config.budget_s:
+                say(f"--wall-s {config.wall_s:g}: measuring budget {left:.0f} s")
+                config = config.model_copy(update={"budget_s": left})
         samples, done, spent = asyncio.run(rounds(config, served, traffic, say))
     finally:
         if not (keep or start_only):
             stop_all(served, registry)
     report.samples, report.rounds, report.measure_s = samples, done, spent
     report.points = decide_all(config, report.candidates, samples)
+    failed = sum(s.failed for s in samples)
+    if failed:
+        first = next((e for s in samples for e in s.errors), "")
+        report.notes.append(
+            f"{failed} of {sum(s.requests for s in samples)} replayed requests failed and are "
+            f"left out of the speeds (first: {first})"
+        )
     hits = [s.hit_rate for s in samples if s.hit_rate is not None]
     report.hit_rate = sum(hits) / len(hits) if hits else None
     retention = retention_setting(spec)
@@ -193,6 +246,9 @@ def tune(
             if report.hit_rate is not None
             else f"hybrid attention: the profile sets {retention}; the server reported no hit rate"
         )
+    gap = winner_gap(report.points)
+    if gap:
+        report.notes.append(gap)
     choose(config, report)
     report.ended_at = datetime.now(UTC).isoformat(timespec="seconds")
     return report

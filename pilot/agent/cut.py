@@ -11,7 +11,13 @@ taken as cut on either sign, the server's word or its completion tokens reaching
 
 from __future__ import annotations
 
-from pilot.model.types import Usage
+import json
+
+from pilot import events as ev
+from pilot.agent.calls import new_call_id
+from pilot.agent.seams import EventSink
+from pilot.agent.state import RunState
+from pilot.model.types import ModelResponse, Usage
 
 
 def cut_reason(
@@ -49,3 +55,63 @@ def cut_text_message(reason: str) -> str:
         f"Your last answer was cut off by the max_tokens limit ({reason}). Nothing in it was "
         "run. Continue with one short tool call; write long content in smaller pieces."
     )
+
+
+def record_cut(
+    emit: EventSink, step: int, response: ModelResponse, reason: str, max_tokens: int | None
+) -> None:
+    """A cut answer: recorded with its calls as the server sent them (unrepaired), then
+    ``answer_cut``, which answers each call without running it."""
+    calls = [
+        ev.ToolCall(
+            id=call.id or new_call_id(step, position),
+            name=call.name,
+            arguments="{}",
+            raw_arguments=call.arguments
+            if isinstance(call.arguments, str)
+            else json.dumps(call.arguments),
+            error=cut_call_refusal(reason),
+        )
+        for position, call in enumerate(response.tool_calls)
+    ]
+    emit(
+        ev.AssistantMessage(
+            step=step,
+            content=response.content,
+            reasoning=response.reasoning,
+            tool_calls=calls,
+            finish_reason=response.finish_reason,
+            usage=response.usage,
+            ttft_s=response.ttft_s,
+            duration_s=response.duration_s,
+            attempts=response.attempts,
+            endpoint=response.endpoint,
+        ),
+        commit=False,
+    )
+    emit(
+        ev.AnswerCut(
+            step=step,
+            reason=reason,
+            finish_reason=response.finish_reason,
+            completion_tokens=response.usage.completion_tokens if response.usage else None,
+            max_tokens=max_tokens,
+            calls=[c.name for c in calls],
+            message=cut_call_refusal(reason) if calls else cut_text_message(reason),
+        )
+    )
+
+
+def refuse_pending(emit: EventSink, state: RunState, reason: str) -> None:
+    """Record each call of the last answer as not run, with ``reason`` (a limit)."""
+    for call in list(state.pending_calls):
+        emit(
+            ev.ToolFinished(
+                call_id=call.id,
+                name=call.name,
+                output=f"Error: not run: {reason}",
+                is_error=True,
+                executed=False,
+            ),
+            commit=False,
+        )

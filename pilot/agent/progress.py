@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -28,7 +27,6 @@ from pilot import events as ev
 from pilot.workflow.schema import RunLimits
 
 __all__ = [
-    "QUESTION_REPLY",
     "CallObs",
     "FeedbackObs",
     "Observation",
@@ -36,8 +34,6 @@ __all__ = [
     "ProgressTracker",
     "TurnObs",
     "Verdict",
-    "detect_question",
-    "empty_turn_action",
     "observations_from_events",
 ]
 
@@ -372,24 +368,6 @@ class ProgressTracker:
         return Verdict("nudge", kind, detail, message)
 
 
-HOTTER_STEP = 0.35
-"""How much hotter each repeat of the same call with the same result is sampled."""
-
-
-def hotter(temperature: float | None, repeats: int) -> float | None:
-    """The temperature for the next request after the model made the same call with the same
-    result ``repeats`` times in a row; None to keep the workflow's own.
-
-    A model sampled cold answers the same prompt with the same tokens: told that its answer
-    changed nothing, a small model writes it again, word for word, until the loop detector
-    stops the phase. Each repeat samples hotter (up to 1.0), so the next answer can differ.
-    Without a temperature in the workflow the server's default is kept as it is.
-    """
-    if temperature is None or repeats < 2 or temperature >= 1.0:
-        return None
-    return round(min(1.0, temperature + HOTTER_STEP * (repeats - 1)), 2)
-
-
 def observations_from_events(events: Iterable[ev.Event]) -> list[Observation]:
     """The current phase's observations, from stored events (to rebuild a tracker on resume).
 
@@ -420,111 +398,3 @@ def observations_from_events(events: Iterable[ev.Event]) -> list[Observation]:
             case _:
                 pass
     return observations
-
-
-# --------------------------------------------------------------------------------------------
-# Questions and empty turns
-# --------------------------------------------------------------------------------------------
-
-QUESTION_REPLY = (
-    "Nobody will answer: this run is unattended. Do not wait for a reply. Proceed on your best "
-    "judgment: pick the most reasonable option, note the assumption you made (and say it again "
-    "in your finish summary), and continue with a tool call."
-)
-
-_FENCED = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.DOTALL)
-_INLINE_CODE = re.compile(r"`[^`\n]*`")
-_URL = re.compile(r"\bhttps?://\S+")
-_REQUEST = re.compile(
-    r"\b(?:do you want me to|would you like(?: me)? to|would you prefer|do you prefer"
-    r"|please (?:confirm|advise|let me know|clarify)|let me know (?:if|whether|how|what|which|when)"
-    r"|(?:can|could) you (?:please )?(?:confirm|clarify|tell me|provide|share|specify)"
-    r"|awaiting your|waiting for your (?:input|confirmation|reply|answer|approval)"
-    r"|i need your (?:input|confirmation|approval))\b",
-    re.IGNORECASE,
-)
-_ADDRESSED = re.compile(
-    r"\b(?:should|shall|can|may|could) (?:i|we)\b|\b(?:you|your)\b"
-    r"|\bis (?:it|that) (?:ok|okay|fine|alright)\b",
-    re.IGNORECASE,
-)
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
-_QUOTED = re.compile(r"^[ \t]*>.*$", re.MULTILINE)
-
-
-def _mask(content: str) -> str:
-    """``content`` with code, URLs and quoted lines blanked out, keeping every offset.
-
-    Same length as the input, so a span found in the mask is the same span of the original.
-    """
-
-    def blank(match: re.Match[str]) -> str:
-        return re.sub(r"[^\n]", " ", match.group(0))
-
-    def word(match: re.Match[str]) -> str:
-        return "x" * len(match.group(0))
-
-    text = _FENCED.sub(blank, content)
-    text = _INLINE_CODE.sub(word, text)
-    text = _URL.sub(word, text)
-    return _QUOTED.sub(blank, text)
-
-
-def _sentence_at(masked: str, original: str, position: int) -> str:
-    for match in _SENTENCE.finditer(masked):
-        if match.start() <= position < match.end():
-            return original[match.start() : match.end()].strip()
-    return original.strip()
-
-
-def detect_question(content: str | None) -> str | None:
-    """The question an unattended model asks instead of acting, or None.
-
-    Two signals, both on prose only (code blocks, inline code, URLs and quotes blanked out, so
-    ``a ? b : c`` or ``# why?`` never count): an explicit request for the user ("do you want me
-    to", "would you like", "please confirm", "let me know if", "can you clarify"...) anywhere;
-    or a last line ending with "?" that is addressed to someone ("should I", "you", "is it
-    ok"). A model musing "Why does the test fail? Because..." is not asking. Returns the
-    sentence as the model wrote it.
-    """
-    if not content or not content.strip():
-        return None
-    masked = _mask(content)
-    request = _REQUEST.search(masked)
-    if request:
-        return _sentence_at(masked, content, request.start())
-    lines = [m for m in re.finditer(r"[^\n]*\S[^\n]*", masked)]
-    if not lines:
-        return None
-    last = lines[-1]
-    if not last.group(0).rstrip(" *_)\"'").endswith("?"):
-        return None
-    sentences = [
-        m for m in _SENTENCE.finditer(masked, last.start(), last.end()) if m.group(0).strip()
-    ]
-    if not sentences:
-        return None
-    question = sentences[-1]
-    for candidate in reversed(sentences):
-        if "?" in candidate.group(0):
-            question = candidate
-            break
-    if not _ADDRESSED.search(question.group(0)):
-        return None
-    return content[question.start() : question.end()].strip().lstrip("-*# ").strip()
-
-
-def empty_turn_action(
-    consecutive_empty: int, *, retries: int = 1, nudges: int = 1
-) -> Literal["retry", "nudge", "no_progress"]:
-    """What to do after the ``consecutive_empty``-th empty turn in a row (no content, no calls).
-
-    An empty turn is often a sampling accident: ask again (``retry``: nothing is added to the
-    conversation), then tell the model (``nudge``), then count it as a step without progress
-    (the tracker's no-progress limit ends the phase if it goes on).
-    """
-    if consecutive_empty <= retries:
-        return "retry"
-    if consecutive_empty <= retries + nudges:
-        return "nudge"
-    return "no_progress"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pilot.agent.context import apply_compaction
+from pilot.agent.compaction import apply_compaction
 from pilot.agent.images import ImageRef, image_message, prompt_content
 from pilot.agent.progress import FeedbackObs, ProgressLimits, ProgressTracker, Verdict
 from pilot.events import (
@@ -203,11 +203,6 @@ class RunState:
         if self._segment_start is None:
             return self.active_seconds
         return self.active_seconds + max(0.0, (now - self._segment_start).total_seconds())
-
-    def phase_elapsed(self, now: datetime) -> float:
-        if self.phase is None:
-            return 0.0
-        return max(0.0, (now - self.phase.started_at).total_seconds())
 
     # -- folding --------------------------------------------------------------------------
 

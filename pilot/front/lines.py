@@ -7,7 +7,10 @@ prints :func:`plain_line` from the printer's thread and never pays for markup; t
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pilot import events as ev
+from pilot.run.confinement import is_unconfined
 
 PIPE_WIDTH = 100_000
 """How wide a line may be when nobody's terminal cuts it: no limit, in effect."""
@@ -34,6 +37,8 @@ def event_parts(event: ev.Event, *, width: int = 110) -> list[tuple[str, str]]:
         case ev.RunStarted():
             text.append(f"run started: {event.workflow} in {event.workspace} ", style="bold")
             text.append(f"(branch {event.branch})", style="dim")
+            if is_unconfined(event.sandbox):
+                text.append(f"\n  sandbox: {event.sandbox}", style="yellow")
         case ev.ModelResolved():
             if event.max_model_len is None:
                 text.append(
@@ -154,3 +159,18 @@ def short_endpoint(url: str) -> str:
 def _short(value: str, limit: int) -> str:
     flat = " ".join(value.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def local_time(value: datetime) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M")

@@ -3,7 +3,7 @@
 The store keeps events, not request bodies, so the requests are rebuilt the way the loop built
 them: the events are folded in order and, at each ``model_request``, the folded messages are
 the prompt the pilot sent (with the phase's tool schemas); at each ``compaction`` the summary
-request is rebuilt from the replaced turns with :func:`pilot.agent.context.summary_request`. The
+request is rebuilt from the replaced turns with :func:`pilot.agent.compaction.summary_request`. The
 answer's recorded length (``usage.completion_tokens``) becomes the replayed ``max_tokens``, and
 the time between an answer and the next request (tools, checks, the pilot) the think time.
 
@@ -95,7 +95,8 @@ class _Writer:
 def export_run(store: EventStore, run_id: str, *, source: str = "") -> list[dict[str, Any]]:
     """The replay lines of one stored run (see the module docstring for the format)."""
     from pilot import events as ev
-    from pilot.agent.context import SUMMARY_MAX_TOKENS, Budget, summary_request
+    from pilot.agent.compaction import summary_request
+    from pilot.agent.context import SUMMARY_MAX_TOKENS, Budget
     from pilot.agent.state import RunState
     from pilot.run.launch import load_stored
     from tools.registry import default_registry

@@ -24,7 +24,7 @@ from typing import Any
 from pilot import environ
 from pilot import events as ev
 from pilot.agent.state import RunState
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     QUESTION,
     CheckResult,
@@ -165,6 +165,7 @@ class _History:
         match event:
             case ev.RunStarted():
                 r.routed = r.routed or bool(event.endpoints)
+                r.sandbox = event.sandbox or r.sandbox
                 for url in (event.endpoint, *event.endpoints):
                     if url not in r.endpoints:
                         r.endpoints.append(url)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pilot.front.ui import format_duration, short_endpoint
+from pilot.front.lines import format_duration, short_endpoint
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled", "limit")
 
@@ -177,6 +177,8 @@ class RunReport:
     """The run was routed over several endpoints (``model.endpoints``)."""
     endpoints: list[str] = field(default_factory=list)
     """The servers the run was given (its ``run_started`` endpoint and endpoints)."""
+    sandbox: str = ""
+    """How the agent's commands were confined (``run_started.sandbox``; empty: not recorded)."""
     step_times: list[datetime] = field(default_factory=list)
     phase_marks: list[tuple[datetime, str]] = field(default_factory=list)
     next_commands: list[str] = field(default_factory=list)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from html import escape
 
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     OVERVIEW_COLUMNS,
     Interval,
@@ -116,6 +116,8 @@ def _run_section(run: RunReport) -> str:
         facts.append(endpoints)
     if run.git is not None:
         facts.append(f"workspace {run.git.workspace}, branch {run.git.branch}")
+    if run.sandbox:
+        facts.append(f"sandbox: {run.sandbox}")
     out.append("<ul>" + "".join(f"<li>{escape(f)}</li>" for f in facts) + "</ul>")
     if run.step_times or run.phase_marks:
         out.append(timeline_svg(run))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     COMPACTION,
     LOOP_DETECTED,
@@ -76,6 +76,8 @@ def _run_markdown(run: RunReport) -> list[str]:
         facts.append(f"- {endpoints[0].upper()}{endpoints[1:]}")
     if run.git is not None:
         facts.append(f"- Workspace {run.git.workspace}, branch `{run.git.branch}`")
+    if run.sandbox:
+        facts.append(f"- Sandbox: {run.sandbox}")
     if run.params:
         params = ", ".join(f"{k}={v}" for k, v in run.params.items())
         facts.append(f"- Params: {_md(params)}")

@@ -3,7 +3,9 @@
 Modules: ``runner`` (``Runner`` and ``RunSession``: the lease, the one ``emit`` path, held
 events and their transaction, checkpoints, cancel), ``launch`` (a workflow file or stored
 run to a driven run; dry runs), ``queue`` (matrix runs and queue workers), ``admission``
-(KV-aware admission against the servers' ``/metrics``), ``notify`` (the end-of-run command).
+(KV-aware admission against the servers' ``/metrics``), ``notify`` (the end-of-run command),
+``claims`` (a checkpoint's claims checked against the events), ``confinement`` (the sandbox
+choice in words).
 
 It must not decide what a step does (that is ``pilot.agent``'s) nor print anything (that is
 ``pilot.front``'s): it wires the store, the model clients, the tools and the loop together.

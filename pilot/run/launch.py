@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from rich.console import Console
 from pilot.environ import state_dir
 from pilot.run.runner import Runner, RunOutcome
 from pilot.store import layout
-from pilot.store.event_store import EventStore, RunRecord
+from pilot.store.event_store import EventStore, LaunchFacts, RunRecord
 from pilot.workflow import (
     LoadedWorkflow,
     load_params_file,
@@ -43,6 +43,7 @@ __all__ = [
     "collect_params",
     "copy_sample_repo",
     "is_dry_run",
+    "keep_durability",
     "load_for_run",
     "load_stored",
     "preflight",
@@ -169,13 +170,6 @@ def preflight(
     return Preflight(run_id, started_at, plan)
 
 
-STORED_ENDPOINTS = "__endpoints"
-"""The ``--endpoint``s a run was started with, kept with its params so a resume uses them."""
-STORED_DRY_RUN = "__dry_run"
-"""Set for a dry run: its resume serves the simulated model again (``DryRun``)."""
-_STORED = ("__started_at", "__base_dir", STORED_ENDPOINTS, STORED_DRY_RUN)
-
-
 async def start_run(
     runner: Runner,
     loaded: LoadedWorkflow,
@@ -185,13 +179,17 @@ async def start_run(
     dry_run: bool = False,
 ) -> RunOutcome:
     """Record and drive a new run: with ``checked`` (``preflight``), the id, start time and
-    plan it was checked with; otherwise they are made here."""
+    plan it was checked with; otherwise they are made here. Its launch facts (start time,
+    base folder, endpoints, dry run, durability) go in the run's own columns."""
     started_at = checked.started_at if checked else now_iso()
-    params = {**loaded.params, "__started_at": started_at, "__base_dir": str(loaded.base_dir)}
-    if dry_run:
-        params[STORED_DRY_RUN] = True  # its endpoint is the in-process sim: not kept
-    elif split_endpoints(endpoint):
-        params[STORED_ENDPOINTS] = split_endpoints(endpoint)
+    launch = LaunchFacts(
+        started_at=started_at,
+        base_dir=str(loaded.base_dir),
+        # a dry run's endpoint is the in-process sim: not kept
+        endpoints=() if dry_run else tuple(split_endpoints(endpoint) or ()),
+        dry_run=dry_run,
+        durability=runner.store.durability,
+    )
 
     def plan_of(run_id: str) -> RunPlan:
         if checked is not None and run_id == checked.run_id:
@@ -203,37 +201,43 @@ async def start_run(
         workflow_name=loaded.workflow.name,
         workflow_path=str(loaded.path or loaded.filename),
         workflow_text=loaded.text,
-        params=params,
+        params=dict(loaded.params),
         build_plan=plan_of,
+        launch=launch,
     )
+
+
+def keep_durability(store: EventStore, record: RunRecord, given: str | None) -> RunRecord:
+    """The store set to commit as the run asks: its own durability, or ``given`` (the
+    user's ``--durability``), which is then kept with the run for its next resume."""
+    if given is not None and given != record.launch.durability:
+        store.set_launch(record.id, replace(record.launch, durability=given))
+        record = store.get_run(record.id)
+    store.use_durability(record.launch.durability)
+    return record
 
 
 def stored_endpoints(record: RunRecord) -> list[str]:
     """The ``--endpoint``s the run was started with ([] when it used the workflow's)."""
-    value = record.params.get(STORED_ENDPOINTS) or []
-    return [str(url) for url in value] if isinstance(value, list) else []
+    return list(record.launch.endpoints)
 
 
 def is_dry_run(record: RunRecord) -> bool:
-    return bool(record.params.get(STORED_DRY_RUN))
+    return record.launch.dry_run
 
 
 def load_stored(record: RunRecord) -> tuple[LoadedWorkflow, str]:
     """The workflow as it was stored with the run (whatever the file says now), and the
     run's start time as its templates saw it."""
-    stored = dict(record.params)
-    started_at = str(stored.pop("__started_at", ""))
-    base_dir = stored.pop("__base_dir", None)
-    for key in _STORED:
-        stored.pop(key, None)
+    base_dir = record.launch.base_dir
     loaded = parse_workflow_text(
         record.workflow_text,
         record.workflow_path,
-        stored,
+        dict(record.params),
         tool_names=tool_names(),
         base_dir=Path(base_dir) if base_dir else None,
     )
-    return loaded, started_at
+    return loaded, record.launch.started_at
 
 
 async def resume_run(

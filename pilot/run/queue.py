@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.run.launch import EndpointOverride, Preflight, load_for_run
 from pilot.run.runner import Runner, RunOutcome
-from pilot.store.event_store import EventStore, RunRecord
+from pilot.store.event_store import EventStore, LaunchFacts, RunRecord
 from pilot.workflow import LoadedWorkflow
 
 if TYPE_CHECKING:
@@ -122,11 +123,12 @@ def enqueue(
         workflow_name=loaded.workflow.name,
         workflow_path=str(loaded.path or loaded.filename),
         workflow_text=loaded.text,
-        params={**loaded.params, "__base_dir": str(loaded.base_dir)},
+        params=dict(loaded.params),
         workspace="",
         owner=None,
         status="queued",
         origin="queue",
+        launch=LaunchFacts(base_dir=str(loaded.base_dir), durability=store.durability),
     )
 
 
@@ -136,17 +138,18 @@ async def drive_claimed(
     """Start a queued run, or resume one that was paused or orphaned."""
     from pilot.run.launch import load_stored, now_iso, resume_run, run_plan
 
+    if record.launch.durability == "full":  # never weaker than the run asks; a worker driving
+        runner.store.use_durability("full")  # several runs commits as its strongest does
     if record.last_seq > 0:
         return await resume_run(runner, record, endpoint=endpoint)
     loaded, _ = load_stored(record)
     started_at = now_iso()
-    params = {**record.params, "__started_at": started_at}
-    runner.store.set_params(record.id, params)
+    runner.store.set_launch(record.id, replace(record.launch, started_at=started_at))
     return await runner.start(
         workflow_name=record.workflow_name,
         workflow_path=record.workflow_path,
         workflow_text=record.workflow_text,
-        params=params,
+        params=dict(record.params),
         build_plan=lambda run_id: run_plan(
             loaded, runner.store, run_id, started_at=started_at, endpoint=endpoint
         ),

@@ -25,10 +25,12 @@ import re2  # noqa: F401  (the progress tracker's engine: see below)
 
 from pilot import events as ev
 from pilot.agent.context import ServerCounts
-from pilot.agent.loop import AgentLoop, StopRequested
+from pilot.agent.endings import stopped_by
+from pilot.agent.loop import AgentLoop
 from pilot.agent.progress import ProgressLimits
+from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
-from pilot.errors import ConfigurationError, LeaseHeld, MarathonError, ServerUnavailable
+from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
     die_now,
@@ -36,10 +38,13 @@ from pilot.failpoints import (
     kill_at,
 )
 from pilot.model.types import ModelClient, WaitEvent
-from pilot.private_files import private_dirs
+from pilot.private_files import inside, private_dirs
 from pilot.redact import redact_for_storage
+from pilot.run.cancel_bell import ring
+from pilot.run.claims import checkpoint_problem
+from pilot.run.confinement import confinement
 from pilot.run.notify import notify_run_end
-from pilot.store import StoreError, StoreOperationalError, layout
+from pilot.store import LaunchFacts, StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
     CheckpointWriter,
@@ -50,9 +55,11 @@ from pilot.store.checkpoint import (
 from pilot.store.event_store import (
     EventStore,
     StoreBusy,
+    StoreGone,
     is_storage_full,
     lease_owner_id,
 )
+from pilot.tactics.small_models import SmallModelTactics
 from pilot.workflow.plan import RunPlan
 from pilot.workspace.executor import GitWorkspace, RegistryExecutor
 from pilot.workspace.snapshot import (
@@ -86,6 +93,7 @@ quicker than this shares its step's one transaction; a slower one is shown (and 
 while it runs."""
 STORAGE_FULL = "the database disk is full"
 STORAGE_BUSY = "the database is locked"
+STORAGE_GONE = "the database is unreachable"
 
 
 @dataclass
@@ -99,7 +107,9 @@ class RunOutcome:
     def exit_code(self) -> int:
         if self.status == "paused" and self.reason.startswith("model server unavailable"):
             return EXIT_CODES["server_unavailable"]
-        if self.status == "paused" and self.reason.startswith((STORAGE_FULL, STORAGE_BUSY)):
+        if self.status == "paused" and self.reason.startswith(
+            (STORAGE_FULL, STORAGE_BUSY, STORAGE_GONE)
+        ):
             return EXIT_CODES["storage_full"]
         return EXIT_CODES.get(self.status, 1)
 
@@ -157,14 +167,36 @@ class Runner:
     commit_wait: float = COMMIT_WAIT_S
     """Seconds held events may wait while the run's task waits on something (a read-only
     tool in its thread, a request) before they are committed on their own."""
+    tactics: Tactics | None = None
+    """What the loop asks how to read imperfect answers (None: ``SmallModelTactics``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
+    bells: set[asyncio.Event] = field(default_factory=set, repr=False)
+    """One per live run session: set when this process hears ``pilot cancel``'s signal, so
+    each run reads its status at once (``pilot.run.cancel_bell``)."""
+
+    def ring_bells(self) -> None:
+        """``pilot cancel`` signalled this process: every live run looks at its status now."""
+        for bell in self.bells:
+            bell.set()
 
     def artifacts_dir(self, run_id: str) -> Path:
         return layout.artifacts_dir(self.store, run_id)
 
     def checkpoint_dir(self, run_id: str) -> Path:
         return layout.checkpoint_dir(self.store, run_id)
+
+    def state_paths(self) -> list[Path]:
+        """What the sandbox hides from the agent's commands: the database and the folders of
+        checkpoints, artifacts and background logs (made now, so that they are hidden from
+        the first command on)."""
+        root = layout.files_root(self.store)
+        folders = [root / "checkpoints", root / "artifacts", root / "logs"]
+        for folder in folders:
+            private_dirs(folder)
+        database = layout.sqlite_file(self.store)
+        files = [Path(f"{database}{end}") for end in ("", "-wal", "-shm")] if database else []
+        return [*folders, *files]
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
@@ -222,9 +254,10 @@ class Runner:
         build_plan: PlanBuilder,
         run_id: str | None = None,
         existing: bool = False,
+        launch: LaunchFacts | None = None,
     ) -> RunOutcome:
         """Create a run (or take a queued one whose lease we hold), prepare its workspace and
-        branch, and drive it."""
+        branch, and drive it; ``launch``: what it is started with (kept in its row)."""
         if not existing:
             run_id = self.store.create_run(
                 workflow_name=workflow_name,
@@ -235,6 +268,7 @@ class Runner:
                 owner=self.owner,
                 lease_seconds=self.lease_seconds,
                 run_id=run_id,
+                launch=launch,
             )
         assert run_id is not None
         kill_at("startup")
@@ -272,6 +306,7 @@ class Runner:
                     phases=[p.name for p in plan.phases],
                     owner=self.owner,
                     repository=repository,
+                    sandbox=confinement(plan.sandbox),
                 )
             )
         except StoreBusy as exc:
@@ -295,6 +330,7 @@ class Runner:
     def _prepare_workspace(self, run_id: str, plan: RunPlan) -> tuple[GitRepo, str | None]:
         """The run's git workspace and, for a run in its own worktree, the user's checkout it
         was made from (None in place)."""
+        self._refuse_state_inside(Path(plan.source or plan.workspace))
         if plan.in_place:
             self.store.check_workspace_free(run_id, plan.workspace)
             repo = ensure_repository(Path(plan.workspace), init=plan.init_workspace)
@@ -307,6 +343,17 @@ class Runner:
         repo = add_worktree(source, path, plan.branch, carry_changes=plan.carry_changes)
         clear_stale_locks(repo, run_id)
         return repo, str(source.root.resolve())
+
+    def _refuse_state_inside(self, workspace: Path) -> None:
+        """A workspace holding the pilot's database or state folders would hand them to the
+        agent's commands (the sandbox binds the workspace writable): refused."""
+        for path in (layout.files_root(self.store), layout.sqlite_file(self.store)):
+            if path is not None and inside(path, workspace):
+                raise ConfigurationError(
+                    f"the workspace {workspace} holds Marathon's state ({path}): the agent's "
+                    "commands could rewrite the run's record; keep the database and "
+                    "MARATHON_HOME outside the workspace (--db, MARATHON_HOME)"
+                )
 
     async def resume(self, run_id: str, build_plan: PlanBuilder) -> RunOutcome:
         """Continue a paused or interrupted run from its events (a run killed in its
@@ -327,6 +374,13 @@ class Runner:
         state, checkpoint_seq = load_run_state(
             self.store, run_id, self.checkpoint_dir(run_id), progress_limits(plan)
         )
+        refused = None
+        if checkpoint_seq is not None:
+            refused = checkpoint_problem(self.store, run_id, state)
+            if refused is not None:  # forged or stale: the events decide
+                delete_checkpoint(self.checkpoint_dir(run_id))
+                state = fold(self.store.load_events(run_id), progress_limits=progress_limits(plan))
+                checkpoint_seq = None
         delete_legacy(self.artifacts_dir(run_id))
         run = RunSession(self, run_id, plan, state)
         if state.finished is not None:
@@ -341,6 +395,8 @@ class Runner:
             self.store.release_lease(run_id, self.owner)
             raise
         try:
+            if refused is not None:
+                note = f"{note}; its state checkpoint was refused ({refused})".lstrip("; ")
             run.emit(ev.RunResumed(owner=self.owner, note=note, from_checkpoint=checkpoint_seq))
         except StoreBusy as exc:
             return store_busy_outcome(run_id, run.state, exc)
@@ -379,11 +435,13 @@ class Runner:
 
 
 def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutcome:
-    """The database is locked by another process past the bound: like a full disk, nothing
-    can be recorded, so say so (stderr) and stop; the run resumes from its last event."""
+    """The database is locked by another process past the bound, or cannot be reached (its
+    server stopped): like a full disk, nothing can be recorded, so say so (stderr) and stop
+    (exit 74); the run resumes from its last committed event."""
     reason = f"{exc}: `pilot resume {run_id}`"
     print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", f"{STORAGE_BUSY}: {reason}", state)
+    kind = STORAGE_GONE if isinstance(exc, StoreGone) else STORAGE_BUSY
+    return RunOutcome(run_id, "paused", f"{kind}: {reason}", state)
 
 
 class RunSession:
@@ -415,6 +473,7 @@ class RunSession:
         state has it at once, the store and the observers with the transaction, so nothing is
         shown that is not durable.
         """
+        event = self.honour_cancel(event)
         seq = self.state.last_seq + 1
         # Secrets never reach the store or the views; the live loop keeps the real text.
         stored, payload = redact_for_storage(
@@ -440,6 +499,26 @@ class RunSession:
             isinstance(event, ev.RunPaused) and self.state.last_seq > self.checkpointed_seq
         ):
             self.checkpoint(payload)
+
+    def honour_cancel(self, event: ev.Event) -> ev.Event:
+        """A run asked to cancel never ends otherwise: its pause or its end (even one reached
+        before it heard the request) is recorded as cancelled."""
+        if not isinstance(event, ev.RunPaused | ev.RunFinished) or (
+            isinstance(event, ev.RunFinished) and event.status == "cancelled"
+        ):
+            return event
+        if not self.cancel_requested:
+            with contextlib.suppress(StoreError, StoreBusy, StoreOperationalError):
+                self.cancel_requested = self._cancel_requested()
+        if not self.cancel_requested:
+            return event
+        if isinstance(event, ev.RunPaused):
+            why = "stopped at its next safe point"
+        else:
+            why = f"it had {event.status} before it heard the request"
+        return ev.RunFinished(
+            status="cancelled", reason=f"cancelled by the user (pilot cancel): {why}"
+        )
 
     def checkpoint(self, last_payload: str) -> None:
         """Save the state (every event in it is committed; the last one's JSON is given) so
@@ -536,19 +615,22 @@ class RunSession:
             base_commit=self.state.started.base_head if self.state.started else None,
             redact=self.plan.redact,
             run_id=self.run_id,
+            hidden=runner.state_paths(),
         )
         private_dirs(runner.artifacts_dir(self.run_id))
         lease_lost = asyncio.Event()
         renewer = asyncio.ensure_future(self._renew_lease(stop, lease_lost))
         storage_full = False
         busy: StoreBusy | None = None
+        workspace = GitWorkspace(repo, self.run_id, executor.take_written)
         loop = AgentLoop(
             self.plan,
             self.state,
             self.emit,
             client,
             executor,
-            GitWorkspace(repo, self.run_id, executor.take_written),
+            workspace,
+            tactics=runner.tactics or SmallModelTactics(),
             stop=stop,
             server_counts=runner.server_counts(self.plan),
         )
@@ -556,21 +638,18 @@ class RunSession:
             try:
                 # Waiting for the server before the first request: a stop pauses it at once.
                 await loop.stoppable(self._resolve_model(client))
-            except StopRequested:
+            except StopRequested as exc:
                 loop.release_stop_waiter()
-                self.emit(ev.RunPaused(reason="stop requested (signal); resume to continue"))
+                self.emit(stopped_by(exc))
             else:
                 await loop.run()
             if self.cancel_requested and self.state.finished is None:
                 self.emit(ev.RunFinished(status="cancelled", reason="cancelled by the user"))
         except StoreBusy as exc:
             busy = exc  # nothing can be written, as with a full disk (below)
-        except ServerUnavailable as exc:
+        except MarathonError as exc:  # a server away pauses; any other error fails
             if self.state.finished is None:
-                self.emit(ev.RunPaused(reason=f"model server unavailable: {exc}"))
-        except MarathonError as exc:
-            if self.state.finished is None:
-                self.emit(ev.RunFinished(status="failed", reason=str(exc)))
+                self.emit(stopped_by(exc))
         except StoreOperationalError as exc:
             if not is_storage_full(exc):
                 raise
@@ -579,6 +658,7 @@ class RunSession:
             storage_full = True
         finally:
             loop.release_stop_waiter()
+            workspace.close()
             if self.unsaved and not storage_full and busy is None:
                 # lost: the model is asked again
                 with contextlib.suppress(StoreOperationalError, StoreBusy):
@@ -623,10 +703,23 @@ class RunSession:
         return self.store.get_run(self.run_id).status == "cancelling"
 
     async def _renew_lease(self, stop: asyncio.Event, lease_lost: asyncio.Event) -> None:
-        """Keep the lease while running; notice a cancel request or a lost lease."""
+        """Keep the lease while running; notice a cancel request (at once when ``pilot
+        cancel`` rings this process, else at the next renewal) or a lost lease."""
         interval = max(0.2, self.runner.lease_seconds / 3)
+        bell = asyncio.Event()
+        self.runner.bells.add(bell)
+        try:
+            await self._renewals(stop, lease_lost, bell, interval)
+        finally:
+            self.runner.bells.discard(bell)
+
+    async def _renewals(
+        self, stop: asyncio.Event, lease_lost: asyncio.Event, bell: asyncio.Event, interval: float
+    ) -> None:
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(bell.wait(), interval)
+            bell.clear()
             ok = await asyncio.to_thread(
                 self.store.renew_lease,
                 self.run_id,
@@ -652,7 +745,12 @@ def request_cancel(store: EventStore, run_id: str) -> str:
         store.acquire_lease(run_id, owner, seconds=30)
     except LeaseHeld:
         store.set_status(run_id, "cancelling", "cancel requested")
-        return f"run {run_id} is running; asked it to stop and finish as cancelled"
+        if ring(store.get_run(run_id).lease_owner):
+            return f"run {run_id} is running; told it to stop at its next safe point (cancelled)"
+        return (
+            f"run {run_id} is running in another process or host; it stops and finishes as "
+            "cancelled when it next renews its lease (within 20 s)"
+        )
     state = fold(store.load_events(run_id))
     seq = state.last_seq + 1
     store.append(

@@ -1,7 +1,12 @@
 """The store wing: where a run's truth is kept, and the only place that speaks SQL.
 
-Modules: ``event_store`` (runs and their append-only events in SQLite or any SQLAlchemy
-URL; leases, the queue's ``SKIP LOCKED`` claim), ``sqlite_held`` (a SQLite store's own
+Modules: ``event_store`` (the facade: runs and their append-only events in SQLite or any
+SQLAlchemy URL), ``schema`` (the Core tables, their version and migrations), ``connections``
+(the engine, the held SQLite connection, a file refused unless it is ours), ``runs`` (the
+run rows and their launch facts; the queue's ``SKIP LOCKED`` claim), ``lease`` (who drives a
+run, and whether it is still alive), ``lock_wait`` (another process's lock waited out with
+tenacity; ``StoreBusy`` / ``StoreGone``), ``sqlite_read`` (a resume's raw reads),
+``sqlite_held`` (a SQLite store's own
 connection: what every step and resume does, without the engine), ``sqlite_append`` (the
 event append on it), ``queries`` (the named reads of the report, ``pilot show``
 and retention), ``layout`` (where each run's files live), ``opening`` (a user's store URL
@@ -24,18 +29,24 @@ from sqlalchemy.exc import SQLAlchemyError as StoreError
 
 from pilot.store.event_store import (
     ACTIVE_STATUSES,
+    DURABILITIES,
     EventStore,
+    LaunchFacts,
     RunRecord,
     StoreBusy,
+    StoreGone,
     new_run_id,
 )
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "DURABILITIES",
     "EventStore",
+    "LaunchFacts",
     "RunRecord",
     "StoreBusy",
     "StoreError",
+    "StoreGone",
     "StoreOperationalError",
     "new_run_id",
 ]

@@ -12,14 +12,16 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast, get_args
+from typing import Any, get_args
 
 from pydantic import ValidationError
-from sqlalchemy import Table, bindparam, delete, func, select, text
+from sqlalchemy import bindparam, delete, func, select, text
 
 from brain.events import server_events
 from pilot import events as ev
-from pilot.store.event_store import EventRow, EventStore, RunRow
+from pilot.store.event_store import EventStore
+from pilot.store.schema import events as EVENTS_TABLE
+from pilot.store.schema import runs as RUNS_TABLE
 
 
 def _known_event_types() -> frozenset[str]:
@@ -59,9 +61,9 @@ def stored_events(store: EventStore, run_id: str) -> list[StoredEvent]:
     ``EventStore.load_events`` does.
     """
     query = (
-        select(EventRow.seq, EventRow.type, EventRow.at, EventRow.payload)
-        .where(EventRow.run_id == run_id)
-        .order_by(EventRow.seq)
+        select(EVENTS_TABLE.c.seq, EVENTS_TABLE.c.type, EVENTS_TABLE.c.at, EVENTS_TABLE.c.payload)
+        .where(EVENTS_TABLE.c.run_id == run_id)
+        .order_by(EVENTS_TABLE.c.seq)
     )
     loaded: list[StoredEvent] = []
     with store.engine.connect() as conn:
@@ -88,9 +90,9 @@ def run_started_payload(store: EventStore, run_id: str) -> dict[str, Any] | None
     """The run's ``run_started`` event as stored (a dict: read even when it no longer parses),
     or None when the run never started."""
     query = (
-        select(EventRow.payload)
-        .where(EventRow.run_id == run_id, EventRow.type == "run_started")
-        .order_by(EventRow.seq)
+        select(EVENTS_TABLE.c.payload)
+        .where(EVENTS_TABLE.c.run_id == run_id, EVENTS_TABLE.c.type == "run_started")
+        .order_by(EVENTS_TABLE.c.seq)
         .limit(1)
     )
     with store.engine.connect() as conn:
@@ -163,16 +165,21 @@ def runs_updated_before(store: EventStore, cutoff: datetime) -> list[OldRun]:
     counts."""
     with store.engine.connect() as conn:
         old = conn.execute(
-            select(RunRow.id, RunRow.status, RunRow.updated_at, RunRow.workspace)
-            .where(RunRow.updated_at < cutoff)
-            .order_by(RunRow.updated_at)
+            select(
+                RUNS_TABLE.c.id,
+                RUNS_TABLE.c.status,
+                RUNS_TABLE.c.updated_at,
+                RUNS_TABLE.c.workspace,
+            )
+            .where(RUNS_TABLE.c.updated_at < cutoff)
+            .order_by(RUNS_TABLE.c.updated_at)
         ).all()
         counts = dict(
             conn.execute(
-                select(EventRow.run_id, func.count())
-                .join(RunRow, RunRow.id == EventRow.run_id)
-                .where(RunRow.updated_at < cutoff)
-                .group_by(EventRow.run_id)
+                select(EVENTS_TABLE.c.run_id, func.count())
+                .join(RUNS_TABLE, RUNS_TABLE.c.id == EVENTS_TABLE.c.run_id)
+                .where(RUNS_TABLE.c.updated_at < cutoff)
+                .group_by(EVENTS_TABLE.c.run_id)
             ).all()
         )
     return [
@@ -184,7 +191,7 @@ def runs_updated_before(store: EventStore, cutoff: datetime) -> list[OldRun]:
 def run_created_times(store: EventStore) -> dict[str, datetime]:
     """Every run's creation time, by id."""
     with store.engine.connect() as conn:
-        rows = conn.execute(select(RunRow.id, RunRow.created_at)).all()
+        rows = conn.execute(select(RUNS_TABLE.c.id, RUNS_TABLE.c.created_at)).all()
     return {run_id: _aware(created) for run_id, created in rows}
 
 
@@ -256,7 +263,7 @@ _MESSAGES_SQL = (
 )
 """``_MESSAGES`` as SQLite runs it (``{}``: a ``?`` per kind)."""
 
-_EVENTS = cast(Table, EventRow.__table__)
+_EVENTS = EVENTS_TABLE
 _FROM = (
     select(_EVENTS.c.seq, _EVENTS.c.payload)
     .where(_EVENTS.c.run_id == bindparam("run_id"), _EVENTS.c.seq >= bindparam("seq"))

@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 SQLITE_BUSY_MS = 250
 """How long SQLite itself waits for a lock before answering "database is locked"; the store
-then waits out longer locks in Python (``EventStore.wait_out_locks``), where a stop can end
+then waits out longer locks in Python (``pilot.store.lock_wait``), where a stop can end
 the wait."""
 SQLITE_PAGE_SIZE = 16384
 SQLITE_WAL_BYTES = 4 * 1024 * 1024
@@ -75,15 +75,16 @@ class HeldSqlite:
         self._connection: Any = None
 
     @classmethod
-    def of_file(cls, path: str, durability: str) -> HeldSqlite:
-        """A connection of its own to the database file at ``path``."""
+    def of_file(cls, path: str, durability: Callable[[], str]) -> HeldSqlite:
+        """A connection of its own to the database file at ``path``, its ``synchronous``
+        from ``durability()`` when it opens."""
 
         def connect() -> sqlite3.Connection:
             connection = sqlite3.connect(
                 path, timeout=SQLITE_BUSY_MS / 1000, check_same_thread=False
             )
             try:
-                apply_pragmas(connection, durability)
+                apply_pragmas(connection, durability())
             except BaseException:
                 connection.close()
                 raise
@@ -122,6 +123,13 @@ class HeldSqlite:
                     return work(connection)
 
             return _translated("transaction", (), run)
+
+    def pragma(self, statement: str) -> None:
+        """Run ``statement`` on the connection if it is open (a new one gets the pragmas
+        anew)."""
+        with self.lock:
+            if self._connection is not None:
+                _translated(statement, (), lambda: self.connection().execute(statement).close())
 
     def close(self) -> None:
         with self.lock:

@@ -1,6 +1,6 @@
 """The history as a model that writes its calls as text should see it again.
 
-A call recovered from an answer's text (``pilot.tactics.repair``) is stored like a native tool call:
+A call recovered from an answer's text (``pilot.tactics.dialects``) is stored like a native call:
 an assistant message with ``tool_calls`` and a ``tool`` result. Sent back so, a server's chat
 template shows the model its own turns as JSON tool calls it never wrote, and a small model
 imitates what it reads: shown a Python block it wrote as ``{"name": "replace_definition",
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pilot.tactics.repair import DEFINITION_TOOL
+from pilot.tactics.dialects import DEFINITION_TOOL
 
 TEXT_CALL_PREFIX = "text-"
 """The id prefix of calls recovered from an answer's text."""

@@ -339,12 +339,12 @@ def parse_workflow_text(
     ]
     errors += param_errors
 
-    env = make_environment()
+    env, command_env = make_environment(), make_environment(commands=True)
     templates: dict[str, WorkflowTemplate] = {}
     template_errors: list[WorkflowError] = []
     for slot, source in template_slots(workflow):
         template, problems = compile_template(
-            env,
+            command_env if slot.command else env,
             source,
             field=dotted(slot.path),
             kind=slot.kind,

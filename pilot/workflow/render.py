@@ -45,6 +45,8 @@ class TemplateSlot:
     path: Loc
     kind: TemplateKind
     phase: int | None = None
+    command: bool = False
+    """It becomes a shell command: its values are quoted (``make_environment(commands=True)``)."""
 
 
 def template_slots(workflow: Workflow) -> list[tuple[TemplateSlot, str]]:
@@ -57,11 +59,11 @@ def template_slots(workflow: Workflow) -> list[tuple[TemplateSlot, str]]:
     for i, phase in enumerate(workflow.phases):
         slots.append((TemplateSlot(("phases", i, "prompt"), "phase", i), phase.prompt))
         if phase.check is not None:
-            slots.append((TemplateSlot(("phases", i, "check"), "phase", i), phase.check))
+            slots.append((TemplateSlot(("phases", i, "check"), "phase", i, True), phase.check))
         for k, image in enumerate(phase.images):
             slots.append((TemplateSlot(("phases", i, "images", k), "phase", i), image))
         for k, command in enumerate(phase.context):
-            slots.append((TemplateSlot(("phases", i, "context", k), "phase", i), command))
+            slots.append((TemplateSlot(("phases", i, "context", k), "phase", i, True), command))
     return slots
 
 

@@ -79,18 +79,39 @@ def available_names(kind: TemplateKind) -> tuple[str, ...]:
     return ("params", "workflow", "run")
 
 
-def _shell_quote(value: Any) -> str:
+class Raw(str):
+    """A value a command template puts in as it is (``| raw``), or already quoted."""
+
+
+def _shell_quote(value: Any) -> Raw:
+    return Raw(shlex.quote(str(value)))
+
+
+def _raw(value: Any) -> Raw:
+    return Raw(str(value))
+
+
+def _quoted_output(value: Any) -> Any:
+    """Every ``{{ ... }}`` of a command template: one shell word, unless marked ``raw``."""
+    if isinstance(value, Raw):
+        return str(value)
     return shlex.quote(str(value))
 
 
-def make_environment() -> SandboxedEnvironment:
-    """The one Jinja environment for workflow templates.
+def make_environment(*, commands: bool = False) -> SandboxedEnvironment:
+    """A Jinja environment for workflow templates.
 
     Sandboxed (templates come from files users download and share), strict about
     undefined names (a silent empty string in a prompt is a bug that costs a
     night), no HTML autoescaping (these are prompts and shell commands), and block
-    tags that do not leave stray blank lines in prompts. ``shell_quote`` lets a
-    check quote a path param safely: ``cd {{ params.repo | shell_quote }}``.
+    tags that do not leave stray blank lines in prompts.
+
+    ``commands``: the environment of the templates that become shell commands (a phase's
+    ``check`` and ``context``). There every ``{{ ... }}`` is quoted as one shell word, so a
+    param never becomes shell (``--param 'target=x; rm -rf ~'`` is the argument
+    ``'x; rm -rf ~'``); ``| raw`` puts a value in as it is, for a param that is a command
+    by design (``{{ params.test_command | raw }}``). ``shell_quote`` quotes explicitly
+    (anywhere, and never twice).
     """
     env = SandboxedEnvironment(
         undefined=StrictUndefined,
@@ -98,8 +119,10 @@ def make_environment() -> SandboxedEnvironment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_quoted_output if commands else None,
     )
     env.filters["shell_quote"] = _shell_quote
+    env.filters["raw"] = _raw
     return env
 
 

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pilot import events as ev
 from pilot.agent.images import refs_from_artifacts
-from pilot.agent.loop import CheckOutcome
+from pilot.agent.seams import CheckOutcome
 from pilot.failpoints import kill_at
 from pilot.private_files import inside, make_private, write_private
 from pilot.redact import redact_file, redact_text
-from pilot.workspace.snapshot import GitRepo, restore_snapshot, snapshot_diff, take_snapshot
+from pilot.workspace.snapshot import (
+    GitRepo,
+    restore_snapshot,
+    snapshot_diff,
+    take_snapshot,
+    unwatched,
+)
+from pilot.workspace.watch import TreeWatch
 from tools.base import ToolContext, ToolResult, tool_blocks, tool_known_writes
 from tools.registry import ToolRegistry
 from tools.workspace import Workspace
@@ -34,6 +42,8 @@ class RegistryExecutor:
     redact: Sequence[str] = ()
     """The workflow's own redaction patterns: files the pilot keeps are redacted as events."""
     run_id: str | None = None
+    hidden: Sequence[Path] = ()
+    """The pilot's state, kept out of the sandbox (``tools.sandbox.wrap``)."""
 
     def __post_init__(self) -> None:
         self._workspace = Workspace(self.workspace_root)
@@ -56,6 +66,7 @@ class RegistryExecutor:
             call_id=call_id,
             base_commit=self.base_commit,
             run_id=self.run_id,
+            hidden=self.hidden,
         )
 
     def schemas(self, names: list[str]) -> list[dict[str, Any]]:
@@ -162,15 +173,39 @@ class GitWorkspace:
     written: Callable[[], list[str] | None] = field(default=lambda: None)
     """The paths changed since the last snapshot, when known (``RegistryExecutor.take_written``)."""
 
+    watch_changes: bool = True
+    """False: every command's snapshot refreshes the whole tree (``bench/snapshots.py``)."""
+    watch: TreeWatch | None = field(default=None, init=False, repr=False)
+    """The kernel's list of changed paths (``pilot.workspace.watch``), started at the first
+    snapshot of this sitting: from the second on, a command's snapshot hashes only what it
+    changed (the first, and any the watch cannot vouch for, refreshes the whole tree)."""
+    _watching: bool = field(default=False, init=False, repr=False)
+
     def snapshot(self, message: str) -> tuple[str, str | None]:
         kill_at("result_committed")
         paths = self.written()
+        if self._watching and self.watch is not None:
+            seen = self.watch.take()  # always taken: the next one counts from here
+            if paths is None:  # a file tool's own list is exact; a command's is the kernel's
+                paths = seen
+        elif not self._watching and self.watch_changes:
+            self._watching = True  # before this snapshot: what changes after it is seen
+            self.watch = TreeWatch.start(self.repo.root, partial(unwatched, self.repo, self.run_id))
         taken = take_snapshot(self.repo, self.run_id, message, paths=paths), self.repo.head()
         kill_at("snapshot_taken")
         return taken
 
     def restore(self, snapshot: str, head: str | None) -> None:
         restore_snapshot(self.repo, self.run_id, snapshot, head)
+        if self.watch is not None:
+            self.watch.take()
+            self._watching = False  # the next snapshot refreshes the whole tree
+
+    def close(self) -> None:
+        """Stop watching (the run's sitting is over)."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
     def changed(self, since: str, now: str) -> bool:
         """Whether two snapshots hold different trees (a change undone again is no change),

@@ -571,6 +571,18 @@ def _snapshot_paths(repo: GitRepo, run_id: str, message: str, paths: Collection[
     return _commit(repo, run_id, tree, message)
 
 
+def unwatched(repo: GitRepo, run_id: str, folder: str) -> bool:
+    """Whether a command's changes in ``folder`` can never reach a snapshot: git ignores it
+    and the run's last snapshot holds nothing in it (``pilot.workspace.watch`` skips it)."""
+    lib = repo.lib()
+    if not lib.path_is_ignored(folder + "/"):
+        return False
+    existing = lib.references.get(snapshot_ref(run_id))
+    if existing is None:
+        return False
+    return not _in_tree(lib, lib[existing.target].tree, folder.split("/"))
+
+
 def _in_tree(lib: Any, tree: Any, parts: list[str]) -> bool:
     for part in parts[:-1]:
         if part not in tree:

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from brain.bench.models import BenchError
-from brain.bench.replay_models import ReplayEndpointReport, ReplayPoint, ReplayReport
+from brain.bench.replay.models import ReplayEndpointReport, ReplayPoint, ReplayReport
 from brain.bench.report import (
     comparison_headers,
     comparison_markdown,

@@ -1,20 +1,20 @@
 """The figures of ``brain bench --replay``: its request rows reduced to depth buckets, points
-and ratios (pure). What each figure means is in ``brain.bench.replay``'s docstring.
+and ratios (pure). What each figure means is in ``brain.bench.replay.run``'s docstring.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from brain.bench.replay_models import (
+from brain.bench.models import RatioRow
+from brain.bench.replay.models import (
     DepthRow,
     ReplayEndpointReport,
     ReplayPoint,
-    ReplayRatio,
     RequestRow,
 )
-from brain.bench.stats import dist_mean, distinct_errors, ratio, summarize_ms
+from brain.bench.stats import distinct_errors, matched, mean_of, ratios, summarize_ms
 from brain.metrics import MetricsSnapshot, spec_decode_delta
 
 
@@ -114,41 +114,27 @@ def _mean_of(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def compare_points(a: ReplayEndpointReport, b: ReplayEndpointReport) -> list[ReplayRatio]:
+def compare_points(a: ReplayEndpointReport, b: ReplayEndpointReport) -> list[RatioRow]:
     """First over second, per point and per depth row of each point."""
-    rows: list[ReplayRatio] = []
-    others = {p.label: p for p in b.points}
-    for pa in a.points:
-        pb = others.get(pa.label)
-        if pb is None:
-            continue
-        rows.append(
-            ReplayRatio(
-                point=pa.label,
-                ratios={
-                    "run_wall": ratio(_mean_of(pa.run_wall_s), _mean_of(pb.run_wall_s)),
-                    "ttft_mean": ratio(dist_mean(pa.ttft_ms), dist_mean(pb.ttft_ms)),
-                    "e2el_mean": ratio(dist_mean(pa.e2el_ms), dist_mean(pb.e2el_ms)),
-                    "decode_tps": ratio(pa.decode_tps, pb.decode_tps),
-                    "hit_rate": ratio(pa.hit_rate, pb.hit_rate),
-                    "computed_prefill": ratio(pa.computed_prefill, pb.computed_prefill),
-                },
-            )
-        )
-        depth_b = {d.label: d for d in pb.depths}
-        for da in pa.depths:
-            db = depth_b.get(da.label)
-            if db is None:
-                continue
-            rows.append(
-                ReplayRatio(
-                    point=f"{pa.label} depth {da.label}",
-                    ratios={
-                        "ttft_mean": ratio(dist_mean(da.ttft_ms), dist_mean(db.ttft_ms)),
-                        "e2el_mean": ratio(dist_mean(da.e2el_ms), dist_mean(db.e2el_ms)),
-                        "decode_tps": ratio(da.decode_tps, db.decode_tps),
-                        "hit_rate": ratio(da.hit_rate, db.hit_rate),
-                    },
-                )
-            )
+    point_figures: dict[str, Callable[[ReplayPoint], float | None]] = {
+        "run_wall": lambda p: _mean_of(p.run_wall_s),
+        "ttft_mean": mean_of("ttft_ms"),
+        "e2el_mean": mean_of("e2el_ms"),
+        "decode_tps": lambda p: p.decode_tps,
+        "hit_rate": lambda p: p.hit_rate,
+        "computed_prefill": lambda p: p.computed_prefill,
+    }
+    depth_figures: dict[str, Callable[[DepthRow], float | None]] = {
+        "ttft_mean": mean_of("ttft_ms"),
+        "e2el_mean": mean_of("e2el_ms"),
+        "decode_tps": lambda d: d.decode_tps,
+        "hit_rate": lambda d: d.hit_rate,
+    }
+    rows: list[RatioRow] = []
+    for pa, pb in matched(a.points, b.points, lambda p: p.label):
+        rows.append(RatioRow(point=pa.label, ratios=ratios(pa, pb, point_figures)))
+        rows += [
+            RatioRow(point=f"{pa.label} depth {da.label}", ratios=ratios(da, db, depth_figures))
+            for da, db in matched(pa.depths, pb.depths, lambda d: d.label)
+        ]
     return rows

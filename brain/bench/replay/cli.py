@@ -6,8 +6,8 @@ from pathlib import Path
 
 from brain.bench.models import BenchError
 from brain.bench.output import bad_options, run_and_report
-from brain.bench.replay import run_replay, validate_replay_config
-from brain.bench.replay_models import ReplayConfig
+from brain.bench.replay.models import ReplayConfig
+from brain.bench.replay.run import run_replay, validate_replay_config
 
 
 def replay_command(
@@ -58,7 +58,7 @@ def replay_command(
         bad_options(str(exc))
     run_and_report(
         lambda progress: run_replay(config, progress),
-        report_module="brain.bench.replay_report",
+        report_module="brain.bench.replay.report",
         succeeded=lambda report: any(p.completed for ep in report.endpoints for p in ep.points),
         json_path=json_path,
         markdown=markdown,

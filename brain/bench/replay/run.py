@@ -28,8 +28,8 @@ The answer length is the recorded one (``max_tokens`` = the recorded output toke
 ``ignore_eos``) unless ``--replay-max-tokens`` says otherwise. ``--compare URL2`` replays the
 same runs against a second endpoint, point by point, alternating.
 
-This module drives the replay; the files are read by ``brain.bench.replay_files``, the timings
-reduced by ``brain.bench.replay_stats``, shown by ``brain.bench.replay_report``. It never
+This module drives the replay; the files are read by ``brain.bench.replay.files``, the timings
+reduced by ``brain.bench.replay.stats``, shown by ``brain.bench.replay.report``. It never
 imports ``pilot``.
 """
 
@@ -46,15 +46,15 @@ import httpx
 
 from brain.bench.endpoint import Endpoint, bench_client, open_endpoints, snapshot
 from brain.bench.models import BenchError, Progress
-from brain.bench.replay_files import ReplayRequest, ReplayRun, load_replay, pick_runs, replay_files
-from brain.bench.replay_models import (
+from brain.bench.replay.files import ReplayRequest, ReplayRun, load_replay, pick_runs, replay_files
+from brain.bench.replay.models import (
     ReplayConfig,
     ReplayEndpointReport,
     ReplayPoint,
     ReplayReport,
     RequestRow,
 )
-from brain.bench.replay_stats import compare_points, reduce_point
+from brain.bench.replay.stats import compare_points, reduce_point
 from brain.bench.sender import RequestResult, send_chat
 from brain.metrics import MetricsSnapshot
 

@@ -1,8 +1,8 @@
 """The values of ``brain bench --replay``: what a replay is asked to do (``ReplayConfig``) and
 what it reports (a row per request, per depth bucket, per point, per endpoint).
 
-Plain pydantic models, no I/O: the CLI fills the config, ``brain.bench.replay`` the results,
-``brain.bench.replay_report`` shows them.
+Plain pydantic models, no I/O: the CLI fills the config, ``brain.bench.replay.run`` the results,
+``brain.bench.replay.report`` shows them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from brain.bench.models import EndpointConfig, Percentiles
+from brain.bench.models import EndpointConfig, Percentiles, RatioRow
 from brain.metrics import SpecDecodeStats
 
 
@@ -132,15 +132,10 @@ class ReplayEndpointReport(BaseModel):
     """Every request of every point, in the order of ``points``."""
 
 
-class ReplayRatio(BaseModel):
-    point: str
-    ratios: dict[str, float | None]
-
-
 class ReplayReport(BaseModel):
     started_at: str
     config: ReplayConfig
     recordings: list[dict[str, Any]]
     """Each replay file: name, path, requests, compactions, recorded model."""
     endpoints: list[ReplayEndpointReport]
-    comparison: list[ReplayRatio] = Field(default_factory=list)
+    comparison: list[RatioRow] = Field(default_factory=list)

@@ -1,0 +1,185 @@
+"""The pilot's tactics, as the agent loop asks for them (``pilot.agent.seams.Tactics``).
+
+One object answering each question with the modules of this wing: arguments repaired
+(``arguments``), calls written as text read (``dialects``), calls fitted to the tools'
+schemas (``fitting``), what to say to a turn with no call (``feedback``), the history of a
+model that writes its calls as text (``text_turns``), the code a failing test points at
+(``locate``). It holds no state: every answer comes from what it is asked with.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from pilot import events as ev
+from pilot.agent.calls import new_call_id
+from pilot.agent.phase_start import output_end
+from pilot.agent.seams import CheckOutcome, Reading, RunCommand, Schemas
+from pilot.model.types import ModelResponse
+from pilot.tactics import feedback, locate, text_turns
+from pilot.tactics.arguments import repair_arguments
+from pilot.tactics.dialects import DEFINITION_TOOL, addition_target, extract_text_tool_calls
+from pilot.tactics.fitting import fit_arguments, resolve_tool_name
+
+
+class SmallModelTactics:
+    """The tactics for models that do not call tools cleanly (see the module)."""
+
+    def plain_calls(self, response: ModelResponse, schemas: Schemas) -> list[dict] | None:
+        if not response.tool_calls:
+            return None
+        out = []
+        for call in response.tool_calls:
+            if call.name not in schemas:
+                return None
+            fixed = repair_arguments(call.arguments)
+            if fixed.arguments is None or fixed.repairs:
+                return None
+            fit = fit_arguments(call.name, fixed.arguments, schemas[call.name])
+            if fit.arguments is None or fit.repairs:
+                return None
+            out.append(fit.arguments)
+        return out
+
+    def read_answer(
+        self,
+        step: int,
+        response: ModelResponse,
+        schemas: Schemas,
+        prompt: str,
+        known: Callable[[str], bool],
+    ) -> Reading:
+        repairs: list[str] = []
+        calls: list[ev.ToolCall] = []
+        for position, call in enumerate(response.tool_calls):
+            name, renamed = call.name, None
+            if name not in schemas and not known(name):
+                resolved, renamed = resolve_tool_name(name, list(schemas))
+                name = resolved or name
+            fixed = repair_arguments(call.arguments)
+            text = "{}"
+            error = fixed.error if fixed.arguments is None else None
+            if fixed.arguments is not None:
+                arguments = fixed.arguments
+                repairs.extend(f"{name}: {r}" for r in fixed.repairs)
+                if renamed:
+                    repairs.append(renamed)
+                if name in schemas:
+                    fit = fit_arguments(name, arguments, schemas[name])
+                    repairs.extend(fit.repairs)
+                    if fit.arguments is None:
+                        error = fit.error
+                    else:
+                        arguments = fit.arguments
+                text = json.dumps(arguments, ensure_ascii=False)
+            calls.append(
+                ev.ToolCall(
+                    id=call.id or new_call_id(step, position),
+                    name=name,
+                    arguments=text,
+                    raw_arguments=None if text == call.arguments else call.arguments,
+                    error=error,
+                )
+            )
+        content = response.content
+        reading = Reading(calls, content, repairs)
+        if calls or not content or response.finish_reason == "length":
+            return reading
+        found = extract_text_tool_calls(content, schemas)
+        reading.seen = found
+        if not found.calls:
+            return reading
+        for position, (name, arguments) in enumerate(found.calls):
+            if name == DEFINITION_TOOL and "path" not in arguments:
+                target = addition_target(arguments.get("code", ""), prompt)
+                if target is not None:
+                    arguments = {**arguments, "add_to": target}
+            calls.append(
+                ev.ToolCall(
+                    id=text_turns.text_call_id(step, position),
+                    name=name,
+                    arguments=json.dumps(arguments, ensure_ascii=False),
+                    raw_arguments=content,
+                )
+            )
+        repairs.extend(found.repairs or ["tool call written as text in content"])
+        reading.content = found.remaining_content or None
+        reading.from_text = True
+        return reading
+
+    def no_call_turn(
+        self,
+        step: int,
+        content: str | None,
+        reading: Reading,
+        schemas: Schemas,
+        *,
+        empties: int,
+        previous: str | None,
+        prompt: str,
+    ) -> ev.Nudge | ev.Question | None:
+        if not (content or "").strip():
+            if feedback.empty_turn_action(empties) == "nudge":
+                return ev.Nudge(reason="empty_turn", text=feedback.NUDGE_EMPTY)
+            return None  # "retry": asked again as is; past that, the tracker counts no progress
+        question = feedback.detect_question(content or "")
+        if question is not None:
+            return ev.Question(step=step, text=question, reply=feedback.QUESTION_REPLY)
+        seen = reading.seen or extract_text_tool_calls(content or "", schemas)
+        text = feedback.no_call_feedback(
+            seen,
+            schemas,
+            previous=previous,
+            content=content or "",
+            path=feedback.example_path(prompt),
+        )
+        return ev.Nudge(reason="no_tool_call", text=text)
+
+    def writes_calls_as_text(self, messages: list[dict[str, Any]]) -> bool:
+        return text_turns.has_text_calls(messages)
+
+    def as_text_turns(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return text_turns.as_text_turns(messages)
+
+    def temperature(self, base: float | None, repeats: int) -> float | None:
+        return feedback.hotter(base, repeats)
+
+    async def code_to_show(
+        self, output: str, prompt: str, tools: list[str], run: RunCommand
+    ) -> tuple[list[str], list[str]]:
+        """The source of each function the failures in ``output`` call (``locate``), those
+        the phase's prompt names when it names any; and what to say after the task."""
+        sections = []
+        for k, name in enumerate(locate.focus(locate.failing_names(output), prompt)):
+            found = await run(locate.definition_search(name), 60, f"locate-{k}")
+            hit = locate.first_hit(found.output, method=locate.called_as_method(output, name))
+            if hit is None:
+                continue
+            path, line = hit
+            shown = await run(
+                f"sed -n '{line},{line + locate.MAX_LINES}p' {shlex.quote(path)}", 60, f"show-{k}"
+            )
+            block = locate.definition_block(shown.output)
+            if block:
+                sections.append(
+                    f"The code of {name} ({path}, line {line}):\n```python\n{block}\n```"
+                )
+        last = []
+        if sections and DEFINITION_TOOL in tools:
+            # Shown a function, a small model fixes it by rewriting it whole; told so last,
+            # it answers with that rewrite (replace_definition takes the block as its call).
+            last.append(
+                "To change a function shown above, answer with the whole corrected function "
+                "in one ```python block."
+            )
+        return sections, last
+
+    def after_edit_feedback(self, command: str, outcome: CheckOutcome) -> str:
+        status = "timed out" if outcome.timed_out else f"exit code {outcome.exit_code}"
+        return (
+            f"After that edit, the check `{command}` still fails ({status}); it runs "
+            f"again after each edit.\n\n{output_end(outcome.output.strip())}"
+        )
