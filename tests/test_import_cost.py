@@ -72,6 +72,8 @@ def test_looking_at_runs_never_imports_the_model_client(
     names = imported(tmp_path, "-m", "pilot", *argv)
     assert "pilot.store" in names  # it did read the store
     assert loaded(names, *CLIENT_LIBRARIES) == []
+    if command == "runs":  # a table of rows: no fold, no workflow schema, no rich views
+        assert loaded(names, "pilot.agent.state", "pilot.workflow", "pilot.front.ui") == []
 
 
 CLIENT_FIRST_REQUEST = """

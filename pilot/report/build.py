@@ -24,7 +24,7 @@ from typing import Any
 from pilot import environ
 from pilot import events as ev
 from pilot.agent.state import RunState
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     QUESTION,
     CheckResult,

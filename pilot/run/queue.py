@@ -138,6 +138,8 @@ async def drive_claimed(
     """Start a queued run, or resume one that was paused or orphaned."""
     from pilot.run.launch import load_stored, now_iso, resume_run, run_plan
 
+    if record.launch.durability == "full":  # never weaker than the run asks; a worker driving
+        runner.store.use_durability("full")  # several runs commits as its strongest does
     if record.last_seq > 0:
         return await resume_run(runner, record, endpoint=endpoint)
     loaded, _ = load_stored(record)

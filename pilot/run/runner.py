@@ -40,6 +40,7 @@ from pilot.failpoints import (
 from pilot.model.types import ModelClient, WaitEvent
 from pilot.private_files import inside, private_dirs
 from pilot.redact import redact_for_storage
+from pilot.run.cancel_bell import ring
 from pilot.run.claims import checkpoint_problem
 from pilot.run.confinement import confinement
 from pilot.run.notify import notify_run_end
@@ -54,6 +55,7 @@ from pilot.store.checkpoint import (
 from pilot.store.event_store import (
     EventStore,
     StoreBusy,
+    StoreGone,
     is_storage_full,
     lease_owner_id,
 )
@@ -91,6 +93,7 @@ quicker than this shares its step's one transaction; a slower one is shown (and 
 while it runs."""
 STORAGE_FULL = "the database disk is full"
 STORAGE_BUSY = "the database is locked"
+STORAGE_GONE = "the database is unreachable"
 
 
 @dataclass
@@ -104,7 +107,9 @@ class RunOutcome:
     def exit_code(self) -> int:
         if self.status == "paused" and self.reason.startswith("model server unavailable"):
             return EXIT_CODES["server_unavailable"]
-        if self.status == "paused" and self.reason.startswith((STORAGE_FULL, STORAGE_BUSY)):
+        if self.status == "paused" and self.reason.startswith(
+            (STORAGE_FULL, STORAGE_BUSY, STORAGE_GONE)
+        ):
             return EXIT_CODES["storage_full"]
         return EXIT_CODES.get(self.status, 1)
 
@@ -166,6 +171,14 @@ class Runner:
     """What the loop asks how to read imperfect answers (None: ``SmallModelTactics``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
+    bells: set[asyncio.Event] = field(default_factory=set, repr=False)
+    """One per live run session: set when this process hears ``pilot cancel``'s signal, so
+    each run reads its status at once (``pilot.run.cancel_bell``)."""
+
+    def ring_bells(self) -> None:
+        """``pilot cancel`` signalled this process: every live run looks at its status now."""
+        for bell in self.bells:
+            bell.set()
 
     def artifacts_dir(self, run_id: str) -> Path:
         return layout.artifacts_dir(self.store, run_id)
@@ -422,11 +435,13 @@ class Runner:
 
 
 def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutcome:
-    """The database is locked by another process past the bound: like a full disk, nothing
-    can be recorded, so say so (stderr) and stop; the run resumes from its last event."""
+    """The database is locked by another process past the bound, or cannot be reached (its
+    server stopped): like a full disk, nothing can be recorded, so say so (stderr) and stop
+    (exit 74); the run resumes from its last committed event."""
     reason = f"{exc}: `pilot resume {run_id}`"
     print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", f"{STORAGE_BUSY}: {reason}", state)
+    kind = STORAGE_GONE if isinstance(exc, StoreGone) else STORAGE_BUSY
+    return RunOutcome(run_id, "paused", f"{kind}: {reason}", state)
 
 
 class RunSession:
@@ -458,6 +473,7 @@ class RunSession:
         state has it at once, the store and the observers with the transaction, so nothing is
         shown that is not durable.
         """
+        event = self.honour_cancel(event)
         seq = self.state.last_seq + 1
         # Secrets never reach the store or the views; the live loop keeps the real text.
         stored, payload = redact_for_storage(
@@ -483,6 +499,26 @@ class RunSession:
             isinstance(event, ev.RunPaused) and self.state.last_seq > self.checkpointed_seq
         ):
             self.checkpoint(payload)
+
+    def honour_cancel(self, event: ev.Event) -> ev.Event:
+        """A run asked to cancel never ends otherwise: its pause or its end (even one reached
+        before it heard the request) is recorded as cancelled."""
+        if not isinstance(event, ev.RunPaused | ev.RunFinished) or (
+            isinstance(event, ev.RunFinished) and event.status == "cancelled"
+        ):
+            return event
+        if not self.cancel_requested:
+            with contextlib.suppress(StoreError, StoreBusy, StoreOperationalError):
+                self.cancel_requested = self._cancel_requested()
+        if not self.cancel_requested:
+            return event
+        if isinstance(event, ev.RunPaused):
+            why = "stopped at its next safe point"
+        else:
+            why = f"it had {event.status} before it heard the request"
+        return ev.RunFinished(
+            status="cancelled", reason=f"cancelled by the user (pilot cancel): {why}"
+        )
 
     def checkpoint(self, last_payload: str) -> None:
         """Save the state (every event in it is committed; the last one's JSON is given) so
@@ -667,10 +703,23 @@ class RunSession:
         return self.store.get_run(self.run_id).status == "cancelling"
 
     async def _renew_lease(self, stop: asyncio.Event, lease_lost: asyncio.Event) -> None:
-        """Keep the lease while running; notice a cancel request or a lost lease."""
+        """Keep the lease while running; notice a cancel request (at once when ``pilot
+        cancel`` rings this process, else at the next renewal) or a lost lease."""
         interval = max(0.2, self.runner.lease_seconds / 3)
+        bell = asyncio.Event()
+        self.runner.bells.add(bell)
+        try:
+            await self._renewals(stop, lease_lost, bell, interval)
+        finally:
+            self.runner.bells.discard(bell)
+
+    async def _renewals(
+        self, stop: asyncio.Event, lease_lost: asyncio.Event, bell: asyncio.Event, interval: float
+    ) -> None:
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(bell.wait(), interval)
+            bell.clear()
             ok = await asyncio.to_thread(
                 self.store.renew_lease,
                 self.run_id,
@@ -696,7 +745,12 @@ def request_cancel(store: EventStore, run_id: str) -> str:
         store.acquire_lease(run_id, owner, seconds=30)
     except LeaseHeld:
         store.set_status(run_id, "cancelling", "cancel requested")
-        return f"run {run_id} is running; asked it to stop and finish as cancelled"
+        if ring(store.get_run(run_id).lease_owner):
+            return f"run {run_id} is running; told it to stop at its next safe point (cancelled)"
+        return (
+            f"run {run_id} is running in another process or host; it stops and finishes as "
+            "cancelled when it next renews its lease (within 20 s)"
+        )
     state = fold(store.load_events(run_id))
     seq = state.last_seq + 1
     store.append(
