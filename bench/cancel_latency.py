@@ -31,7 +31,7 @@ from chaos_common import GIT_ENV, pilot_cmd
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.run.runner import request_cancel
+from pilot.run.cancel import request_cancel
 from pilot.store.event_store import EventStore
 
 

@@ -16,8 +16,9 @@ from pilot_harness import _closing, call, make_repo, pilot_cmd, write_script, wr
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
+from pilot.run.cancel import request_cancel
 from pilot.run.launch import load_for_run, start_run
-from pilot.run.runner import Runner, request_cancel
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 
 TURNS = 300

@@ -30,7 +30,7 @@ from pilot.agent.progress import ProgressLimits
 from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
 from pilot.environ import state_dir
-from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
+from pilot.errors import ConfigurationError, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
     die_now,
@@ -40,7 +40,6 @@ from pilot.failpoints import (
 from pilot.model.types import ModelClient, WaitEvent
 from pilot.private_files import inside, private_dirs
 from pilot.redact import redact_for_storage
-from pilot.run.cancel_bell import ring
 from pilot.run.claims import checkpoint_problem
 from pilot.run.confinement import confinement
 from pilot.run.notify import notify_run_end
@@ -50,6 +49,7 @@ from pilot.run.outcomes import (
     storage_full_outcome,
     store_busy_outcome,
 )
+from pilot.run.session_stop import SessionStop
 from pilot.store import LaunchFacts, StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
@@ -671,58 +671,3 @@ class RunSession:
             if await asyncio.to_thread(self._cancel_requested):
                 self.cancel_requested = True
                 stop.set()
-
-
-class SessionStop:
-    """One run session's stop: set by its own cancel or lost lease, or by the process-wide
-    stop (a signal) it follows; what the loop reads as ``stop`` (``is_set``, ``wait``). A
-    cancel of one run of a worker driving several stops that run only."""
-
-    def __init__(self, shared: asyncio.Event | None) -> None:
-        self.own = asyncio.Event()
-        self.shared = shared
-
-    def is_set(self) -> bool:
-        return self.own.is_set() or (self.shared is not None and self.shared.is_set())
-
-    def set(self) -> None:
-        self.own.set()
-
-    async def wait(self) -> bool:
-        if self.shared is None:
-            return await self.own.wait()
-        waits = [asyncio.ensure_future(e.wait()) for e in (self.own, self.shared)]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-        return True
-
-
-def request_cancel(store: EventStore, run_id: str) -> str:
-    """Cancel a run: a live one is asked to stop (it finishes as cancelled); else at once."""
-    record = store.get_run(run_id)
-    if record.status in ("succeeded", "failed", "cancelled", "limit"):
-        return f"run {run_id} already ended ({record.status})"
-    owner = lease_owner_id()
-    try:
-        store.acquire_lease(run_id, owner, seconds=30)
-    except LeaseHeld:
-        store.set_status(run_id, "cancelling", "cancel requested")
-        if ring(store.get_run(run_id).lease_owner):
-            return f"run {run_id} is running; told it to stop at its next safe point (cancelled)"
-        return (
-            f"run {run_id} is running in another process or host; it stops and finishes as "
-            "cancelled when it next renews its lease (within 20 s)"
-        )
-    state = fold(store.load_events(run_id))
-    seq = state.last_seq + 1
-    store.append(
-        run_id,
-        seq,
-        ev.RunFinished(status="cancelled", reason="cancelled by the user"),
-        totals={},
-    )
-    store.release_lease(run_id, owner)
-    return f"run {run_id} cancelled"
