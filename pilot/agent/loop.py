@@ -40,7 +40,6 @@ from pilot.agent.images import Materializer
 from pilot.agent.media import image_fallback, place_images, request_messages
 from pilot.agent.phase_start import phase_prompt
 from pilot.agent.seams import (
-    CheckOutcome,
     EventSink,
     Reading,
     StopRequested,
@@ -60,7 +59,7 @@ from pilot.errors import (
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, WaitEvent
 from pilot.workflow.plan import Limits, PhasePlan, RunPlan
 
-__all__ = ["AgentLoop", "CheckOutcome", "EventSink", "StopRequested", "ToolExecutor"]
+__all__ = ["AgentLoop"]
 
 _T = TypeVar("_T")
 
@@ -383,19 +382,7 @@ class AgentLoop:
         # With calls, it waits for the first transaction its calls need: a mutating call's
         # tool_started, or the next step's model_request when every call is read-only.
         self.emit(
-            ev.AssistantMessage(
-                step=step,
-                content=reading.content,
-                reasoning=response.reasoning,
-                tool_calls=calls,
-                finish_reason=response.finish_reason,
-                usage=response.usage,
-                ttft_s=response.ttft_s,
-                duration_s=response.duration_s,
-                attempts=response.attempts,
-                repairs=reading.repairs,
-                endpoint=response.endpoint,
-            ),
+            call_rules.answer_message(step, response, calls, reading.content, reading.repairs),
             commit=not calls,
         )
         if calls:

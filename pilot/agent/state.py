@@ -144,7 +144,6 @@ class RunState:
     steps: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    last_finish_reason: str | None = None
     files_read: list[str] = field(default_factory=list)
     """Files the run's successful calls named (read or changed): a survey's summary must name
     one of them (``pilot.agent.evidence``)."""
@@ -257,7 +256,6 @@ class RunState:
                 if not empty:  # an empty turn is asked again, not kept
                     self._add(assistant_message_dict(ev), self.last_seq)
                 self.pending_calls = list(ev.tool_calls)
-                self.last_finish_reason = ev.finish_reason
                 self.answer_cut = None
                 if self.phase is not None:
                     self.phase.compactions_in_a_row = 0

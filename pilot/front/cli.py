@@ -2,8 +2,9 @@
 
 Exit codes: 0 succeeded (or paused on request, with the resume command printed), 1 failed,
 2 bad usage or a workflow/configuration error, 3 stopped by a limit, 4 cancelled,
-74 paused because the database's disk is full, 75 paused because the model server stayed
-unavailable longer than ``model.server_wait``.
+74 paused because the database cannot take writes (disk full, locked past
+``$MARATHON_DB_LOCK_WAIT``, or unreachable: a stopped PostgreSQL), 75 paused because the
+model server stayed unavailable longer than ``model.server_wait``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import typer
 from rich.console import Console
@@ -124,6 +125,15 @@ def _notes(console: Console, json_lines: bool) -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True) if json_lines else console
 
 
+def _durability_option(default: str | None, what: str) -> Any:
+    return typer.Option(
+        default,
+        "--durability",
+        help=f"{' or '.join(get_args(Durability))}: normal survives any process death, "
+        f"full also a power cut (fsync). {what}",
+    )
+
+
 def _store(db: str | None, durability: str = "normal", *, create: bool = True):
     """The store, or a ConfigurationError naming what is wrong (see ``pilot.front.cli_errors``)."""
     from pilot.environ import protect_environment
@@ -160,11 +170,7 @@ def run(
         False, "--detach", help="Run in the background; print the run id and a log file."
     ),
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
-    durability: Durability = typer.Option(
-        "normal",
-        "--durability",
-        help="normal survives any process death, full also a power cut (fsync).",
-    ),
+    durability: Durability = _durability_option("normal", "Kept with the run: resume keeps it."),
     admission: bool = ADMISSION_OPTION,
 ) -> None:
     """Start a run of WORKFLOW and drive it until it ends (Ctrl-C pauses; resume later)."""
@@ -239,10 +245,15 @@ def _detach(console: Console, argv: list[str]) -> int:
     import time
     from datetime import datetime
 
-    from pilot.environ import state_dir
+    from pilot.environ import protect_environment, state_dir, taken_db_url
     from pilot.private_files import private_dirs
 
+    # This process is the run's parent until the run has started: its /proc/<pid>/environ
+    # must show no secret either (the child gets them through ``env`` and protects its own).
+    protect_environment()
     args, env = _db_to_environment([a for a in argv if a != "--detach"])
+    if (url := taken_db_url()) and "MARATHON_DB" not in env:
+        env["MARATHON_DB"] = url  # dropped from this process's environment, not the child's
     if "--json" not in args:
         args.append("--json")
     logs = private_dirs(state_dir() / "logs")
@@ -300,14 +311,17 @@ def resume(
         False, "--dry-run", help="Serve the simulated model in-process again (for dry runs)."
     ),
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
+    durability: Durability | None = _durability_option(
+        None, "Default: the run's own (as it was started); a value given is kept with it."
+    ),
 ) -> None:
     """Continue a paused or interrupted run exactly where it stopped."""
-    from pilot.run.launch import DryRun, is_dry_run, resume_run
+    from pilot.run.launch import DryRun, is_dry_run, keep_durability, resume_run
 
     console = _console()
     with _user_errors():
-        store = _store(db, create=False)
-        record = store.find_run(run_id)
+        store = _store(db, durability or "normal", create=False)
+        record = keep_durability(store, store.find_run(run_id), durability)
         # A dry run resumes as one (its sim died with the process that served it).
         with DryRun.maybe(
             dry_run or is_dry_run(record), None, [], _notes(console, json_lines)
@@ -323,7 +337,7 @@ def resume(
     raise typer.Exit(outcome)
 
 
-def _install_signals(stop: asyncio.Event, store: Any) -> None:
+def _install_signals(stop: asyncio.Event, store: Any, runner: Any) -> None:
     """First SIGINT/SIGTERM: pause at the next safe point, or at once from any wait (the
     server, a backoff, a database lock). Second: exit at once (130); the run is left
     interrupted and ``pilot resume`` takes it over.
@@ -345,6 +359,13 @@ def _install_signals(stop: asyncio.Event, store: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
 
+    from pilot.run.cancel_bell import CANCEL_SIGNAL
+
+    def on_cancel(_signum: int, _frame: Any) -> None:  # `pilot cancel` on this host
+        loop.call_soon_threadsafe(runner.ring_bells)
+
+    signal.signal(CANCEL_SIGNAL, on_cancel)
+
 
 def _observed(
     console: Console,
@@ -362,10 +383,12 @@ def _observed(
     from pilot.front.printer import LinePrinter, plain_render
     from pilot.front.ui import event_json
     from pilot.heap import settle_startup_heap
+    from pilot.run.cancel_bell import with_bell
     from pilot.run.runner import Runner
+    from pilot.store.lease import lease_owner_id
 
     stop = asyncio.Event()
-    runner = Runner(store, stop=stop)
+    runner = Runner(store, stop=stop, owner=with_bell(lease_owner_id()))
     view: Any
     if json_lines:
         view = LinePrinter(sys.stdout, event_json)
@@ -376,7 +399,7 @@ def _observed(
     runner.observers.append(view)
 
     async def main() -> Any:
-        _install_signals(stop, store)
+        _install_signals(stop, store, runner)
         try:
             return await start(runner)
         finally:
@@ -492,7 +515,7 @@ def list_runs(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""
-    from pilot.front.ui import format_duration, local_time
+    from pilot.front.lines import format_duration, local_time
     from pilot.store.event_store import shown_status
 
     records = _records(db, lambda store: store.list_runs(limit=limit))
@@ -561,6 +584,9 @@ def _record_json(record: Any) -> str:
             "workspace": record.workspace,
             "worker": record.lease_owner,
             "origin": record.origin,
+            "durability": record.launch.durability,
+            "dry_run": record.launch.dry_run,
+            "endpoints": list(record.launch.endpoints),
             "created_at": record.created_at.isoformat(),
             "updated_at": record.updated_at.isoformat(),
         }
@@ -684,7 +710,14 @@ def logs(
             from pilot.store.event_store import lease_holder_gone
 
             now = store.get_run(record.id)
-            if now.status not in ("running", "cancelling") or lease_holder_gone(now):
+            if lease_holder_gone(now):
+                raise _fail(
+                    f"run {record.id} is interrupted: nobody drives it (the process that did "
+                    f"is gone), so nothing more will come; continue it with "
+                    f"`pilot resume {record.id}{_db_flag(store)}`",
+                    1,
+                )
+            if now.status not in ("running", "cancelling"):
                 break
             time.sleep(0.5)
 
@@ -743,12 +776,13 @@ def queue_add(
     ),
     params_file: Path | None = typer.Option(None, "--params-file", help="YAML file of params."),
     db: str | None = DB_OPTION,
+    durability: Durability = _durability_option("normal", "Kept with the run: a worker keeps it."),
 ) -> None:
     """Validate WORKFLOW now and queue a run of it for `pilot worker`."""
     from pilot.run.queue import enqueue
 
     with _user_errors():
-        run_id = enqueue(_store(db), workflow, param, params_file)
+        run_id = enqueue(_store(db, durability), workflow, param, params_file)
     _console().print(f"queued run {run_id}")
 
 
@@ -758,7 +792,8 @@ def queue_ls(
     json_lines: bool = typer.Option(False, "--json", help="One JSON object per run."),
 ) -> None:
     """Queued runs and queue runs still in progress."""
-    from pilot.front.ui import local_time
+    from pilot.front.lines import local_time
+    from pilot.store.event_store import shown_status
 
     records = _records(db, lambda store: store.list_queue())
     columns = ("id", "workflow", "status", "phase", "steps", "worker", "added")
@@ -766,7 +801,7 @@ def queue_ls(
         (
             r.id,
             r.workflow_name,
-            r.status,
+            shown_status(r),
             r.phase or "-",
             str(r.steps),
             r.lease_owner or "-",

@@ -7,6 +7,8 @@ prints :func:`plain_line` from the printer's thread and never pays for markup; t
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pilot import events as ev
 from pilot.run.confinement import is_unconfined
 
@@ -153,3 +155,18 @@ def short_endpoint(url: str) -> str:
 def _short(value: str, limit: int) -> str:
     flat = " ".join(value.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def local_time(value: datetime) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -20,7 +19,7 @@ from rich.text import Text
 from brain.urls import server_root
 from pilot import events as ev
 from pilot.agent.state import RunState
-from pilot.front.lines import PIPE_WIDTH, event_parts, short_endpoint
+from pilot.front.lines import PIPE_WIDTH, event_parts, format_duration, short_endpoint
 
 
 def event_line(event: ev.Event, *, width: int = 110) -> Text:
@@ -145,21 +144,6 @@ class LiveView:
         lines = [event_line(e, width=width) for e in self.recent]
         waiting = self.waiting_line()
         return Group(table, *lines, *([waiting] if waiting is not None else []))
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def local_time(value: datetime) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M")
 
 
 class ServerWatch:

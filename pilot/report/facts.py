@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pilot.front.ui import format_duration, short_endpoint
+from pilot.front.lines import format_duration, short_endpoint
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled", "limit")
 

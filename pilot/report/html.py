@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from html import escape
 
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     OVERVIEW_COLUMNS,
     Interval,

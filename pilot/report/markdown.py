@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     COMPACTION,
     LOOP_DETECTED,

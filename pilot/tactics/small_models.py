@@ -86,7 +86,7 @@ class SmallModelTactics:
             )
         content = response.content
         reading = Reading(calls, content, repairs)
-        if calls or not content or response.finish_reason == "length":
+        if calls or not content:
             return reading
         found = extract_text_tool_calls(content, schemas)
         reading.seen = found

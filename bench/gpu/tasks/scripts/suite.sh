@@ -1,0 +1,34 @@
+#!/bin/bash
+# The task suite (bench/tasks) against the served model, every agent on the same server, tasks,
+# step and token budget: Marathon as shipped (its own call mode), the plain loop, mini-swe-agent
+# (its default config); and, when the pilot can pin a call mode (model.tool_calls), Marathon
+# with forced calls beside them. TRIES tries each, try 1 of everything first, so a sitting cut
+# short still compares the agents on the same tasks. Results: $SUITE/<group>.jsonl.
+source "$(dirname "$0")/common.sh"
+cd $REPO
+mkdir -p $SUITE
+EP=http://127.0.0.1:$PM/v1
+ARGS="--models ${LABEL:-q05}=$EP --max-steps ${MAX_STEPS:-10} --max-tokens ${MAX_TOKENS:-512}
+  --try-timeout ${TRY_TIMEOUT:-300} --cache $R/sdists --tries ${TRIES:-10}"
+[ -n "$TASKS" ] && ARGS="$ARGS --tasks $TASKS"
+NT=$($PY -c "import sys; from bench.tasks.suite import load_catalog; print(len(sys.argv[1].split(',')) if sys.argv[1] else len(load_catalog()))" "$TASKS")
+AGENTS=${AGENTS:-marathon,plain,mini}
+NA=$(echo $AGENTS | tr ',' '\n' | wc -l)
+if $PY -c "import sys; from pilot.workflow.schema import ModelSettings as M; sys.exit('tool_calls' not in M.model_fields)" 2>/dev/null \
+   && [ -z "$NO_FORCED" ]; then FORCED=1; fi
+NT2=0; [ -n "$TASKS2" ] && NT2=$(echo $TASKS2 | tr ',' '\n' | wc -l)
+echo $(( NT * ${TRIES:-10} * (NA + ${FORCED:-0}) + NT2 * ${TRIES2:-3} * NA )) > $SUITE/planned
+ts "suite: $NT tasks x ${TRIES:-10} tries x agents $AGENTS${FORCED:+ + marathon forced}; $(cat $SUITE/planned) tries"
+date +%s > $SUITE/t_start
+if [ -n "$FORCED" ]; then
+  $PY -m bench.tasks.run $ARGS --agents marathon --call-mode forced --parallel ${PAR_FORCED:-10} \
+    --out $SUITE/forced.jsonl --keep $SUITE/keep_forced > $SUITE/forced.log 2>&1 &
+fi
+if [ -n "$TASKS2" ]; then  # a second set of tasks at its own number of tries, beside the first
+  $PY -m bench.tasks.run ${ARGS/--tries ${TRIES:-10}/--tries ${TRIES2:-3}} --tasks $TASKS2 --agents $AGENTS \
+    --parallel ${PAR2:-8} --out $SUITE/second.jsonl --keep $SUITE/keep_second > $SUITE/second.log 2>&1 &
+fi
+$PY -m bench.tasks.run $ARGS --agents $AGENTS --parallel ${PAR:-30} \
+  --out $SUITE/auto.jsonl --keep $SUITE/keep_auto > $SUITE/auto.log 2>&1
+wait
+date +%s > $SUITE/t_end; mark suite; ts "suite done"
