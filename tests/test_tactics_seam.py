@@ -79,7 +79,7 @@ def test_a_call_written_as_text_is_read_by_the_tactics(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     turns = [
         {"content": f"<tool_call>{json.dumps(call('read_file', path='app.py'))}</tool_call>"},
-        {"tool_calls": [call("finish", summary="read")]},
+        {"tool_calls": [call("finish", summary="read app.py")]},
     ]
     script = write_script(tmp_path / "s.yaml", "seam-text", turns)
     tactics = CountingTactics()
