@@ -10,6 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import yaml
 from pilot_harness import _closing, call, make_repo, pilot_cmd, write_script, write_workflow
 
 from brain.sim.config import SimConfig
@@ -113,3 +114,62 @@ def test_a_run_asked_to_cancel_that_reaches_its_end_first_ends_cancelled(tmp_pat
     end = store.load_events(outcome.run_id)[-1]
     assert isinstance(end, ev.RunFinished) and end.status == "cancelled"
     assert "it had succeeded" in end.reason
+
+
+def test_cancelling_one_of_two_runs_in_one_process_stops_that_run_only(tmp_path: Path) -> None:
+    """A worker drives several runs in one process: a cancel of one stops it alone, the other
+    goes on to its end (the process-wide stop is for signals)."""
+    store = EventStore(f"sqlite:///{tmp_path / 'marathon.db'}")
+    repos = [make_repo(tmp_path / f"repo{i}") for i in range(2)]
+    asked: list[str] = []
+
+    def cancel_the_first_run(run_id: str, _seq: int, event: ev.Event, _s: object) -> None:
+        if isinstance(event, ev.ToolFinished) and not asked:
+            asked.append(run_id)
+            request_cancel(EventStore(store.url), run_id)
+
+    long_turns = [
+        {"tool_calls": [call("run", command=f"sleep 0.2; echo {i}")]} for i in range(TURNS)
+    ]
+    short_turns = [
+        *({"tool_calls": [call("run", command=f"sleep 0.3; echo {i}")]} for i in range(12)),
+        {"tool_calls": [call("finish", summary="done")]},
+    ]
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        yaml.safe_dump(
+            {
+                "conversations": [
+                    {"key": "cancel-one", "turns": long_turns},
+                    {"key": "cancel-other", "turns": short_turns},
+                ]
+            }
+        )
+    )
+    policy = f"script:{script}"
+    with running_sim(SimConfig(model="m", max_model_len=32768, policy=policy)) as sim:
+        flows = [
+            write_workflow(
+                tmp_path / f"wf{i}.yaml",
+                key=key,
+                endpoint=sim.openai_base_url,
+                phases=[{"name": "work", "prompt": "p"}],
+            )
+            for i, key in enumerate(("cancel-one", "cancel-other"))
+        ]
+        runner = Runner(store, observers=[cancel_the_first_run], lease_seconds=0.9)
+        runner.stop = asyncio.Event()  # the process-wide stop, as the CLI gives its runner
+
+        async def both() -> list:
+            first = asyncio.ensure_future(
+                start_run(runner, load_for_run(flows[0], [f"repo={repos[0]}"]))
+            )
+            await asyncio.sleep(0.5)  # the first run's tool finishes before the second starts
+            second = start_run(runner, load_for_run(flows[1], [f"repo={repos[1]}"]))
+            return list(await asyncio.gather(first, second))
+
+        outcomes = asyncio.run(_closing(runner, both()))
+    by_id = {o.run_id: o for o in outcomes}
+    assert by_id[asked[0]].status == "cancelled"
+    (other,) = [o for o in outcomes if o.run_id != asked[0]]
+    assert other.status == "succeeded", other.reason

@@ -20,7 +20,8 @@ from brain.sim.config import FaultRule, SimConfig, Timing
 from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.run.launch import load_for_run, start_run
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 
 
@@ -231,7 +232,7 @@ def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Pat
     assert not unknown.executed
     # The wrong argument is named, with the exact shape expected; nothing ran.
     assert invalid.is_error and "'colour'" in invalid.output and not invalid.executed
-    assert '{"name": "read_file", "arguments": {"path": "..."}' in invalid.output
+    assert '{"name": "read_file", "arguments": {"path": "a file path from' in invalid.output
     # A near-miss argument name is taken as the real one, and recorded as a repair.
     assert not renamed.is_error and "VALUE = 1" in renamed.output
     messages = [

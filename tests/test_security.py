@@ -263,7 +263,7 @@ def test_a_printed_database_url_never_shows_its_password(tmp_path: Path) -> None
     from pilot.agent.state import RunState
     from pilot.environ import db_option
     from pilot.front.outcome import print_outcome
-    from pilot.run.runner import RunOutcome
+    from pilot.run.outcomes import RunOutcome
 
     url = "postgresql+psycopg://u:SECRET@db.example:5432/marathon"
     assert db_option(url) == " --db postgresql+psycopg://u:***@db.example:5432/marathon"

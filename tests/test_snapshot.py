@@ -407,3 +407,25 @@ def test_a_change_through_a_hard_link_from_outside_waits_for_the_next_full_snaps
     full, _ = again.snapshot("resumed")
     assert git(repo.root, "show", f"{full}:a.txt") == "changed outside"
     again.close()
+
+
+def test_after_a_restore_the_next_snapshot_is_full_and_the_watch_starts_again(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executor, workspace = _executor(repo, tmp_path)
+    first, head = workspace.snapshot("run start")
+    executor.invoke("run", {"command": "echo two >> a.txt"}, "r1")
+    workspace.snapshot("after r1")
+    workspace.restore(first, head)
+    assert workspace.watch is None
+    calls = _recording_git(monkeypatch)
+    executor.invoke("run", {"command": "echo three >> a.txt"}, "r2")
+    snap, _ = workspace.snapshot("after r2")
+    assert any(call[:1] == ("add",) for call in calls)  # full: the restore's writes unseen
+    assert git(repo.root, "show", f"{snap}:a.txt") == "one\nthree"
+    calls.clear()
+    executor.invoke("run", {"command": "echo four >> a.txt"}, "r3")
+    snap, _ = workspace.snapshot("after r3")
+    assert not any(call[:1] == ("add",) for call in calls)  # watched again
+    assert git(repo.root, "show", f"{snap}:a.txt") == "one\nthree\nfour"
+    workspace.close()

@@ -21,7 +21,8 @@ from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot.agent.seams import Tactics
 from pilot.run.launch import load_for_run, start_run
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 from pilot.tactics.small_models import SmallModelTactics
 

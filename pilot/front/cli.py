@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import typer
 from rich.console import Console
@@ -129,7 +129,8 @@ def _durability_option(default: str | None, what: str) -> Any:
     return typer.Option(
         default,
         "--durability",
-        help=f"normal survives any process death, full also a power cut (fsync). {what}",
+        help=f"{' or '.join(get_args(Durability))}: normal survives any process death, "
+        f"full also a power cut (fsync). {what}",
     )
 
 

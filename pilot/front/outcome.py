@@ -11,7 +11,7 @@ from rich.console import Console
 
 from pilot.environ import db_option
 from pilot.front.lines import format_duration
-from pilot.run.runner import RunOutcome
+from pilot.run.outcomes import RunOutcome
 from pilot.store.event_store import EventStore
 from pilot.workspace.snapshot import GitRepo, diff_snapshots
 

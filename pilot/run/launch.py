@@ -21,7 +21,8 @@ from typing import Any
 from rich.console import Console
 
 from pilot.environ import state_dir
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store import layout
 from pilot.store.event_store import EventStore, LaunchFacts, RunRecord
 from pilot.workflow import (

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.run.launch import EndpointOverride, Preflight, load_for_run
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore, LaunchFacts, RunRecord
 from pilot.workflow import LoadedWorkflow
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from pilot.agent.loop import AgentLoop
 from pilot.agent.progress import ProgressLimits
 from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
+from pilot.environ import state_dir
 from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
@@ -44,6 +44,12 @@ from pilot.run.cancel_bell import ring
 from pilot.run.claims import checkpoint_problem
 from pilot.run.confinement import confinement
 from pilot.run.notify import notify_run_end
+from pilot.run.outcomes import (
+    RunOutcome,
+    status_of,
+    storage_full_outcome,
+    store_busy_outcome,
+)
 from pilot.store import LaunchFacts, StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
@@ -55,7 +61,6 @@ from pilot.store.checkpoint import (
 from pilot.store.event_store import (
     EventStore,
     StoreBusy,
-    StoreGone,
     is_storage_full,
     lease_owner_id,
 )
@@ -77,74 +82,14 @@ from tools.registry import ToolRegistry, default_registry
 # every step's tool result use it, so a run loads it with its code, not inside its first fold.
 Observer = Callable[[str, int, ev.Event, RunState], None]
 
-EXIT_CODES = {
-    "succeeded": 0,
-    "paused": 0,
-    "failed": 1,
-    "limit": 3,
-    "cancelled": 4,
-    "server_unavailable": 75,
-    "storage_full": 74,
-}
-"""Process exit codes per outcome (2 is a usage or workflow error, from the CLI)."""
 COMMIT_WAIT_S = 0.05
 """How long held events wait for the next commit while the run waits: a read-only tool
 quicker than this shares its step's one transaction; a slower one is shown (and durable)
 while it runs."""
-STORAGE_FULL = "the database disk is full"
-STORAGE_BUSY = "the database is locked"
-STORAGE_GONE = "the database is unreachable"
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    status: str
-    reason: str
-    state: RunState
-
-    @property
-    def exit_code(self) -> int:
-        if self.status == "paused" and self.reason.startswith("model server unavailable"):
-            return EXIT_CODES["server_unavailable"]
-        if self.status == "paused" and self.reason.startswith(
-            (STORAGE_FULL, STORAGE_BUSY, STORAGE_GONE)
-        ):
-            return EXIT_CODES["storage_full"]
-        return EXIT_CODES.get(self.status, 1)
-
-
-def storage_full_outcome(run_id: str, state: RunState) -> RunOutcome:
-    """The database cannot take one more write: say so (stderr, as nothing can be recorded)
-    and stop; the run resumes from its last committed event once there is room."""
-    reason = f"{STORAGE_FULL}: free space then `pilot resume {run_id}`"
-    print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", reason, state)
 
 
 PlanBuilder = Callable[[str], RunPlan]
 """Builds the run's plan once its id is known (prompts and the branch name may use it)."""
-
-
-def progress_limits(plan: RunPlan) -> ProgressLimits:
-    """The run's ``limits.max_no_progress_steps``, and each phase's own where it sets one."""
-    return ProgressLimits(
-        no_progress=max(2, plan.max_no_progress_steps),
-        phases=tuple(
-            None if phase.max_no_progress_steps is None else max(2, phase.max_no_progress_steps)
-            for phase in plan.phases
-        ),
-    )
-
-
-def _status_of(event: ev.Event) -> str | None:
-    if isinstance(event, ev.RunFinished):
-        return event.status
-    if isinstance(event, ev.RunPaused):
-        return "paused"
-    if isinstance(event, ev.RunStarted | ev.RunResumed):
-        return "running"
-    return None
 
 
 @dataclass
@@ -188,15 +133,16 @@ class Runner:
 
     def state_paths(self) -> list[Path]:
         """What the sandbox hides from the agent's commands: the database and the folders of
-        checkpoints, artifacts and background logs (made now, so that they are hidden from
-        the first command on)."""
+        checkpoints and artifacts (made now, so that they are hidden from the first command
+        on) and of background logs (where they exist)."""
         root = layout.files_root(self.store)
-        folders = [root / "checkpoints", root / "artifacts", root / "logs"]
+        folders = [root / "checkpoints", root / "artifacts"]  # a run makes both anyway
         for folder in folders:
             private_dirs(folder)
+        logs = [root / "logs", state_dir() / "logs"]  # --detach's, hidden where they exist
         database = layout.sqlite_file(self.store)
         files = [Path(f"{database}{end}") for end in ("", "-wal", "-shm")] if database else []
-        return [*folders, *files]
+        return [*folders, *logs, *files]
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
@@ -287,7 +233,7 @@ class Runner:
         try:
             plan = build_plan(run_id)
             run.plan = plan
-            run.state = RunState(progress_limits=progress_limits(plan))
+            run.state = RunState(progress_limits=ProgressLimits.of_plan(plan))
             repo, repository = self._prepare_workspace(run_id, plan)
             head = repo.head()
             base = take_snapshot(repo, run_id, "run start")
@@ -372,14 +318,16 @@ class Runner:
             self.store.release_lease(run_id, self.owner)
             raise
         state, checkpoint_seq = load_run_state(
-            self.store, run_id, self.checkpoint_dir(run_id), progress_limits(plan)
+            self.store, run_id, self.checkpoint_dir(run_id), ProgressLimits.of_plan(plan)
         )
         refused = None
         if checkpoint_seq is not None:
             refused = checkpoint_problem(self.store, run_id, state)
             if refused is not None:  # forged or stale: the events decide
                 delete_checkpoint(self.checkpoint_dir(run_id))
-                state = fold(self.store.load_events(run_id), progress_limits=progress_limits(plan))
+                state = fold(
+                    self.store.load_events(run_id), progress_limits=ProgressLimits.of_plan(plan)
+                )
                 checkpoint_seq = None
         delete_legacy(self.artifacts_dir(run_id))
         run = RunSession(self, run_id, plan, state)
@@ -434,16 +382,6 @@ class Runner:
         return repo
 
 
-def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutcome:
-    """The database is locked by another process past the bound, or cannot be reached (its
-    server stopped): like a full disk, nothing can be recorded, so say so (stderr) and stop
-    (exit 74); the run resumes from its last committed event."""
-    reason = f"{exc}: `pilot resume {run_id}`"
-    print(f"error: {reason}", file=sys.stderr, flush=True)
-    kind = STORAGE_GONE if isinstance(exc, StoreGone) else STORAGE_BUSY
-    return RunOutcome(run_id, "paused", f"{kind}: {reason}", state)
-
-
 class RunSession:
     """One sitting of a run in this process, from its start or resume until it stops: the
     emit path (fold, store, show), the held-back events, the checkpoints, the lease, and the
@@ -480,7 +418,7 @@ class RunSession:
             event, self.plan.redact if self.plan is not None else (), ev.event_to_json
         )
         totals = self.totals
-        status = _status_of(event)
+        status = status_of(event)
         if status is not None:
             totals["status"] = status
             totals["status_reason"] = getattr(stored, "reason", "") or ""
@@ -602,7 +540,7 @@ class RunSession:
 
     async def drive(self, repo: GitRepo) -> RunOutcome:
         runner = self.runner
-        stop = runner.stop or asyncio.Event()
+        stop = SessionStop(runner.stop)  # a cancel or a lost lease stops this run alone
         client = runner._client(self.plan, self.run_id, self.state.endpoint)
         executor = RegistryExecutor(
             registry=runner.registry,
@@ -631,7 +569,7 @@ class RunSession:
             executor,
             workspace,
             tactics=runner.tactics or SmallModelTactics(),
-            stop=stop,
+            stop=stop,  # type: ignore[arg-type]  # is_set and wait, as an Event
             server_counts=runner.server_counts(self.plan),
         )
         try:
@@ -702,7 +640,7 @@ class RunSession:
     def _cancel_requested(self) -> bool:
         return self.store.get_run(self.run_id).status == "cancelling"
 
-    async def _renew_lease(self, stop: asyncio.Event, lease_lost: asyncio.Event) -> None:
+    async def _renew_lease(self, stop: SessionStop, lease_lost: asyncio.Event) -> None:
         """Keep the lease while running; notice a cancel request (at once when ``pilot
         cancel`` rings this process, else at the next renewal) or a lost lease."""
         interval = max(0.2, self.runner.lease_seconds / 3)
@@ -714,7 +652,7 @@ class RunSession:
             self.runner.bells.discard(bell)
 
     async def _renewals(
-        self, stop: asyncio.Event, lease_lost: asyncio.Event, bell: asyncio.Event, interval: float
+        self, stop: SessionStop, lease_lost: asyncio.Event, bell: asyncio.Event, interval: float
     ) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
@@ -733,6 +671,33 @@ class RunSession:
             if await asyncio.to_thread(self._cancel_requested):
                 self.cancel_requested = True
                 stop.set()
+
+
+class SessionStop:
+    """One run session's stop: set by its own cancel or lost lease, or by the process-wide
+    stop (a signal) it follows; what the loop reads as ``stop`` (``is_set``, ``wait``). A
+    cancel of one run of a worker driving several stops that run only."""
+
+    def __init__(self, shared: asyncio.Event | None) -> None:
+        self.own = asyncio.Event()
+        self.shared = shared
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.shared is not None and self.shared.is_set())
+
+    def set(self) -> None:
+        self.own.set()
+
+    async def wait(self) -> bool:
+        if self.shared is None:
+            return await self.own.wait()
+        waits = [asyncio.ensure_future(e.wait()) for e in (self.own, self.shared)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        return True
 
 
 def request_cancel(store: EventStore, run_id: str) -> str:

@@ -9,11 +9,13 @@ but not from the CPU or the memory, so:
   folds no constant expression over an operator it intercepts, so this holds at compile time
   too);
 - the output is produced piece by piece and refused once it grows over ``MAX_OUTPUT`` or the
-  rendering takes over ``MAX_SECONDS``.
+  rendering takes over ``MAX_SECONDS`` (checked at every piece and in every loop over
+  ``range``, which may print nothing).
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import time
 from collections.abc import Callable, Mapping
@@ -21,7 +23,7 @@ from typing import Any
 
 import jinja2
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment, safe_range
 
 MAX_OUTPUT = 4 * 1024 * 1024
 """Characters a template may render to (a prompt or a command; a params file is at most
@@ -33,6 +35,34 @@ MAX_EXPONENT = 4096
 
 class TemplateTooCostly(SecurityError):
     """A template would render past ``MAX_OUTPUT`` or ``MAX_SECONDS``."""
+
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "template_deadline", default=None
+)
+
+
+def _check_time() -> None:
+    deadline = _deadline.get()
+    if deadline is not None and time.monotonic() > deadline:
+        raise TemplateTooCostly(f"it takes over {MAX_SECONDS:g} s to render")
+
+
+class _TimedRange:
+    """``range`` in a template: a loop over it that prints nothing still meets the deadline
+    (the output's pieces are where the time is otherwise checked)."""
+
+    def __init__(self, *args: int) -> None:
+        self.values = safe_range(*args)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Any:
+        for count, value in enumerate(self.values):
+            if count % 1024 == 0:
+                _check_time()
+            yield value
 
 
 def _size(value: Any) -> int | None:
@@ -49,6 +79,10 @@ class LimitedEnvironment(SandboxedEnvironment):
     """The sandbox, with the size of what operators, calls and filters make bounded."""
 
     intercepted_binops = frozenset({"*", "**", "%"})
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.globals["range"] = _TimedRange
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "*":
@@ -92,14 +126,16 @@ def _bounded(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def render_bounded(template: jinja2.Template, context: Mapping[str, Any]) -> str:
     """``template`` rendered, piece by piece, refused past ``MAX_OUTPUT`` or ``MAX_SECONDS``."""
-    deadline = time.monotonic() + MAX_SECONDS
+    token = _deadline.set(time.monotonic() + MAX_SECONDS)
     pieces: list[str] = []
     size = 0
-    for piece in template.generate(context):
-        size += len(piece)
-        if size > MAX_OUTPUT:
-            raise TemplateTooCostly(f"it renders to over {MAX_OUTPUT} characters")
-        if time.monotonic() > deadline:
-            raise TemplateTooCostly(f"it takes over {MAX_SECONDS:g} s to render")
-        pieces.append(piece)
+    try:
+        for piece in template.generate(context):
+            size += len(piece)
+            if size > MAX_OUTPUT:
+                raise TemplateTooCostly(f"it renders to over {MAX_OUTPUT} characters")
+            _check_time()
+            pieces.append(piece)
+    finally:
+        _deadline.reset(token)
     return "".join(pieces)
