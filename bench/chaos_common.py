@@ -38,6 +38,8 @@ GIT_ENV = {
 SLOW_SECONDS = 0.4
 """How long the slow `run` steps (the "kill inside a tool" targets) take."""
 
+MIN_STEPS = 8
+"""The fewest steps whose three phases each make a change before their finish."""
 MAX_TRIES = 4
 """A step whose call keeps coming back as an error is given up after this many tries."""
 _STEP = re.compile(r"Step (\d+) of (\d+)\.")
@@ -55,7 +57,11 @@ class Step:
 
 
 def phase_ends(steps: int) -> list[int]:
-    """Step numbers of each phase's `finish` (three phases, roughly 40/40/20 %)."""
+    """Step numbers of each phase's `finish` (three phases, roughly 40/40/20 %). Below 8 steps
+    the last phase would have no work: its check passes from the start, and a phase succeeds on
+    a change there (``pilot/agent/evidence.py``), so a clean run could not succeed."""
+    if steps < MIN_STEPS:
+        raise ValueError(f"a chaos run needs at least {MIN_STEPS} steps (got {steps})")
     return [max(3, steps * 2 // 5), max(6, steps * 4 // 5), steps]
 
 

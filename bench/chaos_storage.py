@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos_common import (
+    MIN_STEPS,
     ChaosPolicy,
     duplicated_lines,
     integrity_ok,
@@ -318,7 +319,7 @@ def concurrent_resumes(
     *, base: Path, trials: int, progress: Callable[[], None] | None = None
 ) -> RaceResult:
     """Start two `pilot resume` of one paused run at once, ``trials`` times."""
-    steps = 6
+    steps = MIN_STEPS
     result = RaceResult()
     config = SimConfig(model="chaos-model", max_model_len=32768, timing=Timing(ttft=0, itl=0))
     with running_sim(config, policy=ChaosPolicy(steps)) as sim:

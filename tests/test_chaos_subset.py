@@ -39,7 +39,7 @@ def test_sigkill_between_events_and_inside_a_tool_then_resume_equals_the_clean_r
 @pytest.mark.timeout(240)
 def test_stream_cuts_lose_nothing_and_malformed_calls_are_answered(tmp_path: Path) -> None:
     results = fault_matrix(
-        steps=6,
+        steps=8,  # the fewest whose every phase makes a change (chaos_common.MIN_STEPS)
         refuse_seconds=1,
         base=tmp_path,
         quick=True,
