@@ -3,8 +3,7 @@ whose commands have effects outside the workspace, then resume it until it ends.
 
 The workflow's commands each append a line ``<mark> $MARATHON_CALL_ID`` to a file outside the
 workspace, a line to a git-ignored file inside it (``build.log``) and one to a tracked file;
-a phase check does the same outside, before any change (the evidence baseline) and after
-the phase's work. Kills:
+a phase check does the same outside. Kills:
 
 * ``startup``, ``worktree_add``, ``worktree_added``: in start-up, before and after the run's
   ``git worktree add`` (``pilot.failpoints`` ``kill_at``);
@@ -244,9 +243,15 @@ def judge(ref: Reference, db: Path, outside: Path, out: Outcome) -> None:
     )
     lines = outside.read_text().splitlines() if outside.exists() else []
     ids: dict[str, set[str]] = {}
+    marks = []
     for line in lines:
-        ids.setdefault(effect_of(line), set()).add(line.partition(" ")[2])
-    counts = Counter(effect_of(line) for line in lines)
+        mark, _, call_id = line.partition(" ")
+        # The phase check runs before any change and at finish (two call ids, two effects):
+        # a check is doubled when one of its runs is; a command when its mark is.
+        key = line if mark == "check" else mark
+        marks.append(key)
+        ids.setdefault(key, set()).add(call_id)
+    counts = Counter(marks)
     interrupted = _interrupted_calls(events)
     for mark, count in counts.items():
         if count > 1:
@@ -261,18 +266,8 @@ def judge(ref: Reference, db: Path, outside: Path, out: Outcome) -> None:
     out.integrity = integrity_ok(db)
 
 
-def effect_of(line: str) -> str:
-    """Which effect a line of the outside file is: a command's mark, or the check with its run
-    (``check check-2-baseline`` before any change, ``check check-2-1`` at the first try's end):
-    one phase check runs more than once by design, each run one effect."""
-    mark, _, call_id = line.partition(" ")
-    check = call_id.partition(":")[2]
-    return f"{mark} {check}" if check.startswith("check-") else mark
-
-
 def _interrupted_calls(events: list[Any]) -> set[str]:
-    """Calls (and checks, ``check-<phase>-<attempt>``; the check before any change,
-    ``check-<phase>-baseline``, from its phase's start) started by a process that died before
+    """Calls (and checks, ``check-<phase>-<attempt>``) started by a process that died before
     their result: the only ones a resume runs again."""
     open_calls: dict[str, bool] = {}
     out: set[str] = set()
@@ -286,10 +281,6 @@ def _interrupted_calls(events: list[Any]) -> set[str]:
                 open_calls[f"check-{event.phase}-{event.attempt}"] = True
             case "check_finished":
                 open_calls.pop(f"check-{event.phase}-{event.attempt}", None)
-            case "phase_started":  # the check before any change runs next, if it has one
-                open_calls[f"check-{event.index}-baseline"] = True
-            case "check_baseline":
-                open_calls.pop(f"check-{event.phase}-baseline", None)
             case "run_resumed" | "workspace_restored":
                 out.update(open_calls)
                 open_calls.clear()
