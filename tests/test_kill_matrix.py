@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import kill_matrix  # bench/ is on the path (tests/pilot_harness.py)
 import pilot_harness  # noqa: F401  (puts bench/ on sys.path)
+
+# isort: split
+import kill_matrix  # bench/ is on the path (tests/pilot_harness.py)
 
 
 def test_quick_kill_matrix_resumes_every_run_and_doubles_only_inside_the_window(
