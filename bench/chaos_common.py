@@ -55,8 +55,9 @@ class Step:
 
 
 def phase_ends(steps: int) -> list[int]:
-    """Step numbers of each phase's `finish` (three phases, roughly 40/40/20 %)."""
-    return [max(3, steps * 2 // 5), max(6, steps * 4 // 5), steps]
+    """Step numbers of each phase's `finish` (three phases, roughly 40/40/20 %), each phase
+    with a step of work before its finish (a phase succeeds on a change, not on finish alone)."""
+    return [max(2, steps * 2 // 5), max(4, steps * 4 // 5), steps]
 
 
 def step_plan(steps: int) -> list[Step]:

@@ -318,7 +318,7 @@ def concurrent_resumes(
     *, base: Path, trials: int, progress: Callable[[], None] | None = None
 ) -> RaceResult:
     """Start two `pilot resume` of one paused run at once, ``trials`` times."""
-    steps = 6
+    steps = 8  # three phases, each with work of its own before its finish
     result = RaceResult()
     config = SimConfig(model="chaos-model", max_model_len=32768, timing=Timing(ttft=0, itl=0))
     with running_sim(config, policy=ChaosPolicy(steps)) as sim:

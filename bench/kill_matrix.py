@@ -243,10 +243,15 @@ def judge(ref: Reference, db: Path, outside: Path, out: Outcome) -> None:
     )
     lines = outside.read_text().splitlines() if outside.exists() else []
     ids: dict[str, set[str]] = {}
+    marks = []
     for line in lines:
         mark, _, call_id = line.partition(" ")
-        ids.setdefault(mark, set()).add(call_id)
-    counts = Counter(line.split()[0] for line in lines)
+        # The phase check runs before any change and at finish (two call ids, two effects):
+        # a check is doubled when one of its runs is; a command when its mark is.
+        key = line if mark == "check" else mark
+        marks.append(key)
+        ids.setdefault(key, set()).add(call_id)
+    counts = Counter(marks)
     interrupted = _interrupted_calls(events)
     for mark, count in counts.items():
         if count > 1:

@@ -112,11 +112,12 @@ def pilot_child(
     from pilot import events as ev
     from pilot.agent.context import ServerCounts
     from pilot.agent.loop import AgentLoop
+    from pilot.agent.progress import ProgressLimits
     from pilot.agent.state import RunState
     from pilot.heap import settle_startup_heap
     from pilot.model.client import OpenAIModelClient
     from pilot.model.settings import ClientSettings
-    from pilot.run.runner import Runner, RunSession, progress_limits
+    from pilot.run.runner import Runner, RunSession
     from pilot.store.event_store import EventStore
     from pilot.tactics.small_models import SmallModelTactics
     from pilot.workflow.plan import ModelPlan, PhasePlan, RunPlan
@@ -201,7 +202,9 @@ def pilot_child(
                 workspace=f"{folder}/ws-{k}",
                 owner=runner.owner,
             )
-            run = RunSession(runner, run_id, plan, RunState(progress_limits=progress_limits(plan)))
+            run = RunSession(
+                runner, run_id, plan, RunState(progress_limits=ProgressLimits.of_plan(plan))
+            )
             run.emit(
                 ev.RunStarted(
                     workflow="parallel",

@@ -103,7 +103,8 @@ def sim_child(ready_file: str, config_json: str) -> None:
                     content=f"Step {step}: reading {path} to see what it does.",
                     tool_calls=(("read_file", json.dumps({"path": path})),),
                 )
-            summary = json.dumps({"summary": f"Read {steps} modules; nothing changed."})
+            # A survey's summary names what it read: its evidence (pilot/agent/evidence.py).
+            summary = json.dumps({"summary": f"Read {steps} modules, mod_000.py first."})
             return SimTurn(content="All modules read.", tool_calls=(("finish", summary),))
 
     config = SimConfig.model_validate_json(config_json)

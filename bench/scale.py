@@ -62,7 +62,9 @@ def write_script(path: Path, steps: int, answer_tokens: int) -> Path:
         }
         for i in range(steps)
     ]
-    turns.append({"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]})
+    # A survey's summary names what it read: its evidence (pilot/agent/evidence.py).
+    summary = f"Read src/mod_0.py to src/mod_{steps - 1}.py." if steps else "Read nothing."
+    turns.append({"tool_calls": [{"name": "finish", "arguments": {"summary": summary}}]})
     path.write_text(yaml.safe_dump({"conversations": [{"key": KEY, "turns": turns}]}))
     return path
 

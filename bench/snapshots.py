@@ -77,7 +77,10 @@ def make_repository(root: Path, files: int) -> float:
         path.write_text(f"# module {i}\n" + "value = 1\n" * 12)
     env = {**os.environ, **GIT_ENV}
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the repository"]):
-        subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
+        # no background `git gc --auto` (50K loose objects start one) racing the copies
+        subprocess.run(
+            ["git", "-c", "gc.auto=0", *args], cwd=root, env=env, check=True, capture_output=True
+        )
     return time.perf_counter() - started
 
 

@@ -14,10 +14,11 @@ imported, ``pilot.run.launch``'s ``start_run`` / ``resume_run`` on the real ``Ru
 git workspace, the default registry's 12 tools with their argument validation, the workflow's
 durability), the CLI's own printer for a non-terminal output (``pilot.front.printer``: CI, a
 log file, ``--detach``) writing every event to a log file, and the real model client made as
-``Runner`` makes it, whose SDK is imported and whose SDK client is made at the first model
-call as a real first request does; the workload's answers come from a no-I/O stand-in behind
-the ``ModelClient`` protocol instead of the HTTP round trip, and ``read_file`` / ``write_file``
-answer without I/O. What it leaves out is printed with the figures (``LEFT_OUT``).
+``Runner`` makes it, whose SDK is imported and whose SDK client is made at the model check
+before the loop, as the real first request (``GET /v1/models``) does; the workload's answers
+come from a no-I/O stand-in behind the ``ModelClient`` protocol instead of the HTTP round
+trip, and ``read_file`` / ``write_file`` answer without I/O. What it leaves out is printed
+with the figures (``LEFT_OUT``).
 LangGraph is the canonical ReAct graph (agent node with a ``BaseChatModel`` subclass,
 prebuilt ``ToolNode`` + ``tools_condition``) on ``SqliteSaver`` with ``durability="sync"``;
 ``lg-delta`` declares the messages channel as the beta ``DeltaChannel(_messages_delta_reducer)``.
@@ -177,7 +178,7 @@ the workload, limits that never stop it (``pilot run`` loads the same kind of fi
 
 LEFT_OUT = (
     "the HTTP round trip and the request's JSON body (the answers come from a no-I/O "
-    "ModelClient; the real client is made and its SDK imported and built at the first call)",
+    "ModelClient; the real client is made, its SDK imported and built at the model check)",
     "read_file's and write_file's file I/O and write_file's snapshot (the tools do no I/O, as "
     "the workload says; they keep the real names, descriptions and argument models, so the "
     "registry validates every call; snapshot cost: python -m bench.snapshots)",
@@ -272,9 +273,6 @@ def marathon_child(
 
         async def complete(self, request: ChatRequest, *, on_wait: Any = None) -> ModelResponse:
             clock.enter()
-            if self.real is not None:  # a real first request imports the SDK and makes its
-                self.real._client  # noqa: B018  client: that work, without the round trip
-                self.real = None
             i = self.next_step
             self.next_step += 1
             if i == 1 and on_first_call is not None:
@@ -314,6 +312,11 @@ def marathon_child(
             return answer
 
         async def list_models(self, *, on_wait: Any = None) -> list[ServedModel]:
+            # A run's and a resume's first request (the model check before the loop) imports
+            # the SDK and makes its client: that work here, without the round trip.
+            if self.real is not None:
+                self.real._client  # noqa: B018
+                self.real = None
             return [ServedModel(id="workload", max_model_len=None)]
 
         async def count_tokens(self, model: str, messages: Any, tools: Any) -> int | None:

@@ -139,6 +139,8 @@ def up(
         from brain.command import dry_run_text
 
         out.print(dry_run_text(spec), markup=False, soft_wrap=True)
+        if spec.tuned is not None:
+            out.print(f"# {spec.tuned.line()}", markup=False, soft_wrap=True)
         return
     spec = ensure_api_key(spec, state_dir())
     check_launchable(spec)

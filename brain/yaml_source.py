@@ -161,12 +161,6 @@ class YamlDocument:
                 return hit, path[:n]
         return None, ()
 
-    def line_of(self, path: DataPath) -> int | None:
-        """The line of ``path`` (its closest ancestor's when it is not in the file, such as a
-        missing key); None when nothing on the way is (the root: the file as a whole)."""
-        hit, found = self.find(path)
-        return hit.line if hit is not None and found else None
-
 
 class _Builder:
     """Turns a composed YAML node tree into plain data, recording positions and problems."""

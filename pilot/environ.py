@@ -6,7 +6,9 @@ Without the sandbox a command the agent runs can read its parent's environment t
 the pilot removed from ``os.environ`` since (the kernel reads the process's original
 environment block). So before tools run, ``protect_environment`` overwrites, in that block,
 the value of every secret-looking variable (the names ``tools.workspace.looks_secret``
-flags, and any value holding ``scheme://user:password@``):
+flags, and every ``NAME=value`` or value the redaction rules of ``pilot.redact`` would
+flag: ``MYSQL_PWD``, ``PASSPHRASE``, a Slack webhook URL, a JWT, a Stripe key, a URL with a
+password, ...):
 - ``MARATHON_DB`` is then dropped from ``os.environ`` too (the store is already open; the URL
   is remembered for ``default_db_url`` and for not printing it);
 - the others stay in ``os.environ`` as fresh copies (the model client's API key, the
@@ -20,7 +22,7 @@ import ctypes
 import os
 from pathlib import Path
 
-from pilot.redact import mask_url_credentials
+from pilot.redact import Redactor, mask_url_credentials, redactor_for
 from tools.workspace import looks_secret
 
 DB_VARIABLE = "MARATHON_DB"
@@ -45,14 +47,18 @@ def default_db_url() -> str:
     return taken_db_url() or f"sqlite:///{state_dir() / 'marathon.db'}"
 
 
-def _secret(name: str, value: str) -> bool:
-    return looks_secret(name) or name == DB_VARIABLE or mask_url_credentials(value) != value
+def _secret(name: str, value: str, redactor: Redactor) -> bool:
+    if looks_secret(name) or name == DB_VARIABLE or mask_url_credentials(value) != value:
+        return True
+    assignment = f"{name}={value}"
+    return redactor.text(assignment) != assignment or redactor.text(value) != value
 
 
 def protect_environment() -> list[str]:
     """Hide secret-looking variables from ``/proc/<pid>/environ`` (see the module's doc);
     returns their names."""
-    names = [name for name, value in os.environ.items() if _secret(name, value)]
+    redactor = redactor_for(())
+    names = [name for name, value in os.environ.items() if _secret(name, value, redactor)]
     if not names:
         return []
     values = {name: os.environ[name] for name in names}

@@ -211,6 +211,9 @@ class CheckBaseline(_Event):
     output: str = ""
     timed_out: bool = False
     duration_s: float = 0.0
+    snapshot: str | None = None
+    """The workspace after the check: the phase's start from here on."""
+    head: str | None = None
 
 
 class PhaseEvidence(_Event):
@@ -223,6 +226,12 @@ class PhaseEvidence(_Event):
     accepted: bool
     items: list[str] = []
     reason: str = ""
+
+    def line(self) -> str:
+        """One line for ``pilot show`` and the report."""
+        verdict = "accepted" if self.accepted else "refused"
+        why = f" -- {self.reason}" if self.reason else ""
+        return f"{verdict} ({self.rule}): {'; '.join(self.items)}{why}"
 
 
 class Nudge(_Event):

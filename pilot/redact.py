@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 _SECRET_KEYWORD = (
-    r"(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key"
+    r"(?:password|passwd|pwd|passphrase|secret|api[_-]?key|apikey|access[_-]?key"
     r"|auth[_-]?token|access[_-]?token|token)\b[\"']?\s*[=:]"
 )
 # The name is matched from its keyword on: a name's prefix (``MY_`` in ``MY_TOKEN=``) is never
@@ -67,6 +67,13 @@ DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
     # Stripe secret and restricted keys, live and test mode (publishable pk_ keys are public),
     # and webhook signing secrets.
     ("stripe_key", r"\b(?:(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{10,}|whsec_[0-9A-Za-z]{20,})"),
+    # Slack incoming-webhook and workflow URLs: the path is the credential.
+    (
+        "slack_webhook",
+        r"\bhttps://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{10,}",
+    ),
+    # JSON Web Tokens (a CI job's CI_JOB_JWT, an OIDC id token): header.payload.signature.
+    ("jwt", r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     # The password in a URL: scheme://user:PASSWORD@host (the user and host stay).
     ("url_password", r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:(?P<secret>[^/\s@]+)@"),
     # PEM private keys, whole block (or to the end of the base64 if the block was cut).
@@ -105,6 +112,8 @@ SCREENS: dict[str, str] = {
     "google_api_key": r"AIza[0-9A-Za-z_\-]{35}",
     "huggingface_token": r"(?:hf|api_org)_[A-Za-z0-9]{30}",
     "stripe_key": r"(?:sk_live|sk_test|rk_live|rk_test|whsec)_[0-9A-Za-z]{10}",
+    "slack_webhook": r"hooks\.slack\.com/",
+    "jwt": r"eyJ[A-Za-z0-9_\-]{8}",
     # JSON escapes a quote or a backslash in the user or the password with a backslash, never
     # a slash, an at sign or a space.
     "url_password": r"://[^/@\s]*@",
@@ -112,7 +121,7 @@ SCREENS: dict[str, str] = {
     "bearer": r"(?i:bearer)",
     # Every keyword of the assignment rules ends in one of these; then a quote (escaped in
     # JSON), spaces, and the separator.
-    "assignment": r"(?i:password|passwd|pwd|secret|key|token)(?:\\?[\"'])?"
+    "assignment": r"(?i:password|passwd|pwd|phrase|secret|key|token)(?:\\?[\"'])?"
     + _space_in_text_or_json()
     + "*[=:]",
 }

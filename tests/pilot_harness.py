@@ -21,7 +21,8 @@ import chaos_common
 
 from pilot.agent.state import RunState, fold
 from pilot.run.launch import load_for_run, resume_run, start_run
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 
 GIT_ENV = chaos_common.GIT_ENV

@@ -53,6 +53,13 @@ FILES = {
         "repo: {type: path, required: true}",
         "repo: {type: path, required: true}\n  port: {type: integer, default: 8000}",
     ).replace("127.0.0.1:9/v1", "127.0.0.1:{{ params.port }}/v1"),
+    "huge.yaml": WORKFLOW.replace('prompt: "hi"', "prompt: \"{{ 'x' * 10**9 }}\""),
+    "loops.yaml": WORKFLOW.replace(
+        'prompt: "hi"',
+        'prompt: "{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}'
+        '{% endfor %}{% endfor %}"',
+    ),
+    "empty_matrix.yaml": "[]\n",
     "notyaml.yaml": "name: [unclosed\n",
     "bad_script.yaml": "conversations: [\n",
     "not_a_script.yaml": "conversations: 3\n",
@@ -220,6 +227,11 @@ CASES = [
     ),
     Case("matrix-missing", [P, "run", "wf.yaml", "--matrix", "nope.yaml"], ["nope.yaml"]),
     Case("matrix-not-a-list", [P, "run", "wf.yaml", "--matrix", "params.yaml"], ["list"]),
+    Case("matrix-empty", [P, "run", "wf.yaml", "--matrix", "empty_matrix.yaml"], ["no runs"]),
+    # templates bounded in size and time: refused, never a hang
+    Case("validate-huge-template", [P, "validate", "huge.yaml"], ["template refused", "'*'"]),
+    Case("validate-endless-template", [P, "validate", "loops.yaml"], ["template refused"]),
+    Case("run-huge-template", [P, "run", "huge.yaml", "-p", "repo=repo"], ["template refused"]),
     Case("db-is-a-folder", [P, "runs", "--db", "sqlite:///{tmp}/plain"], ["folder", "marathon.db"]),
     Case("queue-add-missing", [P, "queue", "add", "missing.yaml"], ["no such file"]),
     Case("worker-db-bad", [P, "worker", "--db", "notadb://x"], ["no database driver"]),

@@ -198,3 +198,10 @@ def test_scale_routes_a_batch_over_one_and_two_sim_servers(tmp_path: Path) -> No
         for key in ("wall_s", "runs_per_min", "ideal_s", "speedup"):
             assert _positive(r[key]), (key, r)
     assert results[1]["requests_per_server"] == [2, 2]  # one run on each server
+
+
+def test_printer_bench_shows_every_event_each_way(tmp_path: Path) -> None:
+    rows = _bench("bench.printer", "--steps", "5", "--repeats", "1", out=tmp_path / "out.json")
+    lines = {mode: [r["lines"] for r in runs] for mode, runs in rows.items()}
+    assert lines == {"none": [0], "rich": [20], "printer": [20]}  # 4 events a step, a line each
+    assert _positive(rows["printer"][0]["cpu_ms_per_step"])

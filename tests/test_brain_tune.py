@@ -20,7 +20,8 @@ from brain.sim.engine import SimEngine
 from brain.tune.candidates import Candidate, TuneError, candidate_spec, parse_candidates
 from brain.tune.decide import decide_point, ratio_interval
 from brain.tune.measure import depth_label, thin
-from brain.tune.models import DepthSample, Sample
+from brain.tune.models import DepthSample, Sample, TuneConfig
+from brain.tune.run import winner_gap
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = ROOT / "bench" / "replays" / "refactor-demo-14.jsonl.gz"
@@ -92,6 +93,9 @@ def test_a_clear_gain_wins_and_a_drifting_tie_stays_off() -> None:
     assert tie.winner == "off"
     ratio = next(r for r in tie.results if r.candidate == "ngram:2").ratio_to_off
     assert ratio is not None and ratio.low < 1.0 < ratio.high
+    # what preferring off cost at that point: ngram:2's mean is 0.6% above off's
+    assert winner_gap([point]) == "every point's winner is the fastest candidate measured there"
+    assert winner_gap([tie]).endswith("0.6% at c=1 <2k (ngram:2 489 tok/s vs off)")
 
 
 def test_one_round_decides_nothing() -> None:
@@ -154,12 +158,12 @@ def test_tune_on_the_sim_chooses_ngram_shallow_and_writes_a_tuned_profile(tmp_pa
         app,
         [
             "tune", str(profile), "--replay", str(REPLAY), "-c", "1", "-C", "off,ngram:4",
-            "--requests-per-run", "3", "--max-tokens", "48", "--max-rounds", "3",
+            "--requests-per-run", "3", "--max-tokens", "48", "--max-rounds", "5",
             "--depths", "4096", "--base-port", "0", "--budget-s", "60",
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "Choice: ngram:4" in result.output
+    assert "Choice: ngram:4" in result.output, result.output
     tuned = load_profile(tmp_path / "sim-tune.tuned.yaml")
     assert tuned.tuned is not None and tuned.tuned.choice == "ngram:4"
     assert tuned.speculative is not None and tuned.speculative.method == "ngram"
@@ -249,3 +253,34 @@ def test_a_wall_spent_on_starting_is_said_and_the_servers_are_stopped(tmp_path: 
     assert result.exit_code == 2
     assert "left no time to measure" in result.output and "Traceback" not in result.output
     assert "sim-tune-tune" not in runner.invoke(app, ["ps"]).output
+
+
+def test_apply_writes_the_choice_into_the_profile_and_keeps_the_original(tmp_path: Path) -> None:
+    from brain.tune.models import TuneReport
+    from brain.tune.profile_out import write_tuned
+
+    profile = tmp_path / "p.yaml"
+    original = "# my comments\nname: p\nbackend: sim\nmodel: m\nport: 8123\n"
+    profile.write_text(original)
+    report = TuneReport(
+        started_at="2026-12-06T19:00:00+00:00",
+        ended_at="2026-12-06T19:08:00+00:00",
+        config=TuneConfig(profile=str(profile), replay=[REPLAY]),
+        profile_path=str(profile),
+        model="m",
+        candidates=["off", "ngram:3"],
+        choice="ngram:3",
+        choice_point="c=4, depth 2k-8k",
+    )
+    target = write_tuned(profile, report, tmp_path / "ev.json", apply=True)
+    assert target == profile
+    assert (tmp_path / "p.yaml.orig").read_text() == original
+    spec = load_profile(profile)
+    assert spec.port == 8123 and spec.speculative is not None
+    assert (spec.speculative.method, spec.speculative.num_speculative_tokens) == ("ngram", 3)
+    assert spec.tuned is not None and (spec.tuned.concurrency, spec.tuned.depth) == (4, "2k-8k")
+    assert "measured 2026-12-06T19:08:00+00:00 for c=4, depth 2k-8k" in spec.tuned.line()
+    dry = CliRunner().invoke(app, ["up", str(profile), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "# tuned: speculative ngram:3 (brain tune, measured 2026-12-06T19:08:00" in dry.output
+    assert '"method":"ngram"' in dry.output

@@ -39,7 +39,7 @@ def test_sigkill_between_events_and_inside_a_tool_then_resume_equals_the_clean_r
 @pytest.mark.timeout(240)
 def test_stream_cuts_lose_nothing_and_malformed_calls_are_answered(tmp_path: Path) -> None:
     results = fault_matrix(
-        steps=6,
+        steps=8,  # three phases, each with work of its own before its finish
         refuse_seconds=1,
         base=tmp_path,
         quick=True,

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,10 @@ def test_inside_the_sandbox_the_pilots_state_is_not_there(tmp_path: Path) -> Non
         assert "not the pilot's" in result.output, "only the state is hidden"
         assert database.read_text().startswith("SQLite"), "the real file is untouched"
         assert (checkpoints / "r1" / "state.json").read_text() == "{}"
+        # Without the sandbox the same command reaches it all (SECURITY.md says so).
+        bare = run_command(script, replace(ctx, sandbox="none"), timeout=30)
+        assert not bare.sandboxed and "SQLite" in bare.output
+        assert "entries=1" in bare.output
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

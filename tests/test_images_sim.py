@@ -148,8 +148,10 @@ IN_PLACE = {"in_place": True}
 
 LOOK_THEN_FINISH = [
     {"tool_calls": [call("view_image", path="shots/a.png")]},
-    {"tool_calls": [call("finish", summary="looked")]},
+    {"tool_calls": [call("read_file", path="README.md")]},
+    {"tool_calls": [call("finish", summary="looked at shots/a.png and README.md")]},
 ]
+"""A survey: its summary names what it read (the image, or the README when it is refused)."""
 
 
 def test_image_inside_the_media_dir_travels_as_a_file_url_and_costs_its_image_tokens(
@@ -188,7 +190,7 @@ def test_image_outside_the_media_dir_travels_as_a_data_url(
 ) -> None:
     turns = [
         {"tool_calls": [call("view_image", path="docs/b.png")]},
-        {"tool_calls": [call("finish", summary="looked")]},
+        {"tool_calls": [call("finish", summary="looked at docs/b.png")]},
     ]
     outcome, policy, db = run_flow(
         tmp_path,
@@ -250,7 +252,7 @@ def test_oversized_image_is_shrunk_said_so_and_sent_as_a_data_url(
     (repo / "shots" / "big.png").write_bytes(png(400, 300, noise=True))
     turns = [
         {"tool_calls": [call("view_image", path="shots/big.png")]},
-        {"tool_calls": [call("finish", summary="looked")]},
+        {"tool_calls": [call("finish", summary="looked at shots/big.png")]},
     ]
     tools = [{"view_image": {"max_bytes": 60_000, "max_side": 160}}, "finish"]
     outcome, policy, db = run_flow(
@@ -278,9 +280,10 @@ def test_oversized_image_without_pillow_is_a_tool_error_and_the_run_goes_on(
     (repo / "shots" / "big.png").write_bytes(png(400, 300, noise=True))
     turns = [
         {"tool_calls": [call("view_image", path="shots/big.png")]},
-        {"tool_calls": [call("finish", summary="could not look")]},
+        {"tool_calls": [call("read_file", path="README.md")]},
+        {"tool_calls": [call("finish", summary="could not look; README.md read")]},
     ]
-    tools = [{"view_image": {"max_bytes": 60_000}}, "finish"]
+    tools = [{"view_image": {"max_bytes": 60_000}}, "read_file", "finish"]
     outcome, policy, _ = run_flow(tmp_path, repo, turns, tools=tools)
     assert outcome.status == "succeeded", outcome.reason
     tool = next(m for m in policy.requests[1] if m["role"] == "tool")
@@ -291,7 +294,8 @@ def test_oversized_image_without_pillow_is_a_tool_error_and_the_run_goes_on(
 def test_non_image_file_is_a_tool_error_and_nothing_is_attached(tmp_path: Path, repo: Path) -> None:
     turns = [
         {"tool_calls": [call("view_image", path="README.md")]},
-        {"tool_calls": [call("finish", summary="not an image")]},
+        {"tool_calls": [call("read_file", path="README.md")]},
+        {"tool_calls": [call("finish", summary="README.md is not an image")]},
     ]
     outcome, policy, _ = run_flow(tmp_path, repo, turns)
     assert outcome.status == "succeeded", outcome.reason
@@ -314,7 +318,8 @@ def test_model_without_vision_learned_from_the_server_drops_images_and_refuses_m
     turns = [
         {"tool_calls": [call("view_image", path="shots/a.png")]},
         {"tool_calls": [call("view_image", path="docs/b.png")]},
-        {"tool_calls": [call("finish", summary="no eyes")]},
+        {"tool_calls": [call("read_file", path="README.md")]},
+        {"tool_calls": [call("finish", summary="no eyes; README.md read")]},
     ]
     outcome, policy, db = run_flow(tmp_path, repo, turns, vision=False)
     assert outcome.status == "succeeded", outcome.reason
@@ -404,7 +409,7 @@ def test_server_refusing_an_undecodable_image_mid_run_drops_it_and_the_run_goes_
     turns = [
         {"tool_calls": [call("view_image", path="shots/a.png")]},
         {"tool_calls": [call("view_image", path="docs/b.png")]},
-        {"tool_calls": [call("finish", summary="looked")]},
+        {"tool_calls": [call("finish", summary="looked at shots/a.png")]},
     ]
     script = write_script(tmp_path / "s.yaml", KEY, turns)
     db = tmp_path / "runs.db"

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import kill_matrix  # bench/ is on the path (tests/pilot_harness.py)
 import pilot_harness  # noqa: F401  (puts bench/ on sys.path)
+
+# isort: split
+import kill_matrix  # bench/ is on the path (tests/pilot_harness.py)
 
 
 def test_quick_kill_matrix_resumes_every_run_and_doubles_only_inside_the_window(
     tmp_path: Path,
 ) -> None:
     ref, results = kill_matrix.matrix(quick=True, randoms=0, base=tmp_path)
-    assert len(ref.outside) == 6  # five commands and the phase check, once each
+    # five commands and the phase check twice: before any change (its baseline) and at finish
+    assert len(ref.outside) == 7
     assert {r.case.kind for r in results} == {"worktree_add", "tool_returned", "result_committed"}
     for result in results:
         assert result.killed, result

@@ -14,6 +14,7 @@ from pilot.tactics.locate import (
     failing_names,
     first_hit,
     focus,
+    frame_hit,
 )
 
 MODULE = '''def double(x):
@@ -93,3 +94,46 @@ def test_the_names_the_prompt_mentions_come_alone() -> None:
     assert focus(names, "Fix `interpose` in toolz/itertoolz.py.") == ["interpose"]
     assert focus(names, "The tests fail.") == names
     assert focus(["rest"], "see toolz.rest_of_it") == ["rest"], "no mention: all of them"
+
+
+CACHES = """class FIFOCache:
+    def __init__(self):
+        self.items = []
+
+    def popitem(self):
+        return self.items.pop(0)
+
+
+class LRUCache:
+    def __init__(self):
+        self.items = []
+
+    def popitem(self):
+        if not self.items:
+            raise KeyError("empty")
+        return self.items.pop(-1)
+"""
+CACHE_TEST = """from pkg.caches import LRUCache
+
+
+def test_popitem_of_an_empty_cache():
+    cache = LRUCache()
+    assert cache.popitem() is None
+"""
+
+
+def test_a_method_several_classes_define_is_taken_where_the_failure_ran(tmp_path: Path) -> None:
+    """grep meets FIFOCache.popitem first; the traceback ran in LRUCache.popitem."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "caches.py").write_text(CACHES)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_caches.py").write_text(CACHE_TEST)
+    out = sh(f"{sys.executable} -m pytest -q -p no:cacheprovider tests", tmp_path)
+    assert failing_names(out)[0] == "popitem"
+    found = sh(definition_search("popitem"), tmp_path)
+    assert first_hit(found, method=True) == ("pkg/caches.py", 5), "grep's first: FIFOCache's"
+    assert frame_hit(out, found) == ("pkg/caches.py", 13)
+    block = definition_block(sh("sed -n '13,53p' pkg/caches.py", tmp_path))
+    assert 'raise KeyError("empty")' in block
+    assert frame_hit("no traceback here", found) is None

@@ -21,9 +21,11 @@ from pilot.workflow.templating import make_environment
 def test_a_param_with_shell_in_it_is_quoted_in_check_and_context(tmp_path: Path) -> None:
     home, repo = tmp_path / "home", make_repo(tmp_path / "repo")
     injected, chosen = tmp_path / "INJECTED", tmp_path / "RAW-CHOSEN"
-    script = write_script(
-        tmp_path / "s.yaml", "quoting", [{"tool_calls": [call("finish", summary="done")]}]
-    )
+    turns = [  # a change, then finish: the phase's evidence (its check passed from the start)
+        {"tool_calls": [call("write_file", path="notes.txt", content="quoted\n")]},
+        {"tool_calls": [call("finish", summary="wrote notes.txt")]},
+    ]
+    script = write_script(tmp_path / "s.yaml", "quoting", turns)
     env = {**os.environ, "MARATHON_HOME": str(home)}
     env.pop("MARATHON_DB", None)
     with running_sim(SimConfig(model="m", max_model_len=32768, policy=f"script:{script}")) as sim:

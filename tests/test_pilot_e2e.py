@@ -20,7 +20,8 @@ from brain.sim.config import FaultRule, SimConfig, Timing
 from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.run.launch import load_for_run, start_run
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 
 
@@ -212,7 +213,7 @@ def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Pat
             {"tool_calls": [call("delete_everything", path="/")]},
             {"tool_calls": [call("read_file", colour="app.py")]},
             {"tool_calls": [call("read_file", pth="app.py")]},
-            {"tool_calls": [call("finish", summary="ok")]},
+            {"tool_calls": [call("finish", summary="app.py holds VALUE")]},
         ],
     )
     with running_sim(sim_for(script)) as sim:
@@ -231,7 +232,7 @@ def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Pat
     assert not unknown.executed
     # The wrong argument is named, with the exact shape expected; nothing ran.
     assert invalid.is_error and "'colour'" in invalid.output and not invalid.executed
-    assert '{"name": "read_file", "arguments": {"path": "..."}' in invalid.output
+    assert '{"name": "read_file", "arguments": {"path": "a file path from' in invalid.output
     # A near-miss argument name is taken as the real one, and recorded as a repair.
     assert not renamed.is_error and "VALUE = 1" in renamed.output
     messages = [
@@ -251,7 +252,8 @@ def test_length_cut_tool_call_is_not_executed(tmp_path: Path, repo: Path) -> Non
                 "tool_calls": [call("write_file", path="big.txt", content="x" * 50)],
                 "fault": "length",
             },
-            {"tool_calls": [call("finish", summary="ok")]},
+            {"tool_calls": [call("read_file", path="app.py")]},
+            {"tool_calls": [call("finish", summary="app.py holds VALUE")]},
         ],
     )
     with running_sim(sim_for(script)) as sim:
@@ -276,7 +278,7 @@ def test_server_refusing_connections_is_waited_for_and_recorded(tmp_path: Path, 
         "e2e-refuse",
         [
             {"tool_calls": [call("read_file", path="app.py")]},
-            {"tool_calls": [call("finish", summary="ok")]},
+            {"tool_calls": [call("finish", summary="app.py holds VALUE")]},
         ],
     )
     config = sim_for(script, faults=[FaultRule(kind="refuse", at=[2], seconds=1.5)])

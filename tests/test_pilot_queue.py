@@ -121,6 +121,9 @@ def test_worker_killed_mid_queue_and_another_worker_finishes(tmp_path: Path, sim
     store = EventStore(url)
     first.send_signal(signal.SIGKILL)
     first.wait()
+    listed = pilot(tmp_path, "queue", "ls", "--db", url)
+    assert listed.stdout.count(" interrupted ") == 2, listed.stdout  # as `pilot runs` says
+    assert " running " not in listed.stdout
 
     second = pilot(tmp_path, "worker", "--parallel", "2", "--exit-when-idle", "--db", url)
     assert second.returncode == 0, second.stdout + second.stderr

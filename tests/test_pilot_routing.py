@@ -45,8 +45,9 @@ from pilot.model.types import ChatRequest, ModelResponse, RetryPolicy, WaitEvent
 from pilot.report.build import build_report
 from pilot.report.markdown import render_markdown
 from pilot.run.launch import build_plan, load_for_run, split_endpoints, start_run
+from pilot.run.outcomes import RunOutcome
 from pilot.run.queue import enqueue
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 from pilot.workflow import parse_workflow_text
 

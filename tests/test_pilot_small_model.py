@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pilot_harness import make_repo, run_in_process, write_script, write_workflow
+from pilot_harness import final_state, make_repo, run_in_process, write_script, write_workflow
 
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
@@ -42,7 +42,7 @@ def test_the_shapes_a_small_model_writes_are_run(tmp_path: Path, repo: Path) -> 
         {"content": "I will now survey the repository."},
         {"content": 'list_dir {"path": ".", "required": [], "additionalProperties": false}'},
         {"content": '```json\n{"name": "read_file", "arguments": {"file_path": "app.py"}}\n```'},
-        {"content": '```json\n{"name": "finish", "summary": "Surveyed: one module."}\n```'},
+        {"content": '```json\n{"name": "finish", "summary": "Surveyed: one module, app.py."}\n```'},
     ]
     script = write_script(tmp_path / "s.yaml", "small-model", turns)
     with running_sim(
@@ -154,6 +154,9 @@ def commit_calc(repo: Path, source: str) -> None:
 CALC_TEST = "python3 -c 'from calc import add; assert add(1, 2) == 3, add(1, 2)'"
 
 
+READ_APP = {"tool_calls": [{"name": "read_file", "arguments": {"path": "app.py"}}]}
+
+
 def finish(summary: str) -> dict:
     return {"tool_calls": [{"name": "finish", "arguments": {"summary": summary}}]}
 
@@ -189,7 +192,8 @@ def test_a_phase_that_must_change_code_passes_with_a_change(tmp_path: Path, repo
 
 
 def test_a_successful_run_that_changed_nothing_says_so(tmp_path: Path, repo: Path) -> None:
-    outcome, _ = run_script(tmp_path, repo, "idle", [finish("nothing to do")], {})
+    read = {"tool_calls": [{"name": "read_file", "arguments": {"path": "app.py"}}]}
+    outcome, _ = run_script(tmp_path, repo, "idle", [read, finish("app.py needs nothing")], {})
     assert outcome.status == "succeeded"
     assert outcome.reason == "all phases done; the run changed no file"
 
@@ -200,7 +204,7 @@ def test_context_commands_open_the_phase_with_their_output(tmp_path: Path, repo:
         tmp_path,
         repo,
         "context",
-        [finish("read it")],
+        [READ_APP, finish("read app.py")],
         {"context": ["echo tests failed: test_one", long]},
     )
     assert outcome.status == "succeeded", outcome.reason
@@ -216,12 +220,19 @@ def test_calls_after_a_failed_one_in_the_same_answer_are_not_run(
 ) -> None:
     bad_edit = {"name": "edit_file", "arguments": {"path": "app.py", "old": "absent", "new": "x"}}
     all_at_once = {"tool_calls": [bad_edit, {"name": "finish", "arguments": {"summary": "ok"}}]}
+    fixed = {"name": "edit_file", "arguments": {"path": "app.py", "old": "1", "new": "2"}}
+    done = {"tool_calls": [fixed, {"name": "finish", "arguments": {"summary": "now really"}}]}
     outcome, events = run_script(
-        tmp_path, repo, "eager", [all_at_once, finish("now really")], {"check": "true"}
+        tmp_path, repo, "eager", [all_at_once, done], {"check": "grep -q 2 app.py"}
     )
     assert outcome.status == "succeeded", outcome.reason
     ran = [(e.name, e.is_error, e.executed) for e in events if isinstance(e, ev.ToolFinished)]
-    assert ran == [("edit_file", True, True), ("finish", True, False), ("finish", False, True)]
+    assert ran == [
+        ("edit_file", True, True),
+        ("finish", True, False),
+        ("edit_file", False, True),
+        ("finish", False, True),
+    ]
     refused = [e for e in events if isinstance(e, ev.ToolFinished)][1]
     assert "not run: edit_file, called before it in the same answer, failed" in refused.output
     turns = [e for e in events if isinstance(e, ev.AssistantMessage)]
@@ -232,7 +243,14 @@ def test_locate_shows_the_function_a_failing_test_calls(tmp_path: Path, repo: Pa
     commit_calc(repo, "def add(a, b):\n    return a - b\n\n\nVALUE = 1\n")
     failing = "printf '>       assert add(1, 2) == 3\\nE   assert -1 == 3\\n'; exit 1"
     outcome, events = run_script(
-        tmp_path, repo, "locate", [finish("seen")], {"context": [failing], "locate": True}
+        tmp_path,
+        repo,
+        "locate",
+        [
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "calc.py"}}]},
+            finish("calc.py seen"),
+        ],
+        {"context": [failing], "locate": True},
     )
     assert outcome.status == "succeeded", outcome.reason
     [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
@@ -354,12 +372,14 @@ def test_retry_fresh_undoes_a_failed_try_and_asks_again_from_the_prompt(
     )
     assert outcome.status == "succeeded", outcome.reason
     restarts = [e for e in events if isinstance(e, ev.AttemptRestarted)]
-    assert [r.reason for r in restarts] == [
-        f"`{test}` failed after the edit",
-        "replace_definition was refused",
-    ]
+    assert restarts[0].reason.startswith(f"`{test}` failed after the edit: ")
+    assert "AssertionError: 2" in restarts[0].reason, "the check's own words"
+    assert restarts[1].reason.startswith("replace_definition was refused: ")
     requests = [e for e in events if isinstance(e, ev.ModelRequest)]
-    assert [r.messages for r in requests] == [2, 2, 2], "each try sees the prompt alone"
+    assert [r.messages for r in requests] == [2, 3, 3], "each try: the prompt and why"
+    state = final_state(tmp_path / "fresh.db", outcome.run_id)
+    told = [m["content"] for m in state.messages if "was undone" in str(m["content"])]
+    assert len(told) == 1 and "replace_definition was refused" in told[0]
     edits = [e for e in events if isinstance(e, ev.ToolFinished) and e.name != "finish"]
     assert "nothing changed" in edits[1].output, "the first try's edit was undone"
     assert "-    return a - b\n+    return a + b" in edits[2].output

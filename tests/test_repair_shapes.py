@@ -64,7 +64,8 @@ def test_close_argument_name_is_renamed_and_recorded() -> None:
 def test_unknown_argument_gets_the_exact_shape() -> None:
     fit = fit_arguments("read_file", {"path": "a.py", "colour": "red"}, SCHEMAS["read_file"])
     assert fit.arguments is None and fit.error is not None
-    assert "'colour'" in fit.error and '{"name": "read_file", "arguments": {"path": "..."}' in (
+    assert "'colour'" in fit.error
+    assert '{"name": "read_file", "arguments": {"path": "a file path from the repository"}' in (
         fit.error
     )
 
@@ -73,7 +74,7 @@ def test_missing_required_argument_gets_the_exact_shape() -> None:
     fit = fit_arguments("finish", {}, SCHEMAS["finish"])
     assert fit.error is not None and "'summary'" in fit.error
     assert call_shape("finish", SCHEMAS["finish"]).startswith(
-        '{"name": "finish", "arguments": {"summary": "..."}'
+        '{"name": "finish", "arguments": {"summary": "what was done, naming the files'
     )
 
 
@@ -160,8 +161,25 @@ def test_code_written_as_text_is_told_to_use_edit_file_on_the_prompts_file() -> 
     found = extract_text_tool_calls(content, EDIT_SCHEMAS)
     text = no_call_feedback(found, EDIT_SCHEMAS, content=content, path=path)
     assert "code in an answer changes no file" in text
-    assert '{"name": "edit_file", "arguments": {"path": "pkg/mod.py", "old": "..."' in text
-    assert '"path": "..."' not in text, "no placeholder path for the model to copy"
+    assert '{"name": "edit_file", "arguments": {"path": "pkg/mod.py", "old": "the exact' in text
+    assert '"..."' not in text and "<" not in text, "no placeholder for the model to copy"
+
+
+def test_an_example_call_holds_a_real_line_of_the_code_the_prompt_shows() -> None:
+    from pilot.tactics.feedback import example_values, no_call_feedback
+
+    prompt = (
+        "Fix it.\n\nThe code of add (calc/ops.py, line 3):\n```python\ndef add(a, b):\n"
+        "    return a - b\n```"
+    )
+    values = example_values(prompt, ["README.md"])
+    assert values == {"path": "calc/ops.py", "old": "    return a - b"}
+    found = extract_text_tool_calls("I think the bug is in add.", EDIT_SCHEMAS)
+    text = no_call_feedback(found, EDIT_SCHEMAS, content="I think", values=values)
+    assert '"path": "calc/ops.py"' in text and '"..."' not in text
+    shape = call_shape("edit_file", EDIT_SCHEMAS["edit_file"], values=values)
+    assert '"path": "calc/ops.py", "old": "    return a - b", "new": "the lines' in shape
+    assert example_values("Survey the package.", ["pkg/core.py"]) == {"path": "pkg/core.py"}
 
 
 DEFINITION_SCHEMAS = {
@@ -219,3 +237,14 @@ def test_a_new_definition_goes_to_the_file_the_prompt_names() -> None:
     assert addition_target(test, prompt) == "toolz/tests/test_itertoolz.py"
     assert addition_target(function, "Add it to a.py or b.py.") is None, "two: no guess"
     assert addition_target("x = 1", prompt) is None
+
+
+def test_a_method_written_with_its_class_indentation_is_a_call() -> None:
+    """A model rewriting a method whole keeps the class's four spaces: dedented, it parses."""
+    content = (
+        "Fixed:\n```python\n    def popitem(self):\n        if not self.items:\n"
+        "            raise KeyError('empty')\n        return self.items.pop()\n```"
+    )
+    [(name, arguments)] = extract_text_tool_calls(content, DEFINITION_SCHEMAS).calls
+    assert name == "replace_definition"
+    assert arguments["code"].startswith("def popitem(self):\n    if not self.items:")

@@ -602,3 +602,47 @@ def test_the_report_reads_its_counts_from_the_state_fold(
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pilot.report")
         }
         assert wings == {"pilot.report.facts"}, name
+
+
+def test_a_replica_the_run_never_asked_is_not_its_server(store: EventStore) -> None:
+    """A routed run given two replicas asked only the one on port 8000: the other replica's
+    death during the run draws no red band and no note; its own replica's would."""
+    w = RunWriter(store, run_id="f1ee7000")
+    w.add(
+        0,
+        ev.RunStarted(
+            workflow="refactor",
+            workspace="/nowhere",
+            branch="b",
+            endpoint="http://127.0.0.1:8000/v1",
+            endpoints=["http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"],
+            system="",
+            phases=["p"],
+            owner="o",
+        ),
+    )
+    for step in range(1, 4):
+        answer = message(step).model_copy(update={"endpoint": "http://127.0.0.1:8000/v1"})
+        w.add(step * 100, answer)
+    with store.engine.begin() as conn:
+        for server, port, died in (("fleet-r0", 8000, None), ("fleet-r1", 8001, 150)):
+            rows = [(-500, "starting", {"port": port}), (-490, "ready", {})]
+            if died is not None:
+                rows += [(died, "died", {"summary": "exit 137"}), (died + 60, "ready", {})]
+            for seconds, type_, payload in rows:
+                conn.execute(
+                    insert(server_events).values(
+                        server=server, at=at(seconds), type=type_, payload=json.dumps(payload)
+                    )
+                )
+    (run,) = build_report(store, ["f1ee7000"]).runs
+    assert (run.server_deaths, run.downtime_s) == (0, 0)
+    assert all(n.source != "fleet-r1" for n in run.server_notes)
+    with store.engine.begin() as conn:
+        conn.execute(
+            insert(server_events).values(
+                server="fleet-r0", at=at(200), type="died", payload=json.dumps({"summary": "x"})
+            )
+        )
+    (run,) = build_report(store, ["f1ee7000"]).runs
+    assert run.server_deaths == 1 and run.downtime_s == 100

@@ -263,7 +263,7 @@ def test_a_printed_database_url_never_shows_its_password(tmp_path: Path) -> None
     from pilot.agent.state import RunState
     from pilot.environ import db_option
     from pilot.front.outcome import print_outcome
-    from pilot.run.runner import RunOutcome
+    from pilot.run.outcomes import RunOutcome
 
     url = "postgresql+psycopg://u:SECRET@db.example:5432/marathon"
     assert db_option(url) == " --db postgresql+psycopg://u:***@db.example:5432/marathon"
@@ -356,7 +356,7 @@ def test_a_report_prints_the_database_url_masked(tmp_path: Path) -> None:
 def test_a_background_run_gets_its_database_url_through_the_environment() -> None:
     """`pilot run --detach --db URL` starts a child whose command line every user can read
     (ps): the URL goes to it as MARATHON_DB instead."""
-    from pilot.front.cli import _db_to_environment
+    from pilot.front.cli_run import _db_to_environment
 
     url = "postgresql+psycopg://u:SECRET@db/x"
     for argv in (["run", "w.yaml", "--db", url, "-p", "a=1"], ["run", "w.yaml", f"--db={url}"]):

@@ -22,7 +22,7 @@ from pilot.store.event_store import EventStore
 
 TURNS = [
     {"tool_calls": [{"name": "read_file", "arguments": {"path": "app.py"}}]},
-    {"tool_calls": [{"name": "finish", "arguments": {"summary": "read it"}}]},
+    {"tool_calls": [{"name": "finish", "arguments": {"summary": "read app.py"}}]},
 ]
 
 

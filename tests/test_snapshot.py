@@ -388,3 +388,44 @@ def test_a_folder_moved_inside_the_tree_is_watched_under_its_new_name(
     assert git(repo.root, "show", f"{snap}:new/in/f.txt") == "1\n2"
     assert "old/" not in _listing(repo, snap)
     workspace.close()
+
+
+def test_a_change_through_a_hard_link_from_outside_waits_for_the_next_full_snapshot(
+    repo: GitRepo, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    executor, workspace = _executor(repo, tmp_path)
+    workspace.snapshot("run start")
+    made = executor.invoke("run", {"command": f"ln a.txt {outside}"}, "r1")
+    assert not made.is_error, made.output
+    workspace.snapshot("after ln")
+    outside.write_text("changed outside\n")  # no event reaches a watched folder
+    seen, _ = workspace.snapshot("after the outside write")
+    assert git(repo.root, "show", f"{seen}:a.txt") == "one"
+    workspace.close()
+    _, again = _executor(repo, tmp_path)  # a new sitting: its first snapshot is full
+    full, _ = again.snapshot("resumed")
+    assert git(repo.root, "show", f"{full}:a.txt") == "changed outside"
+    again.close()
+
+
+def test_after_a_restore_the_next_snapshot_is_full_and_the_watch_starts_again(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executor, workspace = _executor(repo, tmp_path)
+    first, head = workspace.snapshot("run start")
+    executor.invoke("run", {"command": "echo two >> a.txt"}, "r1")
+    workspace.snapshot("after r1")
+    workspace.restore(first, head)
+    assert workspace.watch is None
+    calls = _recording_git(monkeypatch)
+    executor.invoke("run", {"command": "echo three >> a.txt"}, "r2")
+    snap, _ = workspace.snapshot("after r2")
+    assert any(call[:1] == ("add",) for call in calls)  # full: the restore's writes unseen
+    assert git(repo.root, "show", f"{snap}:a.txt") == "one\nthree"
+    calls.clear()
+    executor.invoke("run", {"command": "echo four >> a.txt"}, "r3")
+    snap, _ = workspace.snapshot("after r3")
+    assert not any(call[:1] == ("add",) for call in calls)  # watched again
+    assert git(repo.root, "show", f"{snap}:a.txt") == "one\nthree\nfour"
+    workspace.close()

@@ -7,6 +7,7 @@ the same answers; a public method this file does not call fails ``test_every_met
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -193,3 +194,36 @@ def test_every_method_is_run() -> None:
     if not CALLED:
         pytest.skip("run with the tests above")
     assert public <= CALLED, f"never called: {sorted(public - CALLED)}"
+
+
+def test_tenacity_is_imported_only_by_a_write_that_met_a_lock(tmp_path: Path) -> None:
+    """The first try of every write is a plain call: a process that meets no lock never
+    imports tenacity (10 to 26 ms, bench/README.md); one that does, does."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "m.db"
+    program = f"""
+import sqlite3, sys, threading
+from pilot import events as ev
+from pilot.store import EventStore
+store = EventStore("sqlite:///{db}")
+run = store.create_run(workflow_name="w", workflow_path="p", workflow_text="t", params={{}},
+                       workspace="", owner=None)
+store.append(run, 1, ev.RunPaused(reason="r"), totals={{}})
+store.get_run(run)
+print("tenacity" in sys.modules)
+blocker = sqlite3.connect("{db}", isolation_level=None, check_same_thread=False)
+blocker.execute("BEGIN EXCLUSIVE")
+threading.Timer(0.5, lambda: blocker.execute("ROLLBACK")).start()
+store.set_status(run, "paused")
+print("tenacity" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MARATHON_DB_LOCK_WAIT": "60"},
+    )
+    assert done.stdout.split() == ["False", "True"], done.stdout + done.stderr

@@ -21,7 +21,8 @@ from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot.agent.seams import Tactics
 from pilot.run.launch import load_for_run, start_run
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 from pilot.tactics.small_models import SmallModelTactics
 
@@ -79,7 +80,7 @@ def test_a_call_written_as_text_is_read_by_the_tactics(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     turns = [
         {"content": f"<tool_call>{json.dumps(call('read_file', path='app.py'))}</tool_call>"},
-        {"tool_calls": [call("finish", summary="read")]},
+        {"tool_calls": [call("finish", summary="read app.py")]},
     ]
     script = write_script(tmp_path / "s.yaml", "seam-text", turns)
     tactics = CountingTactics()

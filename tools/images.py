@@ -160,10 +160,6 @@ def _pillow():
     return Image
 
 
-def pillow_available() -> bool:
-    return _pillow() is not None
-
-
 class ImageUndecodable(ToolError):
     """The bytes start like an image but do not decode as one (corrupt, truncated, too large)."""
 

@@ -34,13 +34,11 @@ from bench.tasks.callmodes import counts_json, marathon_modes, plain_modes
 from bench.tasks.suite import Task, task_env
 
 SYSTEM_MARATHON = """You fix bugs in Python code in a repository, alone: nobody answers \
-questions. To change a function, answer with the whole corrected function in one ```python \
-block; it replaces the function of that name (a new function goes to the file the task \
-names). The harness runs the tests after each change and tells you the result.
-Other tools, if you need them, as JSON: {"name": "read_file", "arguments": {"path": \
-"<file>"}}, {"name": "edit_file", "arguments": {"path": "<file>", "old": "<exact text>", \
-"new": "<new text>"}}, {"name": "run", "arguments": {"command": "<shell command>"}}, \
-{"name": "finish", "arguments": {"summary": "<what you changed>"}}."""
+questions. Change the code with the tools; a function is best rewritten whole. The harness \
+runs the tests after each change and tells you the result. When they pass, call finish with \
+a summary naming the files you changed."""
+"""Says what to do, never how to write a call: the syntax is the call mode's (the pilot adds
+what a mode needs); a syntax here was copied placeholder and all (``<file>``, 110 calls)."""
 
 SYSTEM_PLAIN = """You are a helpful assistant that can interact with a computer shell to \
 solve programming tasks in the repository in your current directory.

@@ -342,10 +342,6 @@ class SimEngine:
         self._track_gauges(reg)
         return reg
 
-    def render_metrics(self) -> str:
-        """The Prometheus text a plain scrape of ``/metrics`` gets."""
-        return self.metrics.render()
-
     def _track_gauges(self, reg: MetricsRegistry) -> None:
         """The scheduler's gauges, read from its queues at each scrape."""
         reg.track("vllm:num_requests_running", lambda: len(self._running))

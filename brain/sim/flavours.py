@@ -31,14 +31,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from brain.sim import flavour_answers as answers
 from brain.sim.tokenizer import count_text
-
-Flavour = Literal["vllm", "llama-cpp-python", "llama.cpp", "ollama", "lmstudio", "sglang"]
 
 _NOT_FOUND = {
     "llama-cpp-python": {"/health", "/metrics", "/tokenize", "/detokenize", "/version"},

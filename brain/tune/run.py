@@ -125,6 +125,29 @@ def decide_all(
     ]
 
 
+def winner_gap(points: Sequence[PointDecision]) -> str:
+    """How far each point's winner is below the fastest candidate measured there (means): the
+    price of preferring off when a faster candidate's gain is inside the noise."""
+    worst: tuple[float, str] | None = None
+    for p in points:
+        speeds = {r.candidate: r.decode_tps.mean for r in p.results if r.decode_tps is not None}
+        if not speeds or p.winner not in speeds:
+            continue
+        best = max(speeds, key=lambda c: speeds[c])
+        gap = 1.0 - speeds[p.winner] / speeds[best] if speeds[best] > 0 else 0.0
+        where = f"c={p.concurrency} {p.depth} ({best} {speeds[best]:.0f} tok/s vs {p.winner})"
+        if worst is None or gap > worst[0]:
+            worst = (gap, where)
+    if worst is None:
+        return ""
+    if worst[0] <= 0:
+        return "every point's winner is the fastest candidate measured there"
+    return (
+        f"largest gap between a point's winner and its fastest candidate: {worst[0]:.1%} "
+        f"at {worst[1]}"
+    )
+
+
 def choose(config: TuneConfig, report: TuneReport) -> None:
     """The profile's one setting: the winner at the chosen concurrency and the depth the runs
     spend most time at there; where speculation turns into a loss deeper, say so."""
@@ -223,6 +246,9 @@ def tune(
             if report.hit_rate is not None
             else f"hybrid attention: the profile sets {retention}; the server reported no hit rate"
         )
+    gap = winner_gap(report.points)
+    if gap:
+        report.notes.append(gap)
     choose(config, report)
     report.ended_at = datetime.now(UTC).isoformat(timespec="seconds")
     return report

@@ -14,8 +14,8 @@ from brain.errors import BrainError
 from brain.launchers import make_launcher
 from brain.launchers.base import ServerHandle
 from brain.launchers.ports import free_port
-from brain.spec import ServerSpec
-from brain.state import Registry
+from brain.spec import ServerSpec, ensure_api_key
+from brain.state import Registry, state_dir
 from brain.tune.candidates import Candidate, candidate_spec
 from brain.tune.models import StartCost
 from brain.urls import server_root
@@ -54,10 +54,17 @@ def start_all(
 
     share = len(candidates) if share_gpu else 1
     served: list[Served] = []
+    key: str | None = spec.api_key
     try:
         for i, cand in enumerate(candidates):
             port = base_port + i if base_port else free_port(spec.host)
             wanted = candidate_spec(spec, cand, port=port, share=share)
+            # one key for all of them (the replay's one client sends one): the first's
+            if key:
+                wanted = wanted.model_copy(update={"api_key": key})
+            else:
+                wanted = ensure_api_key(wanted, state_dir())
+            key = wanted.api_key
             launcher = make_launcher(wanted.backend)
             record = registry.get(wanted.name)
             if record is not None:

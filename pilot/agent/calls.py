@@ -44,6 +44,30 @@ def plain_calls(
     return calls
 
 
+def answer_message(
+    step: int,
+    response: ModelResponse,
+    calls: list[ev.ToolCall],
+    content: str | None,
+    repairs: list[str],
+) -> ev.AssistantMessage:
+    """The ``assistant_message`` of an answer: its calls and content as read, the rest as the
+    server sent it."""
+    return ev.AssistantMessage(
+        step=step,
+        content=content,
+        reasoning=response.reasoning,
+        tool_calls=calls,
+        finish_reason=response.finish_reason,
+        usage=response.usage,
+        ttft_s=response.ttft_s,
+        duration_s=response.duration_s,
+        attempts=response.attempts,
+        repairs=repairs,
+        endpoint=response.endpoint,
+    )
+
+
 def refusal(
     call: ev.ToolCall,
     phase: PhasePlan,

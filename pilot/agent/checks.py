@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pilot import events as ev
+from pilot.agent.conclude import conclude, conclude_after_edit
 from pilot.agent.endings import end_phase
 from pilot.agent.seams import CheckOutcome, EventSink, Tactics, ToolExecutor, WorkspaceOps
 from pilot.agent.state import RunState, check_failed_message
@@ -57,7 +58,7 @@ class PhaseChecks:
                 await self.refuse_unchanged(phase, snapshot, head)
                 return
         if not phase.check or progress.check_passed:
-            end_phase(self.emit, self.state, "succeeded", summary=progress.finish_summary)
+            await conclude(self, phase, progress.finish_summary, check_passed=bool(phase.check))
             return
         attempt = progress.check_attempts + 1
         attempts_left = phase.max_attempts - attempt
@@ -72,7 +73,7 @@ class PhaseChecks:
             )
         await self.record_check(phase.check, attempt, outcome, duration, passed, feedback)
         if passed:
-            end_phase(self.emit, self.state, "succeeded", summary=progress.finish_summary)
+            await conclude(self, phase, progress.finish_summary, check_passed=True)
         elif attempts_left <= 0:
             reason = f"check `{phase.check}` still failing after {phase.max_attempts} attempt(s)"
             end_phase(self.emit, self.state, "failed", reason=reason)
@@ -96,7 +97,7 @@ class PhaseChecks:
         )
         if passed:
             summary = progress.finish_summary or f"`{command}` passed after the last edit"
-            end_phase(self.emit, self.state, "succeeded", summary=summary)
+            await conclude_after_edit(self, phase, summary)
 
     async def run_check(
         self, phase: PhasePlan, attempt: int, call_id: str, *, after_edit: bool
@@ -151,26 +152,44 @@ class PhaseChecks:
 
     async def refuse_unchanged(self, phase: PhasePlan, snapshot: str, head: str | None) -> None:
         """``require_change`` and nothing changed: a failed attempt, told like a failed check."""
+        await self.refuse_attempt(
+            phase,
+            NO_CHANGE_CHECK if not phase.check else f"{NO_CHANGE_CHECK}, then `{phase.check}`",
+            NO_CHANGE_OUTPUT,
+            lambda left: (
+                f"The phase is not done: it must change the code, and no file differs from "
+                f"when it started. {left} attempt(s) left. Make the change with the "
+                "tools (write_file or edit_file), check it, then call finish again."
+            ),
+            f"no change made to the workspace in {phase.max_attempts} attempt(s)",
+            (snapshot, head),
+        )
+
+    async def refuse_attempt(
+        self,
+        phase: PhasePlan,
+        label: str,
+        output: str,
+        feedback: Callable[[int], str],
+        final: str,
+        snapshot: tuple[str, str | None] | None = None,
+    ) -> None:
+        """A finish refused without running the check (no change, no evidence): a failed
+        attempt named ``label``, ``feedback(attempts left)`` sent back; the last one fails
+        the phase with ``final``."""
         progress = self.state.phase
         assert progress is not None
         attempt = progress.check_attempts + 1
         attempts_left = phase.max_attempts - attempt
-        label = NO_CHANGE_CHECK if not phase.check else f"{NO_CHANGE_CHECK}, then `{phase.check}`"
-        feedback = ""
-        if attempts_left > 0:
-            feedback = (
-                f"The phase is not done: it must change the code, and no file differs from "
-                f"when it started. {attempts_left} attempt(s) left. Make the change with the "
-                "tools (write_file or edit_file), check it, then call finish again."
-            )
         self.emit(ev.CheckStarted(phase=progress.index, attempt=attempt, command=label))
-        outcome = CheckOutcome(exit_code=None, output=NO_CHANGE_OUTPUT, timed_out=False)
-        await self.record_check(
-            label, attempt, outcome, 0.0, False, feedback, snapshot=(snapshot, head)
-        )
+        outcome = CheckOutcome(exit_code=None, output=output, timed_out=False)
+        told = feedback(attempts_left) if attempts_left > 0 else ""
+        await self.record_check(label, attempt, outcome, 0.0, False, told, snapshot=snapshot)
         if attempts_left <= 0:
-            reason = f"no change made to the workspace in {phase.max_attempts} attempt(s)"
-            end_phase(self.emit, self.state, "failed", reason=reason)
+            end_phase(self.emit, self.state, "failed", reason=final)
+
+    def changed(self, since: str | None, now: str) -> bool:
+        return workspace_changed(self.workspace, since, now)
 
     async def restart_try(self) -> None:
         """``retry_fresh``: undo the failed try and start again from the phase's prompt. The

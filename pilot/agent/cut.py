@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from pilot import events as ev
-from pilot.agent.calls import new_call_id
+from pilot.agent.calls import answer_message, new_call_id
 from pilot.agent.seams import EventSink
 from pilot.agent.state import RunState
 from pilot.model.types import ModelResponse, Usage
@@ -74,21 +74,7 @@ def record_cut(
         )
         for position, call in enumerate(response.tool_calls)
     ]
-    emit(
-        ev.AssistantMessage(
-            step=step,
-            content=response.content,
-            reasoning=response.reasoning,
-            tool_calls=calls,
-            finish_reason=response.finish_reason,
-            usage=response.usage,
-            ttft_s=response.ttft_s,
-            duration_s=response.duration_s,
-            attempts=response.attempts,
-            endpoint=response.endpoint,
-        ),
-        commit=False,
-    )
+    emit(answer_message(step, response, calls, response.content, []), commit=False)
     emit(
         ev.AnswerCut(
             step=step,

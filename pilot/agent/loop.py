@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from pilot import events as ev
 from pilot.agent import calls as call_rules
 from pilot.agent.checks import PhaseChecks, workspace_changed
+from pilot.agent.conclude import baseline_due, run_baseline
 from pilot.agent.context import PromptCount, ServerCounts
 from pilot.agent.cut import cut_reason, record_cut, refuse_pending
 from pilot.agent.endings import (
@@ -39,7 +40,6 @@ from pilot.agent.images import Materializer
 from pilot.agent.media import image_fallback, place_images, request_messages
 from pilot.agent.phase_start import phase_prompt
 from pilot.agent.seams import (
-    CheckOutcome,
     EventSink,
     Reading,
     StopRequested,
@@ -59,7 +59,7 @@ from pilot.errors import (
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, WaitEvent
 from pilot.workflow.plan import Limits, PhasePlan, RunPlan
 
-__all__ = ["AgentLoop", "CheckOutcome", "EventSink", "StopRequested", "ToolExecutor"]
+__all__ = ["AgentLoop"]
 
 _T = TypeVar("_T")
 
@@ -167,6 +167,9 @@ class AgentLoop:
             await self.start_phase(state.next_phase_index)
             return
         phase = self.plan.phases[state.phase.index]
+        if baseline_due(state.phase, phase):
+            await run_baseline(self.checks, phase)
+            return
         if phase.check_after_edit and phase.check and state.phase.edited:
             await self.checks.check_edit(phase)
             return
@@ -379,19 +382,7 @@ class AgentLoop:
         # With calls, it waits for the first transaction its calls need: a mutating call's
         # tool_started, or the next step's model_request when every call is read-only.
         self.emit(
-            ev.AssistantMessage(
-                step=step,
-                content=reading.content,
-                reasoning=response.reasoning,
-                tool_calls=calls,
-                finish_reason=response.finish_reason,
-                usage=response.usage,
-                ttft_s=response.ttft_s,
-                duration_s=response.duration_s,
-                attempts=response.attempts,
-                repairs=reading.repairs,
-                endpoint=response.endpoint,
-            ),
+            call_rules.answer_message(step, response, calls, reading.content, reading.repairs),
             commit=not calls,
         )
         if calls:
@@ -404,10 +395,20 @@ class AgentLoop:
             schemas,
             empties=progress.tracker.consecutive_empty if progress else 1,
             previous=self.last_nudge(),
-            prompt=phase.prompt,
+            prompt=self.started_prompt(phase),
         )
         if reply is not None:
             self.emit(reply)
+
+    def started_prompt(self, phase: PhasePlan) -> str:
+        """The phase's prompt as it started (its ``context:`` output and located code in it),
+        for feedback built from the workspace's own paths and lines."""
+        progress, messages = self.state.phase, self.state.messages
+        if progress is not None and progress.message_index < len(messages):
+            content = messages[progress.message_index].get("content")
+            if isinstance(content, str):
+                return content
+        return phase.prompt
 
     def text_mode(self) -> bool:
         """Whether the model writes its calls as text (any call so far was recovered from

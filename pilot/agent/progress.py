@@ -24,6 +24,7 @@ from itertools import islice
 from typing import Any, Literal, NamedTuple
 
 from pilot import events as ev
+from pilot.workflow.plan import RunPlan
 from pilot.workflow.schema import RunLimits
 
 __all__ = [
@@ -65,6 +66,17 @@ class ProgressLimits:
             raise ValueError("repeat, alternation and no_progress must be at least 2")
         if self.no_progress_grace < 1 or self.max_nudges < 0:
             raise ValueError("no_progress_grace must be >= 1 and max_nudges >= 0")
+
+    @classmethod
+    def of_plan(cls, plan: RunPlan) -> ProgressLimits:
+        """The run's ``limits.max_no_progress_steps``, and each phase's own where it sets one."""
+        return cls(
+            no_progress=max(2, plan.max_no_progress_steps),
+            phases=tuple(
+                None if phase.max_no_progress_steps is None else max(2, phase.max_no_progress_steps)
+                for phase in plan.phases
+            ),
+        )
 
     def for_phase(self, index: int) -> ProgressLimits:
         """The limits phase ``index`` is watched with: its own ``no_progress`` if it has one."""

@@ -22,6 +22,7 @@ from pilot.events import (
     AnswerCut,
     AssistantMessage,
     AttemptRestarted,
+    CheckBaseline,
     CheckFinished,
     CheckStarted,
     Compaction,
@@ -88,6 +89,8 @@ class PhaseProgress:
     """Why the current try failed (an edit refused, the check failed): ``retry_fresh`` then
     starts again from the phase's prompt."""
     restarts: int = 0
+    baseline: CheckBaseline | None = None
+    """The check as the phase started, before any change (``pilot.agent.evidence``)."""
 
 
 MessageLoader = Callable[[list[Any]], None]
@@ -141,7 +144,9 @@ class RunState:
     steps: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    last_finish_reason: str | None = None
+    files_read: list[str] = field(default_factory=list)
+    """Files the run's successful calls named (read or changed): a survey's summary must name
+    one of them (``pilot.agent.evidence``)."""
     answer_cut: str | None = None
     """The last answer was cut by the output limit: what each of its calls gets instead of a
     run (``pilot.agent.cut``)."""
@@ -251,7 +256,6 @@ class RunState:
                 if not empty:  # an empty turn is asked again, not kept
                     self._add(assistant_message_dict(ev), self.last_seq)
                 self.pending_calls = list(ev.tool_calls)
-                self.last_finish_reason = ev.finish_reason
                 self.answer_cut = None
                 if self.phase is not None:
                     self.phase.compactions_in_a_row = 0
@@ -299,9 +303,13 @@ class RunState:
                     and ev.executed
                 ):
                     if ev.is_error:
-                        self.phase.failed_try = f"{ev.name} was refused"
+                        self.phase.failed_try = f"{ev.name} was refused: {gist(ev.output)}"
                     else:
                         self.phase.edited = True
+                if called and ev.executed and not ev.is_error:
+                    for path in paths_of(arguments):
+                        if path not in self.files_read:
+                            self.files_read.append(path)
                 if ev.name == "finish" and not ev.is_error and self.phase is not None:
                     self.phase.finish_called = True
                     self.phase.finish_summary = (
@@ -317,6 +325,15 @@ class RunState:
                     self._verdict(
                         self.phase.tracker.observe_call(name, arguments, output, True, ev.snapshot)
                     )
+            case CheckBaseline():
+                if ev.snapshot:
+                    self.snapshot = ev.snapshot
+                self.head = ev.head or self.head
+                if self.phase is not None:
+                    self.phase.baseline = ev
+                    if ev.snapshot:
+                        self.phase.start_snapshot = ev.snapshot
+                        self.phase.start_head = self.head
             case CheckStarted():
                 if self.phase is not None:
                     self.phase.check_in_flight = ev
@@ -332,7 +349,9 @@ class RunState:
                     self.phase.edited = False
                     self.phase.check_passed = ev.passed
                     if not ev.passed:
-                        self.phase.failed_try = f"`{ev.command}` failed after the edit"
+                        self.phase.failed_try = (
+                            f"`{ev.command}` failed after the edit: {gist(ev.output, last=True)}"
+                        )
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
                             self._add({"role": "user", "content": ev.feedback})
@@ -342,7 +361,9 @@ class RunState:
                     self.phase.check_attempts = ev.attempt
                     self.phase.check_passed = ev.passed
                     if not ev.passed:
-                        self.phase.failed_try = f"the check ({ev.command}) failed"
+                        self.phase.failed_try = (
+                            f"the check ({ev.command}) failed: {gist(ev.output, last=True)}"
+                        )
                         self.phase.finish_called = False
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
@@ -398,6 +419,9 @@ class RunState:
                     keep = phase.message_index + 1  # the history up to the phase's prompt
                     self.messages = self.messages[:keep]
                     self.message_seqs = self.message_seqs[:keep]
+                    # The try starts again from the prompt, told why the last one was undone:
+                    # without it, the same answer came back (one try gave it 10 times).
+                    self._add({"role": "user", "content": restart_note(ev.reason)})
                     phase.failed_try = None
                     phase.edited = False
                     phase.restarts += 1
@@ -502,6 +526,44 @@ def _finish_summary(state: RunState, call_id: str) -> str:
             if call["id"] == call_id:
                 return summary_of(call["function"]["arguments"])
     return ""
+
+
+GIST_CHARS = 400
+"""How much of an error a restarted try is told (its first or last lines)."""
+
+
+def gist(output: str, *, last: bool = False) -> str:
+    """A tool's or a check's output in brief: its first (or last) non-empty lines."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if last:
+        lines = lines[-4:]
+    text = " | ".join(lines[:4]).removeprefix("Error: ")
+    return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
+
+
+def restart_note(reason: str) -> str:
+    """What a fresh try of a ``retry_fresh`` phase is told after its prompt."""
+    return (
+        f"A previous try of this task was undone (the workspace is back as it was) because "
+        f"{reason}. Do not repeat that answer: make a different change."
+    )
+
+
+def paths_of(arguments: str) -> list[str]:
+    """The file paths a call's JSON arguments name (``path``, ``paths``, ``file``)."""
+    try:
+        values = json.loads(arguments)
+    except ValueError:
+        return []
+    if not isinstance(values, dict):
+        return []
+    found = []
+    for key in ("path", "paths", "file", "files"):
+        value = values.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item.strip() not in ("", ".", "./", "/"):
+                found.append(item.strip())
+    return found
 
 
 def summary_of(arguments: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from pilot import events as ev
 from pilot.agent.compaction import (
@@ -34,8 +34,6 @@ from pilot.errors import BadRequest, ConfigurationError, ContextOverflow
 from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage
 from pilot.workflow.plan import PhasePlan, RunPlan
-
-_T = TypeVar("_T")
 
 MAX_COMPACTIONS_IN_A_ROW = 3
 """Compactions without a model answer in between before the phase is given up (no doom loop)."""

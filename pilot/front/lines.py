@@ -7,6 +7,8 @@ prints :func:`plain_line` from the printer's thread and never pays for markup; t
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pilot import events as ev
 from pilot.run.confinement import is_unconfined
 
@@ -85,12 +87,8 @@ def event_parts(event: ev.Event, *, width: int = 110) -> list[tuple[str, str]]:
             verdict = "passes" if event.passed else f"fails (exit {event.exit_code})"
             text.append(f"check before any change {verdict}: {event.command}", style="magenta")
         case ev.PhaseEvidence():
-            verdict = "accepted" if event.accepted else "refused"
-            text.append(
-                f"evidence {verdict} ({event.rule})", style="green" if event.accepted else "red"
-            )
-            if event.items or event.reason:
-                text.append(f": {_short('; '.join([*event.items, event.reason][:4]), width - 40)}")
+            style = "green" if event.accepted else "red"
+            text.append(f"evidence {_short(event.line(), width - 30)}", style)
         case ev.Nudge():
             text.append(f"nudge ({event.reason})", style="yellow")
         case ev.PhaseFinished():
@@ -157,3 +155,18 @@ def short_endpoint(url: str) -> str:
 def _short(value: str, limit: int) -> str:
     flat = " ".join(value.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def local_time(value: datetime) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M")

@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 
 from pilot.environ import db_option
-from pilot.front.ui import format_duration
-from pilot.run.runner import RunOutcome
+from pilot.front.lines import format_duration
+from pilot.run.outcomes import RunOutcome
 from pilot.store.event_store import EventStore
 from pilot.workspace.snapshot import GitRepo, diff_snapshots
 

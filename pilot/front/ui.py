@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -20,7 +19,7 @@ from rich.text import Text
 from brain.urls import server_root
 from pilot import events as ev
 from pilot.agent.state import RunState
-from pilot.front.lines import PIPE_WIDTH, event_parts, short_endpoint
+from pilot.front.lines import PIPE_WIDTH, event_parts, format_duration, short_endpoint
 
 
 def event_line(event: ev.Event, *, width: int = 110) -> Text:
@@ -147,21 +146,6 @@ class LiveView:
         return Group(table, *lines, *([waiting] if waiting is not None else []))
 
 
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def local_time(value: datetime) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M")
-
-
 class ServerWatch:
     """The server's running/waiting requests and KV cache use, read from its /metrics in a
     background thread (a view must never slow the runs down)."""
@@ -272,3 +256,16 @@ class MultiRunView:
             return Group(header, table, *self.recent)
         servers = [Text(f"  {server.text}", style="cyan") for server in self.servers]
         return Group(header, *servers, table, *self.recent)  # one line per routed server
+
+
+def evidence_lines(events: Sequence[ev.Event]) -> list[str]:
+    """Per phase, what its end was judged on (its last ``phase_evidence``): ``pilot show``'s
+    closing list, so a success says what it rests on."""
+    names: dict[int, str] = {}
+    last: dict[int, ev.PhaseEvidence] = {}
+    for event in events:
+        if isinstance(event, ev.PhaseStarted):
+            names[event.index] = event.name
+        elif isinstance(event, ev.PhaseEvidence):
+            last[event.phase] = event
+    return [f"phase {names.get(i, i)}: evidence {last[i].line()}" for i in sorted(last)]

@@ -24,7 +24,7 @@ from typing import Any
 from pilot import environ
 from pilot import events as ev
 from pilot.agent.state import RunState
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     QUESTION,
     CheckResult,
@@ -112,7 +112,7 @@ def build_run_report(store: EventStore, record: RunRecord, *, db_option: str = "
         reason=record.status_reason,
         record_status=record.status,
         created_at=record.created_at,
-        params={k: v for k, v in record.params.items() if not k.startswith("__")},
+        params=dict(record.params),  # the user's own: launch facts are columns of the run
     )
     _History(report).read(stored)
     if stored:
@@ -191,6 +191,9 @@ class _History:
                 self._tool_finished(event)
             case ev.CheckFinished():
                 self._check_finished(event)
+            case ev.PhaseEvidence():
+                if event.phase in self.phases:
+                    self.phases[event.phase].evidence = event.line()
             case ev.PhaseFinished():
                 phase = self.phases.setdefault(
                     event.index, PhaseReport(index=event.index, name=event.name)
@@ -404,10 +407,11 @@ def run_servers(store: EventStore, endpoints: Sequence[str], until: datetime) ->
 def _brain_events(store: EventStore, report: RunReport) -> None:
     """The brain's server events inside the run's time window, of the servers the run used
     (its endpoints' ports): restarts, deaths, downtime. Another port's server is not this
-    run's trouble."""
+    run's trouble, nor is a replica of its fleet that it was given and never asked (a routed
+    run's answers say which servers it asked; without them, every endpoint it was given)."""
     start, end = report.first_at, report.last_at
     assert start is not None and end is not None
-    mine = run_servers(store, report.endpoints, end)
+    mine = run_servers(store, list(report.endpoint_requests) or report.endpoints, end)
     down_since: dict[str, datetime] = {}
     # Was a server already down when the run began? Its latest event before the window says.
     before = queries.server_events_before(store, start, limit=200)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pilot.front.ui import format_duration, short_endpoint
+from pilot.front.lines import format_duration, short_endpoint
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled", "limit")
 
@@ -47,6 +47,8 @@ class PhaseReport:
     checks_passed: int = 0
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    evidence: str = ""
+    """What the phase's end was judged on (its last ``phase_evidence``)."""
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from html import escape
 
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     OVERVIEW_COLUMNS,
     Interval,
@@ -162,6 +162,10 @@ def _phases(run: RunReport) -> str:
     html = "<h3>Phases</h3>" + _table(
         ["#", "phase", "outcome", "steps", "check attempts", "note"], rows, "phases"
     )
+    judged = [p for p in run.phases if p.evidence]
+    if judged:
+        items = "".join(f"<li>{escape(p.name)}: {escape(p.evidence)}</li>" for p in judged)
+        html += f"<h3>Evidence</h3><ul class='evidence'>{items}</ul>"
     for c in run.checks:
         verdict = "passed" if c.passed else ("timed out" if c.timed_out else "failed")
         css = "pass" if c.passed else "fail"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pilot.front.ui import format_duration
+from pilot.front.lines import format_duration
 from pilot.report.facts import (
     COMPACTION,
     LOOP_DETECTED,
@@ -94,6 +94,11 @@ def _run_markdown(run: RunReport) -> list[str]:
                 f"{_md(note)} |"
             )
         out.append("")
+        judged = [p for p in run.phases if p.evidence]
+        if judged:
+            out += ["### Evidence", ""]
+            out += [f"- {_md(p.name)}: {_md(p.evidence)}" for p in judged]
+            out.append("")
     if run.checks:
         out += ["### Checks", ""]
         for c in run.checks:

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,8 @@ from typing import Any
 from rich.console import Console
 
 from pilot.environ import state_dir
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store import layout
 from pilot.store.event_store import EventStore, LaunchFacts, RunRecord
 from pilot.workflow import (
@@ -43,6 +44,7 @@ __all__ = [
     "collect_params",
     "copy_sample_repo",
     "is_dry_run",
+    "keep_durability",
     "load_for_run",
     "load_stored",
     "preflight",
@@ -204,6 +206,16 @@ async def start_run(
         build_plan=plan_of,
         launch=launch,
     )
+
+
+def keep_durability(store: EventStore, record: RunRecord, given: str | None) -> RunRecord:
+    """The store set to commit as the run asks: its own durability, or ``given`` (the
+    user's ``--durability``), which is then kept with the run for its next resume."""
+    if given is not None and given != record.launch.durability:
+        store.set_launch(record.id, replace(record.launch, durability=given))
+        record = store.get_run(record.id)
+    store.use_durability(record.launch.durability)
+    return record
 
 
 def stored_endpoints(record: RunRecord) -> list[str]:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pilot.errors import ConfigurationError, MarathonError, WorkflowError
 from pilot.run.launch import EndpointOverride, Preflight, load_for_run
-from pilot.run.runner import Runner, RunOutcome
+from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore, LaunchFacts, RunRecord
 from pilot.workflow import LoadedWorkflow
 
@@ -33,6 +34,12 @@ def load_matrix(path: Path) -> list[dict[str, Any]]:
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
         raise WorkflowError(
             "a params matrix is a YAML list of mappings, one per run, e.g.\n"
+            "- {repo: ./a}\n- {repo: ./b}",
+            file=str(path),
+        )
+    if not data:
+        raise WorkflowError(
+            "the params matrix lists no runs; give one mapping of params per run, e.g.\n"
             "- {repo: ./a}\n- {repo: ./b}",
             file=str(path),
         )
@@ -138,6 +145,8 @@ async def drive_claimed(
     """Start a queued run, or resume one that was paused or orphaned."""
     from pilot.run.launch import load_stored, now_iso, resume_run, run_plan
 
+    if record.launch.durability == "full":  # never weaker than the run asks; a worker driving
+        runner.store.use_durability("full")  # several runs commits as its strongest does
     if record.last_seq > 0:
         return await resume_run(runner, record, endpoint=endpoint)
     loaded, _ = load_stored(record)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,8 @@ from pilot.agent.loop import AgentLoop
 from pilot.agent.progress import ProgressLimits
 from pilot.agent.seams import StopRequested, Tactics
 from pilot.agent.state import RunState, fold
-from pilot.errors import ConfigurationError, LeaseHeld, MarathonError
+from pilot.environ import state_dir
+from pilot.errors import ConfigurationError, MarathonError
 from pilot.failpoints import (
     checkpoint_every_from_env,
     die_now,
@@ -43,6 +43,13 @@ from pilot.redact import redact_for_storage
 from pilot.run.claims import checkpoint_problem
 from pilot.run.confinement import confinement
 from pilot.run.notify import notify_run_end
+from pilot.run.outcomes import (
+    RunOutcome,
+    status_of,
+    storage_full_outcome,
+    store_busy_outcome,
+)
+from pilot.run.session_stop import SessionStop
 from pilot.store import LaunchFacts, StoreError, StoreOperationalError, layout
 from pilot.store.checkpoint import (
     CHECKPOINT_EVERY,
@@ -75,71 +82,14 @@ from tools.registry import ToolRegistry, default_registry
 # every step's tool result use it, so a run loads it with its code, not inside its first fold.
 Observer = Callable[[str, int, ev.Event, RunState], None]
 
-EXIT_CODES = {
-    "succeeded": 0,
-    "paused": 0,
-    "failed": 1,
-    "limit": 3,
-    "cancelled": 4,
-    "server_unavailable": 75,
-    "storage_full": 74,
-}
-"""Process exit codes per outcome (2 is a usage or workflow error, from the CLI)."""
 COMMIT_WAIT_S = 0.05
 """How long held events wait for the next commit while the run waits: a read-only tool
 quicker than this shares its step's one transaction; a slower one is shown (and durable)
 while it runs."""
-STORAGE_FULL = "the database disk is full"
-STORAGE_BUSY = "the database is locked"
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    status: str
-    reason: str
-    state: RunState
-
-    @property
-    def exit_code(self) -> int:
-        if self.status == "paused" and self.reason.startswith("model server unavailable"):
-            return EXIT_CODES["server_unavailable"]
-        if self.status == "paused" and self.reason.startswith((STORAGE_FULL, STORAGE_BUSY)):
-            return EXIT_CODES["storage_full"]
-        return EXIT_CODES.get(self.status, 1)
-
-
-def storage_full_outcome(run_id: str, state: RunState) -> RunOutcome:
-    """The database cannot take one more write: say so (stderr, as nothing can be recorded)
-    and stop; the run resumes from its last committed event once there is room."""
-    reason = f"{STORAGE_FULL}: free space then `pilot resume {run_id}`"
-    print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", reason, state)
 
 
 PlanBuilder = Callable[[str], RunPlan]
 """Builds the run's plan once its id is known (prompts and the branch name may use it)."""
-
-
-def progress_limits(plan: RunPlan) -> ProgressLimits:
-    """The run's ``limits.max_no_progress_steps``, and each phase's own where it sets one."""
-    return ProgressLimits(
-        no_progress=max(2, plan.max_no_progress_steps),
-        phases=tuple(
-            None if phase.max_no_progress_steps is None else max(2, phase.max_no_progress_steps)
-            for phase in plan.phases
-        ),
-    )
-
-
-def _status_of(event: ev.Event) -> str | None:
-    if isinstance(event, ev.RunFinished):
-        return event.status
-    if isinstance(event, ev.RunPaused):
-        return "paused"
-    if isinstance(event, ev.RunStarted | ev.RunResumed):
-        return "running"
-    return None
 
 
 @dataclass
@@ -166,6 +116,14 @@ class Runner:
     """What the loop asks how to read imperfect answers (None: ``SmallModelTactics``)."""
     _clients: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _server_counts: dict[tuple, ServerCounts] = field(default_factory=dict, repr=False)
+    bells: set[asyncio.Event] = field(default_factory=set, repr=False)
+    """One per live run session: set when this process hears ``pilot cancel``'s signal, so
+    each run reads its status at once (``pilot.run.cancel_bell``)."""
+
+    def ring_bells(self) -> None:
+        """``pilot cancel`` signalled this process: every live run looks at its status now."""
+        for bell in self.bells:
+            bell.set()
 
     def artifacts_dir(self, run_id: str) -> Path:
         return layout.artifacts_dir(self.store, run_id)
@@ -175,15 +133,16 @@ class Runner:
 
     def state_paths(self) -> list[Path]:
         """What the sandbox hides from the agent's commands: the database and the folders of
-        checkpoints, artifacts and background logs (made now, so that they are hidden from
-        the first command on)."""
+        checkpoints and artifacts (made now, so that they are hidden from the first command
+        on) and of background logs (where they exist)."""
         root = layout.files_root(self.store)
-        folders = [root / "checkpoints", root / "artifacts", root / "logs"]
+        folders = [root / "checkpoints", root / "artifacts"]  # a run makes both anyway
         for folder in folders:
             private_dirs(folder)
+        logs = [root / "logs", state_dir() / "logs"]  # --detach's, hidden where they exist
         database = layout.sqlite_file(self.store)
         files = [Path(f"{database}{end}") for end in ("", "-wal", "-shm")] if database else []
-        return [*folders, *files]
+        return [*folders, *logs, *files]
 
     def _client(self, plan: RunPlan, run_id: str = "", previous: str | None = None) -> ModelClient:
         """One client (one HTTP connection pool) per endpoint, shared by this process's runs;
@@ -274,7 +233,7 @@ class Runner:
         try:
             plan = build_plan(run_id)
             run.plan = plan
-            run.state = RunState(progress_limits=progress_limits(plan))
+            run.state = RunState(progress_limits=ProgressLimits.of_plan(plan))
             repo, repository = self._prepare_workspace(run_id, plan)
             head = repo.head()
             base = take_snapshot(repo, run_id, "run start")
@@ -359,14 +318,16 @@ class Runner:
             self.store.release_lease(run_id, self.owner)
             raise
         state, checkpoint_seq = load_run_state(
-            self.store, run_id, self.checkpoint_dir(run_id), progress_limits(plan)
+            self.store, run_id, self.checkpoint_dir(run_id), ProgressLimits.of_plan(plan)
         )
         refused = None
         if checkpoint_seq is not None:
             refused = checkpoint_problem(self.store, run_id, state)
             if refused is not None:  # forged or stale: the events decide
                 delete_checkpoint(self.checkpoint_dir(run_id))
-                state = fold(self.store.load_events(run_id), progress_limits=progress_limits(plan))
+                state = fold(
+                    self.store.load_events(run_id), progress_limits=ProgressLimits.of_plan(plan)
+                )
                 checkpoint_seq = None
         delete_legacy(self.artifacts_dir(run_id))
         run = RunSession(self, run_id, plan, state)
@@ -421,14 +382,6 @@ class Runner:
         return repo
 
 
-def store_busy_outcome(run_id: str, state: RunState, exc: StoreBusy) -> RunOutcome:
-    """The database is locked by another process past the bound: like a full disk, nothing
-    can be recorded, so say so (stderr) and stop; the run resumes from its last event."""
-    reason = f"{exc}: `pilot resume {run_id}`"
-    print(f"error: {reason}", file=sys.stderr, flush=True)
-    return RunOutcome(run_id, "paused", f"{STORAGE_BUSY}: {reason}", state)
-
-
 class RunSession:
     """One sitting of a run in this process, from its start or resume until it stops: the
     emit path (fold, store, show), the held-back events, the checkpoints, the lease, and the
@@ -458,13 +411,14 @@ class RunSession:
         state has it at once, the store and the observers with the transaction, so nothing is
         shown that is not durable.
         """
+        event = self.honour_cancel(event)
         seq = self.state.last_seq + 1
         # Secrets never reach the store or the views; the live loop keeps the real text.
         stored, payload = redact_for_storage(
             event, self.plan.redact if self.plan is not None else (), ev.event_to_json
         )
         totals = self.totals
-        status = _status_of(event)
+        status = status_of(event)
         if status is not None:
             totals["status"] = status
             totals["status_reason"] = getattr(stored, "reason", "") or ""
@@ -483,6 +437,26 @@ class RunSession:
             isinstance(event, ev.RunPaused) and self.state.last_seq > self.checkpointed_seq
         ):
             self.checkpoint(payload)
+
+    def honour_cancel(self, event: ev.Event) -> ev.Event:
+        """A run asked to cancel never ends otherwise: its pause or its end (even one reached
+        before it heard the request) is recorded as cancelled."""
+        if not isinstance(event, ev.RunPaused | ev.RunFinished) or (
+            isinstance(event, ev.RunFinished) and event.status == "cancelled"
+        ):
+            return event
+        if not self.cancel_requested:
+            with contextlib.suppress(StoreError, StoreBusy, StoreOperationalError):
+                self.cancel_requested = self._cancel_requested()
+        if not self.cancel_requested:
+            return event
+        if isinstance(event, ev.RunPaused):
+            why = "stopped at its next safe point"
+        else:
+            why = f"it had {event.status} before it heard the request"
+        return ev.RunFinished(
+            status="cancelled", reason=f"cancelled by the user (pilot cancel): {why}"
+        )
 
     def checkpoint(self, last_payload: str) -> None:
         """Save the state (every event in it is committed; the last one's JSON is given) so
@@ -566,7 +540,7 @@ class RunSession:
 
     async def drive(self, repo: GitRepo) -> RunOutcome:
         runner = self.runner
-        stop = runner.stop or asyncio.Event()
+        stop = SessionStop(runner.stop)  # a cancel or a lost lease stops this run alone
         client = runner._client(self.plan, self.run_id, self.state.endpoint)
         executor = RegistryExecutor(
             registry=runner.registry,
@@ -595,7 +569,7 @@ class RunSession:
             executor,
             workspace,
             tactics=runner.tactics or SmallModelTactics(),
-            stop=stop,
+            stop=stop,  # type: ignore[arg-type]  # is_set and wait, as an Event
             server_counts=runner.server_counts(self.plan),
         )
         try:
@@ -666,11 +640,24 @@ class RunSession:
     def _cancel_requested(self) -> bool:
         return self.store.get_run(self.run_id).status == "cancelling"
 
-    async def _renew_lease(self, stop: asyncio.Event, lease_lost: asyncio.Event) -> None:
-        """Keep the lease while running; notice a cancel request or a lost lease."""
+    async def _renew_lease(self, stop: SessionStop, lease_lost: asyncio.Event) -> None:
+        """Keep the lease while running; notice a cancel request (at once when ``pilot
+        cancel`` rings this process, else at the next renewal) or a lost lease."""
         interval = max(0.2, self.runner.lease_seconds / 3)
+        bell = asyncio.Event()
+        self.runner.bells.add(bell)
+        try:
+            await self._renewals(stop, lease_lost, bell, interval)
+        finally:
+            self.runner.bells.discard(bell)
+
+    async def _renewals(
+        self, stop: SessionStop, lease_lost: asyncio.Event, bell: asyncio.Event, interval: float
+    ) -> None:
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(bell.wait(), interval)
+            bell.clear()
             ok = await asyncio.to_thread(
                 self.store.renew_lease,
                 self.run_id,
@@ -684,26 +671,3 @@ class RunSession:
             if await asyncio.to_thread(self._cancel_requested):
                 self.cancel_requested = True
                 stop.set()
-
-
-def request_cancel(store: EventStore, run_id: str) -> str:
-    """Cancel a run: a live one is asked to stop (it finishes as cancelled); else at once."""
-    record = store.get_run(run_id)
-    if record.status in ("succeeded", "failed", "cancelled", "limit"):
-        return f"run {run_id} already ended ({record.status})"
-    owner = lease_owner_id()
-    try:
-        store.acquire_lease(run_id, owner, seconds=30)
-    except LeaseHeld:
-        store.set_status(run_id, "cancelling", "cancel requested")
-        return f"run {run_id} is running; asked it to stop and finish as cancelled"
-    state = fold(store.load_events(run_id))
-    seq = state.last_seq + 1
-    store.append(
-        run_id,
-        seq,
-        ev.RunFinished(status="cancelled", reason="cancelled by the user"),
-        totals={},
-    )
-    store.release_lease(run_id, owner)
-    return f"run {run_id} cancelled"

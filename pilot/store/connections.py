@@ -57,7 +57,7 @@ def check_sqlite_file(path: Path) -> None:
                 f"{path} is not a SQLite database ({exc}); it was left unchanged. Point --db "
                 "or MARATHON_HOME at Marathon's own database, or move the file away"
             ) from None
-        raise
+        return  # locked, unreadable: the real open waits it out or says why
     finally:
         connection.close()
 

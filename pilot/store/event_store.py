@@ -11,8 +11,10 @@ Invariants:
 connection, the check that a file is ours), ``runs`` (the run rows), ``lease`` (who drives a
 run), ``sqlite_read`` and ``sqlite_append`` (a resume's and a step's statements on the held
 connection) and ``lock_wait`` (another process's lock waited out, a lost database named).
-Every public method that touches the database goes through ``lock_wait``: a lock or a
-stopped server ends in ``StoreBusy`` / ``StoreGone``, never in a traceback.
+Every public method that touches the database goes through ``lock_wait`` (a lock or a
+stopped server ends in ``StoreBusy`` / ``StoreGone``, never in a traceback), except the
+event streams (``iter_event_payloads`` and what reads through it), which are streamed from
+one connection and cannot be tried again half read.
 """
 
 from __future__ import annotations
@@ -297,17 +299,13 @@ class EventStore:
     def iter_event_payloads(self, run_id: str, *, after_seq: int = 0) -> Iterator[tuple[int, str]]:
         """The run's events after ``after_seq`` as stored: ``(seq, JSON)``, in order."""
         table = schema.events
-        query = (
-            select(table.c.seq, table.c.payload)
-            .where(table.c.run_id == run_id, table.c.seq > after_seq)
-            .order_by(table.c.seq)
-        )
-
-        def read() -> list[tuple[int, str]]:
-            with self.engine.connect() as conn:
-                return [(seq, payload) for seq, payload in conn.execute(query)]
-
-        yield from self.wait_out_locks(read)
+        with self.engine.connect() as conn:  # streamed: a long run's events never all in memory
+            rows = conn.execute(
+                select(table.c.seq, table.c.payload)
+                .where(table.c.run_id == run_id, table.c.seq > after_seq)
+                .order_by(table.c.seq)
+            )
+            yield from ((seq, payload) for seq, payload in rows)
 
     # -- leases -------------------------------------------------------------------------------
 

@@ -36,13 +36,36 @@ def shown_url(url: str) -> str:
 
 
 def state_dir_problem() -> str | None:
+    """What is wrong with ``$MARATHON_HOME``, if anything: a file, or a folder that cannot be
+    made where it is asked for (under a read-only or pseudo file system such as /proc)."""
     home = os.environ.get("MARATHON_HOME")
-    if home and Path(home).exists() and not Path(home).is_dir():
+    if not home:
+        return None
+    path = Path(home).expanduser()
+    if path.exists() and not path.is_dir():
         return (
             f"MARATHON_HOME={home} is a file, not a folder: point MARATHON_HOME at a folder "
             "(it is created if missing) or unset it to use ~/.local/state/marathon"
         )
+    if path.exists():
+        return None
+    parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    if not parent.is_dir() or not _can_make_in(parent):
+        return (
+            f"MARATHON_HOME={home} does not exist and cannot be created ({parent} takes no "
+            "new folders): point MARATHON_HOME at a writable folder or unset it to use "
+            "~/.local/state/marathon"
+        )
     return None
+
+
+def _can_make_in(folder: Path) -> bool:
+    """Whether a folder can be made in ``folder``: writable, on a file system that stores
+    files (/proc and /sys report no blocks and refuse them)."""
+    try:
+        return os.access(folder, os.W_OK) and os.statvfs(folder).f_blocks > 0
+    except OSError:
+        return False
 
 
 def _sqlite_path(url: str) -> Path | None:

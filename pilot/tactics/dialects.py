@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -268,6 +269,7 @@ def _block_definition(source: str) -> tuple[str, str, int] | None:
     """(name, code, statements left out) for a block holding exactly one top-level def or
     class: the code is its imports and that definition, without the rest (a usage example, a
     print) a model adds to show its fix."""
+    source = textwrap.dedent(source)  # a method written with its class's indentation
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

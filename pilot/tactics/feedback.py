@@ -8,7 +8,7 @@ repeated call sampled hotter. Pure functions.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pilot.tactics.dialects import DEFINITION_TOOL, PATH_RE, TextCallsResult
@@ -20,6 +20,20 @@ from pilot.tactics.fitting import call_shape
 
 
 _TICKED_RE = re.compile(r"`[^`]*`")
+
+
+_SHOWN_CODE_RE = re.compile(r"\(([^\s,()]+\.py), line \d+\):\n```python\n(.*?)\n```", re.DOTALL)
+
+
+def example_values(prompt: str, files_read: Sequence[str] = ()) -> dict[str, str]:
+    """Real values for example calls: the file and a line of the code the phase's prompt
+    shows (``locate``), else the file the prompt names or the first one the run read."""
+    shown = _SHOWN_CODE_RE.search(prompt)
+    if shown:
+        lines = [line for line in shown.group(2).splitlines() if line.strip()]
+        return {"path": shown.group(1), "old": lines[-1] if lines else ""}
+    path = example_path(prompt) or next(iter(files_read), None)
+    return {"path": path} if path else {}
 
 
 def example_path(prompt: str) -> str | None:
@@ -42,6 +56,7 @@ def no_call_feedback(
     *,
     content: str = "",
     path: str | None = None,
+    values: Mapping[str, str] | None = None,
 ) -> str:
     """A specific answer to a turn with text but no runnable call, never the same twice in a row.
 
@@ -87,16 +102,16 @@ def no_call_feedback(
     )
     parts.append(
         f"Answer with one tool call as JSON, for example "
-        f"{call_shape(example, schemas.get(example), path=path)}{done}"
+        f"{call_shape(example, schemas.get(example), path=path, values=values)}{done}"
     )
     text = "\n".join(parts)
     if previous is not None and text.strip() == previous.strip():
         others = [t for t in tools if t not in (example, "finish")]
         alt = others[len(previous) % len(others)] if others else example
+        shape = call_shape(alt, schemas.get(alt), path=path, values=values)
         text = (
             "Your answer again held no tool call that could be run. Write only the JSON of "
-            f"the call, nothing else, e.g. {call_shape(alt, schemas.get(alt), path=path)}. "
-            f"Tools: {listed}."
+            f"the call, nothing else, e.g. {shape}. Tools: {listed}."
         )
     return text
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,22 +95,46 @@ def resolve_tool_name(name: str, known: Collection[str]) -> tuple[str | None, st
     return None, None
 
 
-def _placeholder(prop: dict[str, Any]) -> str:
+DESCRIBED = {
+    "path": "a file path from the repository",
+    "old": "the exact lines to replace, copied from the file",
+    "new": "the lines that replace them",
+    "summary": "what was done, naming the files read or changed",
+    "command": "python -m pytest -q",
+    "content": "the whole new content of the file",
+    "code": "the whole corrected function",
+    "message": "what changed and why",
+    "pattern": "def name_to_find",
+}
+"""What a string argument of an example call says when the workspace gives no real value:
+words a model can act on. ``"..."`` was copied as is (67 of 136 edit_file calls this round)."""
+
+
+def _placeholder(key: str, prop: dict[str, Any]) -> str:
     kind = prop.get("type", "any")
     if isinstance(kind, list):
         kind = "|".join(str(k) for k in kind)
-    return {"string": '"..."', "integer": "1", "number": "1", "boolean": "true"}.get(
-        str(kind), f"<{kind}>"
-    )
+    if str(kind) == "string":
+        return json.dumps(DESCRIBED.get(key, f"the {key.replace('_', ' ')}"))
+    return {"integer": "1", "number": "1", "boolean": "true"}.get(str(kind), "null")
 
 
-def call_shape(name: str, schema: dict[str, Any] | None, *, path: str | None = None) -> str:
-    """The exact JSON a model should write to call ``name``, optional arguments marked; a
-    ``path`` argument shows ``path`` when given (a small model copies ``"..."`` as is)."""
+def call_shape(
+    name: str,
+    schema: dict[str, Any] | None,
+    *,
+    path: str | None = None,
+    values: Mapping[str, str] | None = None,
+) -> str:
+    """The exact JSON a model should write to call ``name``, optional arguments marked. Its
+    values are the workspace's own where known (``path``; ``values``: a real line of a real
+    file as ``old``), else words saying what goes there: a small model copies an example as
+    it is, so an example must never hold ``"..."`` or ``<file>``."""
     props = (schema or {}).get("properties", {}) or {}
     required = set((schema or {}).get("required", []) or [])
+    known = {**({"path": path} if path else {}), **(values or {})}
     parts = [
-        f'"{k}": {json.dumps(path) if k == "path" and path else _placeholder(v)}'
+        f'"{k}": {json.dumps(known[k]) if known.get(k) else _placeholder(k, v)}'
         for k, v in props.items()
         if k in required
     ]

@@ -13,6 +13,8 @@ import re
 
 MAX_NAMES = 3
 MAX_LINES = 40
+FRAME_REACH = 200
+"""How far below a ``def`` a traceback's line may be and still be taken as inside it."""
 
 _CALL_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _NOT_TARGETS = frozenset(
@@ -100,6 +102,43 @@ def first_hit(grep_output: str, *, method: bool = False) -> tuple[str, int] | No
         indented = [h for h in hits if h[2][:1].isspace()]
         hits = indented or hits
     return (hits[0][0], hits[0][1]) if hits else None
+
+
+_LOCATION_RE = re.compile(r"^(\S+?\.py):(\d+):", re.MULTILINE)
+
+
+def frame_hit(output: str, grep_output: str) -> tuple[str, int] | None:
+    """(path, line) of the ``def`` whose body a failure's traceback ran in: pytest ends each
+    frame with its ``path:line:`` location, and of the definitions grep found, the one in the
+    same file that starts last before that line holds it. A name several classes define
+    (``FIFOCache.popitem``, ``LRUCache.popitem``) is so taken where it failed, not where grep
+    met it first. None when no frame falls in a found definition."""
+    defs: list[tuple[str, int]] = []
+    for line in grep_output.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[1].isdigit():
+            defs.append((parts[0].removeprefix("./"), int(parts[1])))
+    frames = [
+        (m.group(1).removeprefix("./"), int(m.group(2))) for m in _LOCATION_RE.finditer(output)
+    ]
+    for path, line in reversed(frames):  # the deepest frame is the last
+        if _is_test_path(path):
+            continue
+        before = [d for d in defs if _same_file(d[0], path) and 0 <= line - d[1] <= FRAME_REACH]
+        if before:
+            return max(before, key=lambda d: d[1])
+    return None
+
+
+def _same_file(found: str, framed: str) -> bool:
+    """A grep path (from the workspace root) and a traceback path (from pytest's rootdir, or
+    absolute) name one file."""
+    return found == framed or framed.endswith("/" + found) or found.endswith("/" + framed)
+
+
+def _is_test_path(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or "/tests/" in f"/{path}"
 
 
 def definition_block(text: str) -> str:

@@ -86,7 +86,7 @@ class SmallModelTactics:
             )
         content = response.content
         reading = Reading(calls, content, repairs)
-        if calls or not content or response.finish_reason == "length":
+        if calls or not content:
             return reading
         found = extract_text_tool_calls(content, schemas)
         reading.seen = found
@@ -135,6 +135,7 @@ class SmallModelTactics:
             previous=previous,
             content=content or "",
             path=feedback.example_path(prompt),
+            values=feedback.example_values(prompt),
         )
         return ev.Nudge(reason="no_tool_call", text=text)
 
@@ -155,7 +156,9 @@ class SmallModelTactics:
         sections = []
         for k, name in enumerate(locate.focus(locate.failing_names(output), prompt)):
             found = await run(locate.definition_search(name), 60, f"locate-{k}")
-            hit = locate.first_hit(found.output, method=locate.called_as_method(output, name))
+            hit = locate.frame_hit(output, found.output) or locate.first_hit(
+                found.output, method=locate.called_as_method(output, name)
+            )
             if hit is None:
                 continue
             path, line = hit

@@ -1,10 +1,12 @@
 """The workflow wing: a workflow file, from YAML text to the plan one run follows.
 
-Modules, by concern: ``schema`` (what a workflow may say, pydantic), ``source`` (a file's
+Modules, by concern: ``schema`` (what a workflow may say, pydantic; its ``model`` section in
+``model_section``, what the sections share in ``fields``), ``source`` (a file's
 text and its YAML with positions, read by ``brain.yaml_source``), ``load`` (YAML -> validated
 workflow, every error located at file:line), ``params`` (``--param`` text and params files,
-typed by the workflow), ``templating`` (sandboxed, strict Jinja), ``render`` (the templates
-rendered for one run) and ``plan`` (``RunPlan`` and ``build_plan``: what the loop needs).
+typed by the workflow), ``templating`` (sandboxed, strict Jinja; ``template_limits``: bounded
+in size and time), ``render`` (the templates rendered for one run) and ``plan`` (``RunPlan``
+and ``build_plan``: what the loop needs).
 
 It must not touch the store, the model server or the workspace: loading a workflow has no
 side effects, so ``--dry-run`` and ``pilot check`` can load anything safely (``build_plan``

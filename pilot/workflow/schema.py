@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -30,7 +28,21 @@ from pydantic import (
     model_validator,
 )
 
-from pilot.model.settings import client_default
+from pilot.workflow.fields import (
+    DEFAULT_ENDPOINT,
+    EXTENSION_PREFIX,
+    FORMAT_VERSION,
+    PARAM_TYPES,
+    Duration,
+    EnvEntry,
+    Loc,
+    ParamName,
+    RedactPattern,
+    Strict,
+    check_slug,
+    parse_duration,
+)
+from pilot.workflow.model_section import ModelSettings, check_endpoint_url
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -51,128 +63,11 @@ __all__ = [
     "parse_duration",
 ]
 
-#: The workflow file format this code reads. Bumped only with a migration, so files
-#: written for an older release keep loading (configuration drift breaks overnight runs).
-FORMAT_VERSION = 1
-
-#: Where the brain serves by default; used when the model section names neither an
-#: endpoint nor a profile.
-DEFAULT_ENDPOINT = "http://127.0.0.1:8000/v1"
-
-#: Top-level keys starting with this are ignored: the place for YAML anchors
-#: (``x-limits: &small {max_steps: 10}``), as Docker Compose does it.
-EXTENSION_PREFIX = "x-"
-
-PARAM_TYPES = ("string", "integer", "number", "boolean", "path", "choice", "list")
-
-#: A location inside the workflow data: keys and list indexes, like pydantic's ``loc``.
-Loc = tuple[str | int, ...]
-
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_*?\[][A-Za-z0-9_*?\[\]!]*$")  # a name or an fnmatch glob
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)", re.IGNORECASE)
-_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-# Names of dict methods: a param with one of these names would be shadowed in
-# templates (`params.items` is the method), so such names are refused.
-_DICT_METHODS = frozenset(n for n in dir(dict) if not n.startswith("_"))
-
-
-def parse_duration(value: Any) -> Any:
-    """Turn ``90``, ``"90s"``, ``"30m"``, ``"8h"``, ``"1h30m"``, ``"2d"`` into seconds.
-
-    Accepting units matters because wall-time limits are written in hours and
-    timeouts in seconds; plain numbers are seconds. Anything else is left for
-    pydantic to reject with a readable message.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 90, '90s', '30m' or '8h', got {value!r}")
-    if isinstance(value, int | float):
-        return value
-    if isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            return float(text)
-        if text and re.fullmatch(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+", text, re.IGNORECASE):
-            return sum(
-                float(n) * _DURATION_UNITS[u.lower()] for n, u in _DURATION_PART.findall(text)
-            )
-        raise ValueError(
-            f"expected a duration like 90, '90s', '30m', '8h' or '1h30m', got {value!r}"
-        )
-    return value
-
-
-_DURATION_SCHEMA = {
-    "anyOf": [
-        {"type": "number", "exclusiveMinimum": 0},
-        {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*)+$"},
-    ],
-    "description": "seconds, or a duration with units: '90s', '30m', '8h', '1h30m', '2d'",
-}
-
-#: Seconds, written as a number or with units; always > 0.
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    Field(gt=0),
-    WithJsonSchema(_DURATION_SCHEMA),
-]
-
-
-def _check_param_name(name: str) -> str:
-    if not _IDENT.match(name):
-        raise ValueError(
-            f"param name {name!r} must be an identifier (letters, digits, '_'; "
-            "not starting with a digit) so templates can say params.NAME"
-        )
-    if name in _DICT_METHODS:
-        raise ValueError(
-            f"param name {name!r} would be shadowed by the dict method of that name "
-            "in templates; rename it"
-        )
-    return name
-
-
-def _check_env_entry(name: str) -> str:
-    if not _ENV_NAME.match(name):
-        raise ValueError(
-            f"{name!r} is not an environment variable name or glob (like HOME or PYTHON*)"
-        )
-    return name
-
-
-def _check_redact_pattern(pattern: str) -> str:
-    from pilot.redact import compile_pattern
-
-    compile_pattern(pattern)
-    return pattern
-
-
-ParamName = Annotated[str, AfterValidator(_check_param_name)]
-EnvEntry = Annotated[str, AfterValidator(_check_env_entry)]
-RedactPattern = Annotated[str, AfterValidator(_check_redact_pattern)]
-
-
-def _check_slug(value: str, what: str) -> str:
-    if not _SLUG.match(value):
-        raise ValueError(
-            f"{what} {value!r} must be a short slug: lowercase letters, digits, '-' or '_', "
-            "starting with a letter or digit (like 'refactor-repo')"
-        )
-    return value
-
-
-class _Strict(BaseModel):
-    """Base for every section: unknown keys are errors, values are not coerced silently."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
-
 
 # --------------------------------------------------------------------------- params
 
 
-class ParamSpec(_Strict):
+class ParamSpec(Strict):
     """One typed parameter, set on the command line with ``--param NAME=VALUE``."""
 
     type: Literal["string", "integer", "number", "boolean", "path", "choice", "list"] = Field(
@@ -288,170 +183,10 @@ def coerce_param(spec: ParamSpec, value: Any) -> Any:
     return text
 
 
-# --------------------------------------------------------------------------- model
-
-
-def check_endpoint_url(value: str) -> str:
-    """An OpenAI base URL (``http(s)://host[:port]/...``), without its trailing slash."""
-    if "{{" in value or "{%" in value:
-        raise ValueError(
-            f"endpoint {value!r} is not a template (only prompts, checks, system, workspace and "
-            "images are); write the URL itself, or give it with `pilot run --endpoint URL`"
-        )
-    if not re.match(r"^https?://[^\s/]+", value):
-        raise ValueError(f"endpoint {value!r} must be an http(s) URL like {DEFAULT_ENDPOINT!r}")
-    from urllib.parse import urlsplit
-
-    try:
-        urlsplit(value).port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise ValueError(
-            f"endpoint {value!r} has a port that is not a number; write it like "
-            f"{DEFAULT_ENDPOINT!r}"
-        ) from None
-    return value.rstrip("/")
-
-
-EndpointURL = Annotated[str, AfterValidator(check_endpoint_url)]
-
-
-class ModelSettings(_Strict):
-    """Which server and model answer, how to sample, and how long to wait for it."""
-
-    endpoint: str | None = Field(
-        None,
-        description=(
-            "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1. "
-            "At most one of endpoint/endpoints/profile; none means " + DEFAULT_ENDPOINT + "."
-        ),
-    )
-    endpoints: list[EndpointURL] | None = Field(
-        None,
-        json_schema_extra={"minItems": 1},
-        description=(
-            "Several OpenAI-compatible base URLs serving the same model, instead of "
-            "endpoint/profile. Each run sticks to one of them (the least loaded when it "
-            "starts) while that server answers, and moves to another when it dies."
-        ),
-    )
-    profile: str | None = Field(
-        None, description="A brain profile name (e.g. gemma4-e4b-mtp); the pilot starts it."
-    )
-    fleet: str | None = Field(
-        None,
-        description="A running brain fleet (`brain up PROFILE --replicas N`): its replicas' "
-        "endpoints, routed like `endpoints`.",
-    )
-    name: str = Field("auto", description="Served model name, or auto = first from /v1/models.")
-    api_key_env: str | None = Field(
-        None, description="Environment variable holding the API key, if the server wants one."
-    )
-    temperature: float = Field(0.2, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling; null = server.")
-    seed: int | None = Field(None, description="Sampling seed, for reproducible runs.")
-    max_tokens: int = Field(2048, gt=0, description="Completion tokens per request.")
-    request_timeout: Duration = Field(
-        client_default("request_timeout"), description="Seconds for a whole request."
-    )
-    idle_timeout: Duration = Field(
-        client_default("idle_timeout"),
-        description="Seconds without a streamed byte before the stream is cut and retried.",
-    )
-    server_wait: Duration = Field(
-        client_default("server_wait"),
-        description="How long to keep waiting for a dead or restarting server.",
-    )
-    context_window: int | None = Field(
-        None,
-        ge=256,
-        description="The served context window in tokens, overriding what the server says. "
-        "For servers that report none (llama-cpp-python, LM Studio, Ollama before a model "
-        "is loaded): set it to the server's --n_ctx / num_ctx so requests are budgeted from "
-        "the first step.",
-    )
-    context_margin: int = Field(
-        256, ge=0, description="Tokens kept free below the served max_model_len, for safety."
-    )
-    stream_interval: int | None = Field(
-        None,
-        ge=1,
-        description="Tokens vLLM batches into each streamed chunk (its request field "
-        "stream_interval, vLLM >= 0.33; the first and last chunks still come at once). 8-16 "
-        "cuts the per-token HTTP work of server and pilot when many runs share a server; "
-        "null = the server's --stream-interval (1 by default).",
-    )
-    vision: bool | None = Field(
-        None,
-        description="Whether the model takes images (view_image, phase images); null = ask "
-        "the server profile, else try and learn from the server's answer.",
-    )
-
-    @field_validator("endpoint")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        return check_endpoint_url(value) if value is not None else value
-
-    @field_validator("endpoints")
-    @classmethod
-    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not value:
-            raise ValueError(
-                "list at least one server, like [http://127.0.0.1:8000/v1, "
-                "http://127.0.0.1:8001/v1]; or leave `endpoints` out"
-            )
-        return value
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _IDENT.match(value):
-            raise ValueError(
-                f"api_key_env {value!r} must be the *name* of an environment variable "
-                "(like OPENAI_API_KEY), not the key itself"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _one_target(self) -> ModelSettings:
-        # The targets are exclusive: endpoint, endpoints, fleet or profile (a fleet becomes
-        # endpoints in pilot.workflow.plan.model_targets, when the run starts).
-        if self.fleet is not None:
-            other = next(
-                (
-                    key
-                    for key in ("endpoint", "endpoints", "profile")
-                    if getattr(self, key) is not None
-                ),
-                None,
-            )
-            if other is not None:
-                raise ValueError(
-                    f"give either `fleet` (a running brain fleet) or `{other}`, not both"
-                )
-            return self
-        if self.endpoints is not None:
-            other = next(
-                (key for key in ("endpoint", "profile") if getattr(self, key) is not None), None
-            )
-            if other is not None:
-                raise ValueError(
-                    f"give either `endpoints` (several servers of one model) or `{other}`, not both"
-                )
-            return self
-        if self.endpoint is not None and self.profile is not None:
-            raise ValueError(
-                "give either `endpoint` (a running server) or `profile` (a brain profile "
-                "to start), not both"
-            )
-        if self.endpoint is None and self.profile is None:
-            object.__setattr__(self, "endpoint", DEFAULT_ENDPOINT)
-        return self
-
-
 # --------------------------------------------------------------------------- workspace
 
 
-class WorkspaceSettings(_Strict):
+class WorkspaceSettings(Strict):
     """The directory the agent works in; all tool paths are confined to it."""
 
     path: str = Field(
@@ -553,7 +288,7 @@ ToolList = Annotated[
 # --------------------------------------------------------------------------- limits
 
 
-class RunLimits(_Strict):
+class RunLimits(Strict):
     """Caps on the whole run. Every run is capped: unattended means nobody stops it."""
 
     max_steps: int = Field(200, gt=0, description="Model requests over the whole run.")
@@ -569,7 +304,7 @@ class RunLimits(_Strict):
     )
 
 
-class PhaseLimits(_Strict):
+class PhaseLimits(Strict):
     """Caps on one phase; unset fields are limited only by the run's limits."""
 
     max_steps: int | None = Field(None, gt=0)
@@ -581,7 +316,7 @@ class PhaseLimits(_Strict):
 # --------------------------------------------------------------------------- phases
 
 
-class Phase(_Strict):
+class Phase(Strict):
     """One step of the workflow: a prompt, the tools it may use, and what "done" means."""
 
     name: str = Field(description="Unique slug, shown in reports and used by `--from-phase`.")
@@ -649,7 +384,7 @@ class Phase(_Strict):
     @field_validator("name")
     @classmethod
     def _slug(cls, value: str) -> str:
-        return _check_slug(value, "phase name")
+        return check_slug(value, "phase name")
 
     @field_validator("prompt")
     @classmethod
@@ -685,7 +420,7 @@ class Phase(_Strict):
 END_STATUSES = ("succeeded", "failed", "limit", "cancelled", "paused")
 
 
-class NotifySettings(_Strict):
+class NotifySettings(Strict):
     """A command run when a run ends, e.g. a webhook: ``curl -fsS -d @- https://ntfy.sh/x``."""
 
     command: str = Field(
@@ -705,7 +440,7 @@ class NotifySettings(_Strict):
         return {"command": value} if isinstance(value, str) else value
 
 
-class Workflow(_Strict):
+class Workflow(Strict):
     """A workflow file: typed params, model, workspace, tools, limits and ordered phases."""
 
     version: int = Field(
@@ -754,7 +489,7 @@ class Workflow(_Strict):
     @field_validator("name")
     @classmethod
     def _slug(cls, value: str) -> str:
-        return _check_slug(value, "workflow name")
+        return check_slug(value, "workflow name")
 
     @field_validator("version")
     @classmethod

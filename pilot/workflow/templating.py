@@ -24,6 +24,12 @@ from jinja2 import StrictUndefined, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
 from pilot.errors import WorkflowError
+from pilot.workflow.template_limits import (
+    LimitedEnvironment,
+    TemplateTooCostly,
+    bounded_filters,
+    render_bounded,
+)
 
 __all__ = [
     "RunContext",
@@ -113,7 +119,7 @@ def make_environment(*, commands: bool = False) -> SandboxedEnvironment:
     by design (``{{ params.test_command | raw }}``). ``shell_quote`` quotes explicitly
     (anywhere, and never twice).
     """
-    env = SandboxedEnvironment(
+    env = LimitedEnvironment(
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -123,6 +129,7 @@ def make_environment(*, commands: bool = False) -> SandboxedEnvironment:
     )
     env.filters["shell_quote"] = _shell_quote
     env.filters["raw"] = _raw
+    bounded_filters(env.filters)
     return env
 
 
@@ -164,7 +171,7 @@ class WorkflowTemplate:
         if self.template is None:
             return self.source
         try:
-            return self.template.render(context)
+            return render_bounded(self.template, context)
         except Exception as exc:  # any template failure is the workflow's, mapped once here
             raise self.error(_template_line(exc), _describe_render_error(exc)) from exc
 
@@ -318,6 +325,8 @@ def _template_line(exc: BaseException) -> int | None:
 def _describe_render_error(exc: BaseException) -> str:
     if isinstance(exc, jinja2.UndefinedError):
         return f"template refers to something undefined: {exc.message}"
+    if isinstance(exc, TemplateTooCostly):
+        return f"template refused: {exc} (a template is bounded in size and time)"
     if isinstance(exc, jinja2.exceptions.SecurityError):
         return f"template does something the sandbox forbids: {exc}"
     return f"template failed to render: {type(exc).__name__}: {exc}"

@@ -197,9 +197,8 @@ class GitWorkspace:
 
     def restore(self, snapshot: str, head: str | None) -> None:
         restore_snapshot(self.repo, self.run_id, snapshot, head)
-        if self.watch is not None:
-            self.watch.take()
-            self._watching = False  # the next snapshot refreshes the whole tree
+        self.close()
+        self._watching = False  # the next snapshot refreshes the whole tree, and watches anew
 
     def close(self) -> None:
         """Stop watching (the run's sitting is over)."""
@@ -215,3 +214,8 @@ class GitWorkspace:
         ):
             return False
         return bool(snapshot_diff(self.repo, since, now, "--name-only"))
+
+    def diff(self, since: str, now: str) -> str:
+        """The change between two snapshots as a patch, build artefacts aside: what a phase's
+        evidence is judged on (a deleted test, a comment-only edit: ``pilot.agent.evidence``)."""
+        return snapshot_diff(self.repo, since, now, "--patch")

@@ -1,0 +1,58 @@
+"""The shipped workflows' prompts say what to do, never how to write a call: the call syntax
+belongs to the mode (the server's tool parser, or the pilot's feedback for text calls), and a
+syntax in the prompt was copied placeholder and all (``"..."``, ``<file>``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+WORKFLOWS = sorted((Path(__file__).resolve().parents[1] / "workflows").glob("*.yaml"))
+SYNTAX = ['{"name"', '"arguments"', "```", '"..."', "<file>", "<path>", "<tool_call>"]
+
+
+def prompts(path: Path) -> list[tuple[str, str]]:
+    data = yaml.safe_load(path.read_text())
+    found = [("system", data.get("system") or "")]
+    for phase in data.get("phases") or []:
+        found.append((f"phase {phase['name']}", phase.get("prompt") or ""))
+    return found
+
+
+def test_there_are_shipped_workflows() -> None:
+    assert len(WORKFLOWS) >= 3
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_a_shipped_prompt_says_nothing_about_call_syntax(path: Path) -> None:
+    for where, text in prompts(path):
+        for mark in SYNTAX:
+            assert mark not in text, f"{path.name} {where} holds {mark!r}"
+
+
+def test_the_survey_lists_the_package_before_licences_and_metadata(tmp_path: Path) -> None:
+    import subprocess
+
+    data = yaml.safe_load((WORKFLOWS[0].parent / "refactor_repo.yaml").read_text())
+    [command] = next(p for p in data["phases"] if p["name"] == "survey")["context"]
+    files = ["AUTHORS.md", "LICENSE", "versioneer.py", "setup.py", "docs/conf.py",
+             "inflection/__init__.py", "inflection/core.py", "tests/test_core.py"]  # fmt: skip
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+    listed = subprocess.run(
+        command, shell=True, cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert listed[:3] == ["inflection/__init__.py", "inflection/core.py", "tests/test_core.py"]
+    assert sorted(listed) == sorted(files), "every file still listed, once"
+
+
+def test_the_task_suites_system_prompt_says_nothing_about_call_syntax() -> None:
+    from bench.tasks.agents import SYSTEM_MARATHON
+
+    for mark in SYNTAX:
+        assert mark not in SYSTEM_MARATHON, mark
