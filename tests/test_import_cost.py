@@ -1,7 +1,8 @@
 """What each command imports, read from a real ``pilot`` process (``python -X importtime``):
 the commands a person types to look (``--help``, ``runs``, ``show``) load neither the model
-client (openai, httpx, tenacity) nor the ORM, and ``--help`` not even the store; the model
-client's libraries come with its first request, not with ``import pilot.model.client``.
+client (openai, httpx, tenacity) nor the ORM, ``runs`` on SQLite no SQLAlchemy at all, and
+``--help`` not even the store; the model client's libraries come with its first request, not
+with ``import pilot.model.client``.
 
 The cost itself (CPU seconds) is a bench figure (bench/README.md), never asserted here; the
 import graph is what keeps it low, and it is asserted exactly.
@@ -74,6 +75,8 @@ def test_looking_at_runs_imports_neither_the_model_client_nor_the_orm(
     assert loaded(names, *CLIENT_LIBRARIES, "sqlalchemy.orm") == []  # Core, never the ORM
     if command == "runs":  # a table of rows: no fold, no workflow schema, no rich views
         assert loaded(names, "pilot.agent.state", "pilot.workflow", "pilot.front.ui") == []
+        # nor SQLAlchemy at all: a SQLite store's rows read through sqlite3 (issue 35)
+        assert loaded(names, "sqlalchemy", "pilot.store.event_store") == []
 
 
 CLIENT_FIRST_REQUEST = """

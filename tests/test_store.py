@@ -134,6 +134,57 @@ def test_a_run_read_straight_from_sqlite_is_the_record_the_statement_gives(
     assert store.get_run(bare).lease_owner is None and store.find_run("bus") == record
 
 
+def test_runs_listed_straight_from_sqlite_are_the_records_the_store_lists(
+    tmp_path: Path,
+) -> None:
+    """``pilot runs`` reads a SQLite store through sqlite3 alone (``sqlite_list``): the same
+    records, in the same order and limit, as ``EventStore.list_runs``: dates aware, JSON
+    params and endpoints, the launch facts, the lease and the last event's seq and time."""
+    from pilot.store import sqlite_list
+    from pilot.store.event_store import LaunchFacts
+
+    store = make_store(tmp_path)
+    bare = new_run(store, owner=None, run_id="bare0001")
+    busy = new_run(store, run_id="busy0002")
+    store.append(busy, 1, ev.PhaseStarted(index=0, name="p", prompt="go"), totals={"phase": "p"})
+    store.append(busy, 2, ev.ModelRequest(step=1, messages=2), totals={"steps": 1})
+    facts = LaunchFacts("2026-12-06T10:00:00+00:00", "/w", ("http://127.0.0.1:9/v1",), True)
+    store.create_run(
+        workflow_name="wf",
+        workflow_path="wf.yaml",
+        workflow_text="name: wf",
+        params={"n": [1, "x"]},
+        workspace="/tmp/y",
+        owner=None,
+        status="queued",
+        run_id="queu0003",
+        origin="queue",
+        launch=facts,
+    )
+    path = tmp_path / "m.db"
+    listed = sqlite_list.list_runs(path, 10)
+    assert listed == store.list_runs(limit=10) and len(listed) == 3
+    assert sqlite_list.list_runs(path, 2) == store.list_runs(limit=2)
+    by_id = {r.id: r for r in listed}
+    assert by_id[busy].last_seq == 2 and by_id[busy].updated_at > by_id[busy].created_at
+    assert by_id[bare].lease_owner is None and by_id["queu0003"].launch == facts
+    assert by_id[busy].lease_expires_at is not None and by_id[busy].created_at.tzinfo
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_old_store_is_not_listed_straight_from_sqlite(tmp_path: Path, version: int) -> None:
+    """A file to migrate answers None (``pilot runs`` then opens the store, which migrates
+    it), and is left as it was."""
+    from pilot.store import sqlite_list
+
+    old_store(tmp_path, version=version)
+    assert sqlite_list.list_runs(tmp_path / "m.db", 10) is None
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        assert conn.execute("SELECT version FROM marathon_schema").fetchall() == [(version,)]
+    conn.close()
+    assert [r.id for r in make_store(tmp_path).list_runs(limit=10)][-1] == "old00001"
+
+
 def test_the_lease_taken_straight_from_sqlite_writes_what_the_statement_writes(
     tmp_path: Path,
 ) -> None:

@@ -25,9 +25,9 @@ def list_runs(
 ) -> None:
     """List runs: id, workflow, status, phase, steps, tokens, started, elapsed."""
     from pilot.front.lines import format_duration, local_time
-    from pilot.store.event_store import shown_status
+    from pilot.store.records import shown_status
 
-    records = _records(db, lambda store: store.list_runs(limit=limit))
+    records = _listed(db, limit)
     columns = ("id", "workflow", "status", "phase", "steps", "tokens", "started", "elapsed")
     rows = [
         (
@@ -76,8 +76,26 @@ def _records(db: str | None, read: Any) -> list[Any]:
     return list(read(store))
 
 
+def _listed(db: str | None, limit: int) -> list[Any]:
+    """The ``limit`` newest runs: a SQLite store read through sqlite3 alone (no SQLAlchemy
+    import, ``pilot.store.opening.read_runs``), any other through the opened store."""
+    from pilot.environ import protect_environment
+    from pilot.store.opening import NoDatabase, read_runs
+
+    try:
+        found = read_runs(db, limit)
+    except NoDatabase:
+        if db is not None or os.environ.get("MARATHON_DB"):
+            raise
+        return []
+    if found is None:
+        return _records(db, lambda store: store.list_runs(limit=limit))
+    protect_environment()  # as ``_store`` does
+    return found
+
+
 def _record_json(record: Any) -> str:
-    from pilot.store.event_store import shown_status
+    from pilot.store.records import shown_status
 
     return json.dumps(
         {

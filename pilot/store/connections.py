@@ -9,7 +9,6 @@ the store then connects with. Every SQLite connection gets the same pragmas
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ from typing import Any
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine
 
-from pilot.errors import ConfigurationError
-from pilot.store.schema import foreign_message, foreign_runs, schema_meta
+from pilot.store.sqlite_check import check_sqlite_file
 from pilot.store.sqlite_held import SQLITE_BUSY_MS, SYNCHRONOUS, HeldSqlite, apply_pragmas
 
 
@@ -30,36 +28,6 @@ def sqlite_url(url: str) -> str | URL:
     if file == url or not file or "?" in file or "%" in file or file.startswith(":memory:"):
         return url
     return URL.create("sqlite", database=file)
-
-
-def check_sqlite_file(path: Path) -> None:
-    """Refuse a file that is not a SQLite database, or one whose ``runs`` table is another
-    program's, before any connection with our pragmas (WAL mode rewrites the header) opens
-    it. Read-only; an empty or missing file is a new database."""
-    try:
-        if not path.is_file() or path.stat().st_size == 0:
-            return
-    except OSError:
-        return
-    try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return  # unreadable: the real open says why
-    try:
-        names = {n for (n,) in connection.execute("SELECT name FROM sqlite_master")}
-        if "runs" in names and schema_meta.name not in names:
-            columns = {row[1] for row in connection.execute("PRAGMA table_info(runs)")}
-            if foreign_runs(columns):
-                raise ConfigurationError(foreign_message(str(path), columns))
-    except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc) or "malformed" in str(exc):
-            raise ConfigurationError(
-                f"{path} is not a SQLite database ({exc}); it was left unchanged. Point --db "
-                "or MARATHON_HOME at Marathon's own database, or move the file away"
-            ) from None
-        return  # locked, unreadable: the real open waits it out or says why
-    finally:
-        connection.close()
 
 
 class Connections:

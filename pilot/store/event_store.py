@@ -46,7 +46,7 @@ from pilot.store.lock_wait import (
     wait_out_locks,
     waits_out_locks,
 )
-from pilot.store.runs import (
+from pilot.store.records import (
     ACTIVE_STATUSES,
     DURABILITIES,
     LaunchFacts,

@@ -12,14 +12,20 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.engine import Engine
 
 from pilot.errors import LeaseHeld
-from pilot.store.runs import RunRecord, utcnow
+from pilot.store.records import (
+    RunRecord,
+    lease_holder_gone,
+    owner_is_dead_local_process,
+    shown_status,
+    utcnow,
+)
 from pilot.store.schema import runs
 
 TAKE_LEASE = update(runs).where(
@@ -32,6 +38,8 @@ TAKE_LEASE = update(runs).where(
 )
 """The lease's row, while its holder is nobody, the one seen (``previous_``) or us
 (``owner_``); the SET clause comes from the other parameters' names."""
+RE_EXPORTED = (lease_holder_gone, shown_status)
+"""Named here for the modules that read liveness with the lease."""
 HELD_LEASE = update(runs).where(
     runs.c.id == bindparam("run_id_"), runs.c.lease_owner == bindparam("owner_")
 )
@@ -40,45 +48,6 @@ HELD_LEASE = update(runs).where(
 def lease_owner_id() -> str:
     """host:pid:nonce: the pid lets a resume on the same host see that a holder died."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
-def owner_is_dead_local_process(owner: str) -> bool:
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    # A zombie (killed but not yet reaped by its parent) still answers kill(0).
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
-
-
-def lease_holder_gone(record: RunRecord, now: datetime | None = None) -> bool:
-    """A live-looking run (running, cancelling) whose driver is not there: no lease, an
-    expired one, or one held by a process of this host that no longer exists."""
-    if record.status not in ("running", "cancelling"):
-        return False
-    owner, expires = record.lease_owner, record.lease_expires_at
-    if not owner or expires is None or expires <= (now or utcnow()):
-        return True
-    return owner_is_dead_local_process(owner)
-
-
-def shown_status(record: RunRecord) -> str:
-    """The status the views show: ``interrupted`` for a run whose driver died (``pilot
-    resume`` continues it), else the stored one."""
-    return "interrupted" if lease_holder_gone(record) else record.status
 
 
 def lease_values(run: RunRecord, owner: str, seconds: float) -> tuple[dict[str, Any], str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot.errors import ConfigurationError
-from pilot.store.runs import DURABILITIES
+from pilot.store.records import DURABILITIES, RunRecord
 
 POSTGRES_EXTRA = "pip install 'marathon[postgres]'"
 URL_FORMS = "sqlite:///PATH (a file) or postgresql+psycopg://USER@HOST:PORT/DATABASE"
@@ -92,6 +92,35 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def read_runs(url: str | None, limit: int) -> list[RunRecord] | None:
+    """``open_store(url, create=False).list_runs(limit=limit)`` on a plain ``sqlite:///FILE``
+    store through sqlite3 alone (``pilot.store.sqlite_list``): no SQLAlchemy import. The same
+    refusals as ``open_store`` (a missing file, a folder, a file not SQLite or not ours);
+    None when the store must be opened the usual way (another database, another URL form,
+    a file to migrate, a lock)."""
+    from pilot.environ import default_db_url
+    from pilot.private_files import private_file
+    from pilot.store.sqlite_check import check_sqlite_file
+    from pilot.store.sqlite_list import list_runs
+
+    given = url is not None or bool(os.environ.get("MARATHON_DB"))
+    if not given and state_dir_problem():
+        return None
+    target = normalize_url(url or default_db_url())
+    file = target.removeprefix("sqlite:///")
+    if file == target or not file or "?" in file or "%" in file or file.startswith(":memory:"):
+        return None
+    path = _sqlite_path(target)
+    if path is None:
+        return None
+    _check_sqlite_target(path, _url_source(url, given), False)
+    check_sqlite_file(path)
+    found = list_runs(path, limit)
+    if found is not None:
+        private_file(path)  # as an opened store makes it
+    return found
+
+
 def open_store(url: str | None, durability: str = "normal", *, create: bool = True) -> Any:
     """The store at ``url`` (default: the state directory's SQLite file), or a
     ``ConfigurationError`` saying what is wrong with the URL, the driver or the server.
@@ -122,21 +151,7 @@ def open_store(url: str | None, durability: str = "normal", *, create: bool = Tr
             f"{flag} {shown_url(target)!r} is not a database URL; use {URL_FORMS}"
         ) from None
     if parsed.drivername.startswith("sqlite"):
-        path = _sqlite_path(target)
-        if path is not None and not create and not path.exists():
-            raise NoDatabase(
-                f"no database at {path} ({flag}): no run has been started with it; check the "
-                "path (--db, MARATHON_DB, MARATHON_HOME) or start a run with `pilot run FILE`"
-            )
-        if path is not None and path.is_dir():
-            raise ConfigurationError(
-                f"{flag} names {path}, which is a folder: give the database file's path "
-                f"(e.g. sqlite:///{path / 'marathon.db'})"
-            )
-        if path is not None and path.parent.exists() and not path.parent.is_dir():
-            raise ConfigurationError(
-                f"cannot create the database {path}: {path.parent} is a file, not a folder"
-            )
+        _check_sqlite_target(_sqlite_path(target), flag, create)
     try:
         return EventStore(target, durability=durability)
     except NoSuchModuleError:
@@ -158,6 +173,25 @@ def open_store(url: str | None, durability: str = "normal", *, create: bool = Tr
         raise ConfigurationError(_operational(target, parsed, exc)) from None
     except OSError as exc:
         raise ConfigurationError(f"cannot open the database {shown_url(target)}: {exc}") from None
+
+
+def _check_sqlite_target(path: Path | None, flag: str, create: bool) -> None:
+    """A SQLite file's path refused when it is missing (``create=False``), a folder, or in a
+    folder that is a file."""
+    if path is not None and not create and not path.exists():
+        raise NoDatabase(
+            f"no database at {path} ({flag}): no run has been started with it; check the "
+            "path (--db, MARATHON_DB, MARATHON_HOME) or start a run with `pilot run FILE`"
+        )
+    if path is not None and path.is_dir():
+        raise ConfigurationError(
+            f"{flag} names {path}, which is a folder: give the database file's path "
+            f"(e.g. sqlite:///{path / 'marathon.db'})"
+        )
+    if path is not None and path.parent.exists() and not path.parent.is_dir():
+        raise ConfigurationError(
+            f"cannot create the database {path}: {path.parent} is a file, not a folder"
+        )
 
 
 def _operational(url: str, parsed: Any, exc: Exception) -> str:

@@ -37,12 +37,17 @@ from sqlalchemy.engine import Connection, Engine
 from brain.events import create_server_events
 from brain.events import server_events as server_events_table
 from pilot.errors import ConfigurationError
+from pilot.store.sqlite_check import (
+    SCHEMA_TABLE,
+    SCHEMA_VERSION,
+    foreign_message,
+    foreign_runs,
+)
 
-SCHEMA_VERSION = 3
 metadata = MetaData()
 
 schema_meta = Table(
-    "marathon_schema",
+    SCHEMA_TABLE,
     metadata,
     Column("id", Integer, primary_key=True),
     Column("version", Integer, nullable=False),
@@ -141,21 +146,6 @@ def schema_names() -> frozenset[str]:
     tables = [*metadata.sorted_tables, server_events_table]
     return frozenset(
         [t.name for t in tables] + [str(i.name) for t in tables for i in t.indexes if i.name]
-    )
-
-
-def foreign_runs(columns: set[str]) -> bool:
-    """A ``runs`` table with these columns is another program's (ours has these six since
-    its first version)."""
-    ours = {"id", "workflow_name", "workflow_text", "params", "status", "lease_owner"}
-    return not ours <= columns
-
-
-def foreign_message(where: str, columns: set[str]) -> str:
-    return (
-        f"{where} holds a `runs` table that is not Marathon's (its columns: "
-        f"{', '.join(sorted(columns)) or 'none'}); it was left unchanged. Point --db or "
-        "MARATHON_HOME at Marathon's own database"
     )
 
 

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from pilot.store.runs import RunRecord
+from pilot.store.records import RunRecord
 from pilot.store.schema import events, runs
 from pilot.store.sqlite_held import HeldSqlite, sqlite_dialect
 
