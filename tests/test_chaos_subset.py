@@ -83,7 +83,7 @@ def test_huge_output_and_sigterm_ignoring_children_are_contained(tmp_path: Path)
 
 @pytest.mark.timeout(240)
 def test_full_disk_pauses_cleanly_and_a_locked_database_is_waited_for(tmp_path: Path) -> None:
-    for r in storage_faults(base=tmp_path, quick=True, steps=8, hold=1.0):
+    for r in storage_faults(base=tmp_path, quick=True, steps=8, hold=2.0):
         assert r.integrity, r
         assert r.ok, r
 
