@@ -9,16 +9,35 @@ the spec and the log give numbers, the value to change it to. Pure: no I/O.
 from __future__ import annotations
 
 import bisect
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from brain import vllm_choices
 from brain.errors import Diagnosis
+from brain.remedies import (
+    Remedy,
+    architecture_remedy,
+    bad_argument_remedy,
+    config_value_remedy,
+    derived_len_remedy,
+    fixed_remedy,
+    free_memory_remedy,
+    invalid_choice_remedy,
+    is_draft,
+    kv_remedy,
+    load_format_remedy,
+    max_model_len_remedy,
+    mismatch_remedy,
+    mm_item_remedy,
+    model_remedy,
+    parser_remedy,
+    port_remedy,
+    preload_budget_remedy,
+    seqs_remedy,
+    shm_remedy,
+    window_budget_remedy,
+)
 from brain.spec import ServerSpec
-from brain.spec_flags import owned_flags
 from brain.vllm_log import (
     LoggedException,
     LogLine,
@@ -27,8 +46,6 @@ from brain.vllm_log import (
     is_api_server,
     read_lines,
 )
-
-Remedy = Callable[[re.Match[str], ServerSpec | None], tuple[str, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -41,287 +58,6 @@ class Rule:
     applies: Callable[[re.Match[str], ServerSpec | None], bool] = lambda m, s: True
 
 
-def _fixed(text: str) -> Remedy:
-    return lambda m, s: (text, {})
-
-
-def _num(s: str) -> float:
-    return float(s.replace(",", ""))
-
-
-# --------------------------------------------------------------------------- remedies
-
-
-def _kv_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    want, need, have = int(_num(m["len"])), _num(m["need"]), _num(m["have"])
-    est = int(_num(m["est"])) if m["est"] else None
-    details: dict[str, Any] = {
-        "max_model_len": want,
-        "needed_gib": need,
-        "available_gib": have,
-        "estimated_max_len": est,
-    }
-    util = spec.gpu_memory_utilization if spec else None
-    parts = []
-    if est:
-        fit = est // 1024 * 1024 if est >= 2048 else est
-        parts.append(f"set max_model_len <= {est} (e.g. max_model_len={fit})")
-    else:
-        parts.append("lower max_model_len")
-    parts.append(
-        "or raise gpu_memory_utilization" + (f" above {util:g}" if util is not None else "")
-    )
-    if spec is None or spec.kv_cache_dtype in (None, "auto"):
-        parts.append("or set kv_cache_dtype=fp8 (halves KV memory)")
-    return (
-        f"{want} tokens need {need:g} GiB of KV cache but only {have:g} GiB is left: "
-        + ", ".join(parts)
-        + ".",
-        details,
-    )
-
-
-def _free_memory_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    free, total, util, req = _num(m["free"]), _num(m["total"]), _num(m["util"]), _num(m["req"])
-    # The preload variant asks for the engine's budget: util x total less the weights the
-    # daemon already holds on this GPU. Those stay held whatever this server asks for, so the
-    # utilization that fits is (free + held) / total, not free / total.
-    held = max(0.0, util * total - req) if m["budget"] else 0.0
-    suggest = math.floor((free + held) / total * 100) / 100 - 0.01
-    details = {"free_gib": free, "total_gib": total, "requested_utilization": util}
-    if held:
-        details["externally_held_gib"] = round(held, 2)
-        details["suggested_utilization"] = round(suggest, 2)
-        return (
-            f"{free:g} of {total:g} GiB free, and this server's budget after the "
-            f"{held:.2f} GiB of weights the preload daemon holds is {req:g} GiB: set "
-            f"gpu_memory_utilization={suggest:.2f} (the budget includes the daemon's weights) "
-            "or free the GPU (nvidia-smi shows who holds it).",
-            details,
-        )
-    details["suggested_utilization"] = round(suggest, 2)
-    if suggest <= 0.05:
-        return (
-            f"only {free:g} of {total:g} GiB is free: another process holds the GPU. Stop it "
-            "(nvidia-smi shows who), or wait for a previous server to release its memory.",
-            details,
-        )
-    return (
-        f"{free:g} of {total:g} GiB free but gpu_memory_utilization={util:g} asks for "
-        f"{util * total:.2f} GiB: set gpu_memory_utilization={suggest:.2f} or free the GPU "
-        "(nvidia-smi shows who holds it).",
-        details,
-    )
-
-
-def _shm_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    if spec is not None and spec.backend == "docker" and not spec.docker.ipc_host:
-        return (
-            f"the container's /dev/shm ({spec.docker.shm_size}) is too small: set "
-            "docker.ipc_host=true (recommended) or docker.shm_size=32g.",
-            {},
-        )
-    return ("run the container with --ipc=host (docker.ipc_host=true) or a larger shm_size.", {})
-
-
-def _model_path(m: re.Match[str]) -> str | None:
-    g = m.groupdict()
-    return g.get("path") or g.get("path2") or g.get("path3")
-
-
-def _is_draft(m: re.Match[str], spec: ServerSpec | None) -> bool:
-    path = _model_path(m)
-    return bool(
-        spec is not None
-        and spec.speculative is not None
-        and spec.speculative.model
-        and path is not None
-        and path.strip("'\"") == spec.speculative.model
-    )
-
-
-def _model_remedy(field_name: str) -> Remedy:
-    def remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-        path = (_model_path(m) or "").strip("'\"")
-        text = (
-            f"check {field_name} ({path!r}): an HF id must exist and be spelled exactly; "
-            "a path must be the container-side path of a mounted directory containing "
-            "config.json."
-        )
-        if path.startswith(("/", "./", "../", "~")):
-            text = (
-                f"{field_name} {path!r} is not a directory on this machine, so vLLM took it "
-                "for a Hugging Face repo id, which it cannot be: fix the path (a directory "
-                "containing config.json; for the docker backend, the container-side path of a "
-                "mounted directory) or use the model's HF id."
-            )
-        if "snapshots/" in path:
-            text += (
-                " The path is inside an HF snapshots/ directory, whose files are symlinks into "
-                "../../blobs: mount the whole HF cache (docker.hf_cache) and use the HF id."
-            )
-        return text, {"path": path}
-
-    return remedy
-
-
-def _mismatch_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    fields = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", m["fields"])
-    return (
-        f"the weight-cache daemon holds weights for other engine args (differs in: "
-        f"{', '.join(fields)}). Restart the daemon from this spec (same image tag, model, "
-        "tensor_parallel_size, dtype, quantization, kv_cache_dtype), or disable preload.",
-        {"fields": fields},
-    )
-
-
-def _parser_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    name = m["name"]
-    choices = sorted(x for x in re.split(r"[\s,{}]+", m["choices"] or "") if x)
-    return (
-        f"{name!r} is not registered in this image: set tool_call_parser to one of the listed "
-        "parsers, or load a plugin with extra_args [--tool-parser-plugin, <path>].",
-        {"parser": name, "choices": choices},
-    )
-
-
-def _port_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    where = f" {spec.port}" if spec else ""
-    return (
-        f"another process (maybe an older server) holds port{where}: stop it, or set "
-        "port=<free port>.",
-        {},
-    )
-
-
-def _derived_len_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    want = int(m["want"])
-    nums = re.findall(r"=(\d+(?:\.\d+)?)", m["derived"])
-    limit = int(float(nums[0])) if nums else None
-    details: dict[str, Any] = {"max_model_len": want, "model_limit": limit}
-    head = f"set max_model_len <= {limit}" if limit else "lower max_model_len"
-    return (
-        f"the model's config allows {limit if limit else 'fewer'} positions, not {want}: {head}"
-        " (or leave it unset: vLLM then takes the model's own limit). Only if the model's RoPE "
-        "scaling really supports more, set env.VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
-        details,
-    )
-
-
-def _bad_argument_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    args = m["args"].strip()
-    flags = [a for a in args.split() if a.startswith("-")]
-    in_extra = bool(spec and any(a.split("=", 1)[0] in spec.extra_args for a in flags))
-    where = "remove it from extra_args" if in_extra or spec is None else "remove it"
-    return (
-        f"this vLLM does not know {args!r}: {where}, or check the spelling against "
-        "`vllm serve --help` for the installed version (flags differ between releases; "
-        "brain doctor shows the version).",
-        {"arguments": args, "flags": flags},
-    )
-
-
-def _choice_list(text: str | None) -> list[str]:
-    return [x for x in re.findall(r"'([^']*)'", text or "")] or [
-        x for x in re.split(r"[\s,\[\]{}]+", text or "") if x
-    ]
-
-
-def _invalid_choice_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    flag, value = m["flag"], m["value"]
-    choices = _choice_list(m["choices"])
-    field_name = owned_flags(ServerSpec).get(flag, flag.lstrip("-").replace("-", "_"))
-    return (
-        f"{field_name}={value} is not a value this vLLM accepts: set {field_name} to one of "
-        f"{', '.join(choices)}.",
-        {"field": field_name, "value": value, "choices": choices},
-    )
-
-
-def _config_value_remedy(field_name: str) -> Remedy:
-    def remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-        value = m["value"]
-        choices = _choice_list(m.groupdict().get("choices"))
-        listed = f" to one of {', '.join(choices)}" if choices else " to a value this vLLM lists"
-        return (
-            f"{field_name}={value} is refused when vLLM builds its engine config: set "
-            f"{field_name}{listed}, or unset it to let vLLM choose.",
-            {"field": field_name, "value": value, "choices": choices},
-        )
-
-    return remedy
-
-
-def _architecture_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    archs = re.findall(r"'([^']*)'", m["archs"])
-    return (
-        f"this vLLM has no implementation of {', '.join(archs) or m['archs']}: use a vLLM "
-        "release that supports the model (a newer image tag, or upgrade the installed vllm), or "
-        "add extra_args [--model-impl, transformers] to run it through the Transformers backend.",
-        {"architectures": archs},
-    )
-
-
-def _preload_budget_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    return (
-        "the weights the preload daemon holds already use more than gpu_memory_utilization "
-        "of the GPU: raise gpu_memory_utilization so it covers the daemon's weights and the "
-        "KV cache (the budget counts both), or run the daemon and the server on a GPU with "
-        "room for both.",
-        {},
-    )
-
-
-def _max_model_len_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    value = m["value"] or m["value2"]
-    return (
-        f"max_model_len={value} is not a context length: set it to the tokens one request may "
-        "hold (e.g. max_model_len=32768), or auto (or unset it) for the model's own limit.",
-        {"max_model_len": int(value) if value and value.lstrip("-").isdigit() else value},
-    )
-
-
-def _seqs_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    tokens, seqs = int(m["tokens"]), int(m["seqs"])
-    return (
-        f"a step's token budget ({tokens}) must give each of the max_num_seqs={seqs} sequences "
-        f"a token: set max_num_batched_tokens >= {seqs}, or max_num_seqs <= {tokens} (or unset "
-        "max_num_seqs: vLLM then fits it to max_num_batched_tokens).",
-        {"max_num_batched_tokens": tokens, "max_num_seqs": seqs},
-    )
-
-
-def _window_budget_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    tokens, window = int(m["tokens"]), int(m["len"])
-    return (
-        f"with chunked prefill off a step must hold a whole prompt: set max_num_batched_tokens "
-        f">= {window}, lower max_model_len to {tokens}, or set enable_chunked_prefill=true.",
-        {"max_num_batched_tokens": tokens, "max_model_len": window},
-    )
-
-
-def _mm_item_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    item, tokens = int(m["item"]), int(m["tokens"])
-    return (
-        f"this model takes an image (or other media item) whole, {item} tokens, in one step: "
-        f"set max_num_batched_tokens >= {item} (or unset it), or turn the modality off with "
-        "limit_mm_per_prompt (0 items).",
-        {"max_tokens_per_mm_item": item, "max_num_batched_tokens": tokens},
-    )
-
-
-def _load_format_remedy(m: re.Match[str], spec: ServerSpec | None) -> tuple[str, dict[str, Any]]:
-    value = m["value"]
-    known = sorted(vllm_choices.LOAD_FORMATS)
-    return (
-        f"load_format={value} is not a format this vLLM loads: unset load_format (auto) or set "
-        f"it to one of {', '.join(known)} (vLLM {vllm_choices.VLLM_VERSION}'s).",
-        {"field": "load_format", "value": value, "choices": known},
-    )
-
-
-# --------------------------------------------------------------------------- the table
-
 _R = re.compile
 
 RULES: list[Rule] = [
@@ -329,13 +65,13 @@ RULES: list[Rule] = [
         "preload_mismatch",
         _R(r"WeightCacheKey mismatch on fields:\s*(?P<fields>\[[^\]]*\]|\S.*)"),
         "the weight-cache daemon's weights do not match this server",
-        _mismatch_remedy,
+        mismatch_remedy,
     ),
     Rule(
         "preload_daemon_unavailable",
         _R(r"WeightCacheUnavailableError|Cannot connect to weight cache daemon[^\n]*"),
         "no weight-cache daemon is reachable",
-        _fixed(
+        fixed_remedy(
             "start the daemon first (brain preload) with the same spec and socket_dir, and wait "
             "for its 'Weight cache daemon READY' line; or disable preload."
         ),
@@ -344,19 +80,19 @@ RULES: list[Rule] = [
         "preload_unsupported_quant",
         _R(r"UnsupportedQuantForIPCError[^\n]*|does not support loading from pre-processed"),
         "this model's quantization cannot be shared through the weight cache",
-        _fixed("disable preload for this model (preload.enabled=false, load_format unset)."),
+        fixed_remedy("disable preload for this model (preload.enabled=false, load_format unset)."),
     ),
     Rule(
         "preload_unsupported_platform",
         _R(r"UnsupportedPlatformForIPCError[^\n]*|does not support CUDA IPC weight sharing"),
         "this platform cannot share weights over CUDA IPC",
-        _fixed("disable preload (only CUDA and ROCm support it)."),
+        fixed_remedy("disable preload (only CUDA and ROCm support it)."),
     ),
     Rule(
         "preload_budget_exceeded",
         _R(r"Externally held weights on device[^\n]*"),
         "the preload daemon's weights leave nothing of this server's memory budget",
-        _preload_budget_remedy,
+        preload_budget_remedy,
     ),
     Rule(
         "preload_wrong_gpu",
@@ -372,7 +108,7 @@ RULES: list[Rule] = [
         "preload_daemon_failed",
         _R(r"Weight cache daemon rank\(s\) exited during startup[^\n]*"),
         "the weight-cache daemon died while loading the weights",
-        _fixed(
+        fixed_remedy(
             "read the daemon's log above this line (brain logs <name>-preload) for the root "
             "cause: a missing model, too little GPU memory for the weights, or a quantization "
             "the cache cannot hold; fix it and run brain preload again."
@@ -387,7 +123,7 @@ RULES: list[Rule] = [
             r"(?P<est>[\d,]+))?"
         ),
         "the KV cache does not fit max_model_len",
-        _kv_remedy,
+        kv_remedy,
     ),
     Rule(
         "no_kv_cache_memory",
@@ -410,7 +146,7 @@ RULES: list[Rule] = [
             r"\s*\((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)"
         ),
         "less GPU memory is free than gpu_memory_utilization asks for",
-        _free_memory_remedy,
+        free_memory_remedy,
     ),
     Rule(
         "cuda_oom",
@@ -433,13 +169,13 @@ RULES: list[Rule] = [
             re.M,
         ),
         "shared memory (/dev/shm) ran out",
-        _shm_remedy,
+        shm_remedy,
     ),
     Rule(
         "gpu_runtime_missing",
         _R(r'could not select device driver "[^"]*" with capabilities: \[\[gpu\]\]'),
         "Docker cannot give the container a GPU",
-        _fixed(
+        fixed_remedy(
             "install the NVIDIA Container Toolkit and restart dockerd; on a machine without an "
             "NVIDIA GPU use backend=sim (or docker.request_gpus=false for a fake image)."
         ),
@@ -451,8 +187,8 @@ RULES: list[Rule] = [
             r"|HFValidationError: Repo id must be in the form [^\n]*?: (?P<path2>'[^']*')"
         ),
         "the draft model was not found",
-        _model_remedy("speculative.model"),
-        applies=_is_draft,
+        model_remedy("speculative.model"),
+        applies=is_draft,
     ),
     Rule(
         "max_model_len_over_model_limit",
@@ -463,13 +199,13 @@ RULES: list[Rule] = [
             re.M,
         ),
         "max_model_len is above what the model's config allows",
-        _derived_len_remedy,
+        derived_len_remedy,
     ),
     Rule(
         "unknown_architecture",
         _R(r"Model architectures (?P<archs>\[[^\]]*\]) are not supported for now[^\n]*"),
         "this vLLM does not support the model's architecture",
-        _architecture_remedy,
+        architecture_remedy,
     ),
     Rule(
         "needs_trust_remote_code",
@@ -492,7 +228,7 @@ RULES: list[Rule] = [
             r"(?: Valid values are: (?P<choices>\[[^\]]*\]))?"
         ),
         "kv_cache_dtype is not one this vLLM knows",
-        _config_value_remedy("kv_cache_dtype"),
+        config_value_remedy("kv_cache_dtype"),
     ),
     Rule(
         "invalid_attention_backend",
@@ -501,7 +237,7 @@ RULES: list[Rule] = [
             r"(?: Valid options are: (?P<choices>[^\n]*))?"
         ),
         "attention_backend is not one this vLLM knows",
-        _config_value_remedy("attention_backend"),
+        config_value_remedy("attention_backend"),
     ),
     Rule(
         "invalid_quantization",
@@ -510,7 +246,7 @@ RULES: list[Rule] = [
             r"(?P<choices>\[[^\]]*\])"
         ),
         "quantization is not a method this vLLM knows",
-        _config_value_remedy("quantization"),
+        config_value_remedy("quantization"),
     ),
     Rule(
         "invalid_speculative_method",
@@ -520,7 +256,7 @@ RULES: list[Rule] = [
             r"\[type=literal_error, input_value='(?P<value>[^']*)'"
         ),
         "speculative.method is not a method this vLLM knows",
-        _config_value_remedy("speculative.method"),
+        config_value_remedy("speculative.method"),
     ),
     Rule(
         "invalid_reasoning_parser",
@@ -529,7 +265,7 @@ RULES: list[Rule] = [
             r"(?: Available parsers: (?P<choices>[^\n]*))?"
         ),
         "the reasoning parser name is unknown to this vLLM",
-        _config_value_remedy("reasoning_parser"),
+        config_value_remedy("reasoning_parser"),
     ),
     Rule(
         "invalid_max_model_len",
@@ -540,7 +276,7 @@ RULES: list[Rule] = [
             r"than or equal to -1[^\n]*?input_value=(?P<value2>[^,\]\s]+)"
         ),
         "max_model_len is not a context length vLLM accepts",
-        _max_model_len_remedy,
+        max_model_len_remedy,
     ),
     Rule(
         "batched_tokens_below_max_model_len",
@@ -550,7 +286,7 @@ RULES: list[Rule] = [
             r"\((?P<len>\d+)\)[^\n]*"
         ),
         "max_num_batched_tokens cannot hold a whole prompt with chunked prefill off",
-        _window_budget_remedy,
+        window_budget_remedy,
     ),
     Rule(
         "batched_tokens_below_max_num_seqs",
@@ -560,7 +296,7 @@ RULES: list[Rule] = [
             r"max_num_seqs \((?P<seqs>\d+)\)[^\n]*"
         ),
         "max_num_batched_tokens is below max_num_seqs",
-        _seqs_remedy,
+        seqs_remedy,
     ),
     Rule(
         "mm_item_over_batched_tokens",
@@ -571,14 +307,14 @@ RULES: list[Rule] = [
             r" \((?P<tokens>\d+)\)[^\n]*"
         ),
         "max_num_batched_tokens is smaller than one media item of this model",
-        _mm_item_remedy,
+        mm_item_remedy,
     ),
     Rule(
         "invalid_load_format",
         # get_model_loader (vllm/model_executor/model_loader/__init__.py), in the engine.
         _R(r"Load format `(?P<value>[^`]*)` is not supported[^\n]*"),
         "load_format is not a format this vLLM loads",
-        _load_format_remedy,
+        load_format_remedy,
     ),
     Rule(
         "invalid_cli_choice",
@@ -587,13 +323,13 @@ RULES: list[Rule] = [
             r"\(choose from (?P<choices>[^)]*)\)"
         ),
         "a flag's value is not one vLLM's parser accepts",
-        _invalid_choice_remedy,
+        invalid_choice_remedy,
     ),
     Rule(
         "unrecognized_arguments",
         _R(r"error: unrecognized arguments: (?P<args>[^\n]*)"),
         "vLLM does not know a flag it was given",
-        _bad_argument_remedy,
+        bad_argument_remedy,
     ),
     Rule(
         "no_gpu_visible",
@@ -618,7 +354,7 @@ RULES: list[Rule] = [
             r"|CUDA driver version is insufficient for CUDA runtime version[^\n]*"
         ),
         "the NVIDIA driver is older than the CUDA this vLLM was built for",
-        _fixed(
+        fixed_remedy(
             "update the NVIDIA driver (nvidia-smi shows its version and the CUDA it supports), "
             "or use a vLLM build for an older CUDA (another image tag, or a vllm wheel built for "
             "the CUDA your driver supports)."
@@ -645,7 +381,7 @@ RULES: list[Rule] = [
         "model_gated",
         _R(r"GatedRepoError[^\n]*|Access to model (?P<path>\S+) is restricted[^\n]*"),
         "the model is gated on Hugging Face",
-        _fixed(
+        fixed_remedy(
             "accept the license on huggingface.co, then export HF_TOKEN before brain up "
             "(docker.pass_env includes HF_TOKEN)."
         ),
@@ -659,7 +395,7 @@ RULES: list[Rule] = [
             r"|HFValidationError: Repo id must be in the form [^\n]*?: (?P<path3>'[^']*')"
         ),
         "the model was not found",
-        _model_remedy("model"),
+        model_remedy("model"),
     ),
     Rule(
         "image_missing",
@@ -677,13 +413,13 @@ RULES: list[Rule] = [
         "port_in_use",
         _R(r"\[Errno 98\][^\n]*|address already in use[^\n]*|port is already allocated"),
         "the port is already in use",
-        _port_remedy,
+        port_remedy,
     ),
     Rule(
         "unknown_tool_parser",
         _R(r"invalid tool call parser: (?P<name>\S+)(?: \(chose from (?P<choices>\{[^}]*\}))?"),
         "the tool-call parser name is unknown to this vLLM",
-        _parser_remedy,
+        parser_remedy,
     ),
     Rule(
         "unknown_reasoning_parser",
@@ -695,7 +431,9 @@ RULES: list[Rule] = [
         "auto_tool_choice_disabled",
         _R(r'\\?"auto\\?" tool choice requires[^\n]*'),
         'tool_choice "auto" needs server flags that are not set',
-        _fixed("set enable_auto_tool_choice=true and tool_call_parser=<parser for the model>."),
+        fixed_remedy(
+            "set enable_auto_tool_choice=true and tool_call_parser=<parser for the model>."
+        ),
     ),
     Rule(
         "unsupported_speculative_method",
@@ -711,7 +449,7 @@ RULES: list[Rule] = [
         "engine_dead",
         _R(r"EngineCore encountered an issue[^\n]*|Engine core initialization failed[^\n]*"),
         "the engine process died",
-        _fixed(
+        fixed_remedy(
             "read the traceback above the evidence line for the root cause; if it is not "
             "recognised here, try enforce_eager=true and a smaller max_model_len to narrow it."
         ),
@@ -723,7 +461,7 @@ RULES: list[Rule] = [
         # to stop; it reported no failure of its own. Last: a failure before it is the cause.
         _R(r"^(?:\([^()\n]* pid=\d+\) ?)?KeyboardInterrupt: terminated$", re.M),
         "the server was stopped (SIGTERM) before it was ready; it reported no failure",
-        _fixed(
+        fixed_remedy(
             "nothing in the server failed: a SIGTERM stopped it while it started (brain down, "
             "docker stop, a supervisor, or a wait that gave up: raise timeouts.load_timeout_s "
             "if loading takes longer). Start it again."
@@ -736,7 +474,7 @@ RULES: list[Rule] = [
             r"|Weight cache IPC loading failed; falling back to disk loading"
         ),
         "the weight cache was not used; weights are loading from disk (slow start)",
-        _fixed(
+        fixed_remedy(
             "set preload.fallback=false to make this an error, and restart the daemon from "
             "the server's spec."
         ),
