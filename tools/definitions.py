@@ -61,6 +61,12 @@ class ReplaceDefinitionArgs(ToolArgs):
         "qualified name, `Class.method` or `Outer.Inner.method` (or just the class). "
         "Omitted: the name on the def line of `code`.",
     )
+    line: int | None = Field(
+        default=None,
+        description="With `path`, the line the definition to replace starts on (its def or "
+        "first decorator, as the located code shows it): which of several definitions of "
+        "the name is meant.",
+    )
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,9 @@ class NewDefinition:
     imports: list[str]
     method: bool
     """Its first parameter is ``self`` or ``cls``: it belongs in a class."""
+    members: tuple[str, ...] = ()
+    """For a class whose body is methods alone (after a docstring): each method's source,
+    dedented; a model that rewrites one method often writes it inside its class line."""
 
 
 def parse_new_definition(code: str) -> NewDefinition:
@@ -110,7 +119,19 @@ def parse_new_definition(code: str) -> NewDefinition:
         lines=textwrap.dedent("\n".join(lines[first - 1 : node.end_lineno])).splitlines(),
         imports=imports,
         method=_is_method(node),
+        members=_members(node, lines),
     )
+
+
+def _members(node: ast.stmt, lines: list[str]) -> tuple[str, ...]:
+    if not isinstance(node, ast.ClassDef):
+        return ()
+    body = list(node.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # its docstring
+    if not body or not all(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in body):
+        return ()
+    return tuple(textwrap.dedent("\n".join(lines[_first_line(n) - 1 : n.end_lineno])) for n in body)
 
 
 def _is_method(node: ast.stmt) -> bool:
@@ -230,7 +251,23 @@ class ReplaceDefinition:
         data = _read_text(real, rel)
         text = data.decode("utf-8", errors="surrogateescape")
         newline = line_ending_of(data)
-        updated, verb, qualified = self._replaced(text.replace("\r\n", "\n"), new, target, rel)
+        line = args.line if args.path else None
+        updated = text.replace("\r\n", "\n")
+        partial = _partial_class(updated, new, target)
+        if partial is None:
+            updated, verb, qualified = self._replaced(updated, new, target, rel, line)
+        else:  # methods written inside their class line: each replaces its own, the rest stays
+            names, verbs = [], set()
+            for member in partial:
+                updated, verb, name = self._replaced(
+                    updated, member, f"{target}.{member.name}", rel, None
+                )
+                names.append(name)
+                verbs.add(verb)
+            verb = "Replaced" if "Replaced" in verbs else "Added"
+            kind = "method" if len(names) == 1 else "methods"
+            qualified = f"{', '.join(names)} (written in its class; the class's other members kept)"
+            new = NewDefinition(new.name, kind, [], [], True)
         if newline == "\r\n":
             updated = updated.replace("\n", "\r\n")
         if updated == text:
@@ -284,9 +321,11 @@ class ReplaceDefinition:
         raise ToolError(f"{target} is defined in {len(source)} files ({shown}); give `path`.")
 
     def _replaced(
-        self, text: str, new: NewDefinition, target: str, rel: str
+        self, text: str, new: NewDefinition, target: str, rel: str, line: int | None
     ) -> tuple[str, str, str]:
-        """The file's new text, the verb (Replaced/Added) and the qualified name changed."""
+        """The file's new text, the verb (Replaced/Added) and the qualified name changed.
+        ``line`` chooses among several definitions of ``target`` the one starting there (a
+        line that starts none of them chooses nothing: the file may have moved since)."""
         try:
             tree = ast.parse(text)
         except SyntaxError as exc:
@@ -300,6 +339,9 @@ class ReplaceDefinition:
         if len(found) > 1 and "." not in target:
             alike = [d for d in found if d.in_class == new.method]
             found = alike if len(alike) == 1 else found
+        if len(found) > 1 and line is not None:
+            at_line = [d for d in found if line in (d.node.lineno, _first_line(d.node))]
+            found = at_line if len(at_line) == 1 else found
         if len(found) > 1:
             raise ToolError(
                 f"{target} is defined {len(found)} times in {rel}: {_choices(found)}. Give "
@@ -346,6 +388,34 @@ class ReplaceDefinition:
                 f"{exc.lineno}: {exc.msg}); nothing was changed."
             ) from None
         return updated, verb, qualified
+
+
+def _partial_class(text: str, new: NewDefinition, target: str) -> list[NewDefinition] | None:
+    """The methods of ``new`` one by one when it is a class of methods alone that leaves
+    out members the file's class ``target`` has: a rewrite of those methods, not of the
+    class (taken whole, it would delete the rest). None: take ``new`` as it is."""
+    if not new.members:
+        return None
+    try:
+        found = matching(qualified_definitions(ast.parse(text)), target)
+    except (SyntaxError, ValueError):
+        return None  # the tool says so when it parses the file again
+    classes = [d.node for d in found if isinstance(d.node, ast.ClassDef)]
+    if len(classes) != 1:
+        return None
+    members = [parse_new_definition(code) for code in new.members]
+    given = {m.name for m in members}
+    kept = [
+        n
+        for n in classes[0].body
+        if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+        and getattr(n, "name", None) not in given
+    ]
+    if not kept:
+        return None  # every member rewritten: the class as written
+    first = members[0]
+    members[0] = NewDefinition(first.name, first.kind, first.lines, new.imports, first.method)
+    return members
 
 
 def _holds(text: str, target: str) -> bool:
