@@ -317,8 +317,9 @@ def shape_turn(
 
 
 def hermes_markup(name: str, arguments: str, *, whole: bool) -> str:
-    """A call as the model writes it in the hermes format (Qwen's chat template); the sim
-    writes every parser's calls so."""
+    """A call as the model writes it in the hermes format: the first of the two tag forms of
+    0.33's ``tool_parsers/structural_tag_registry.py`` ``_hermes_tool_tags`` (Qwen's chat
+    template writes it too); the sim writes every parser's calls so."""
     text = (
         f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {arguments}'
     )
@@ -350,7 +351,9 @@ def message_fields(
             if forced == "required":
                 calls = []
         else:
-            marks = "\n".join(
+            # the forced structural tag puts calls side by side (separator ""); unforced, the
+            # model writes a newline between them
+            marks = ("" if forced else "\n").join(
                 hermes_markup(call.name, args, whole=_json_object(args) is not None)
                 for call, args in calls
             )
