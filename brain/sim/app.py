@@ -42,7 +42,13 @@ from brain.sim.media import check_images
 from brain.sim.metrics_text import METRICS_PATH
 from brain.sim.policies import load_policy
 from brain.sim.policy import Policy, SimChatRequest
-from brain.sim.shaping import Emission, OutputToken, shape_turn, streamed_finish_reason
+from brain.sim.shaping import (
+    Emission,
+    OutputToken,
+    message_fields,
+    shape_turn,
+    streamed_finish_reason,
+)
 from brain.sim.tokenizer import Vocabulary, count_text, render_chat
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -389,7 +395,8 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
             stream_interval=body.stream_interval,
         )
         return StreamingResponse(stream, media_type="text/event-stream")
-    return await _complete(state, number, ticket, clock, emission, meta, rules, client)
+    fields = message_fields(emission, body, tool_parser=config.tool_call_parser)
+    return await _complete(state, number, ticket, clock, emission, meta, rules, client, fields)
 
 
 class _GenerationFailed(Exception):
@@ -465,6 +472,7 @@ async def _complete(
     meta: _ResponseMeta,
     rules: list[FaultRule],
     client: tuple[str, int] | None,
+    fields: tuple[str | None, list[tuple[Any, str]], str],
 ) -> Response:
     engine = state.engine
     outcome = "abort"
@@ -483,11 +491,11 @@ async def _complete(
         engine.finished(clock, outcome, len(emission.tokens) * meta.n, ticket.preemptions)
     calls = [
         {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": args}}
-        for call, args in emission.emitted_calls()
+        for call, args in fields[1]
     ]
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": emission.text_of("content"),
+        "content": fields[0],
         "refusal": None,
         "annotations": None,
         "audio": None,
@@ -501,7 +509,7 @@ async def _complete(
             "index": i,
             "message": message,
             "logprobs": None,
-            "finish_reason": emission.finish_reason,
+            "finish_reason": fields[2],
             "stop_reason": None,
             "token_ids": None,
             "routed_experts": None,

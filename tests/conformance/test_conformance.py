@@ -249,6 +249,107 @@ def _stream_cut_call(answer: Answer, case: Case, sim: RunningSim | None) -> list
     return problems
 
 
+def _message(answer: Answer) -> dict[str, Any]:
+    return answer.json()["choices"][0]["message"]
+
+
+def _forced_call(answer: Answer, case: Case, sim: RunningSim | None) -> list[str]:
+    """A forced answer: the call with valid JSON arguments holding the required city, and
+    content "" (``assemble_chat_message_fields``), not null."""
+    problems = _call_has_required_city(answer, case, sim)
+    content = _message(answer)["content"]
+    return problems + ([] if content == "" else [f"content {content!r} is not ''"])
+
+
+def _stream_events(answer: Answer) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in answer.text.splitlines() if line[:7] == "data: {"]
+
+
+def _forced_stream(answer: Answer, case: Case, sim: RunningSim | None) -> list[str]:
+    """A forced stream: one call, opened with id, type and name, whose argument pieces make
+    whole JSON; no content after the role chunk; the release's finish_reason."""
+    assert sim is not None
+    chunks = [c for c in _stream_events(answer) if c["choices"]]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    calls = [call for d in deltas for call in d.get("tool_calls") or []]
+    problems = []
+    if not calls or not (calls[0].get("id") and calls[0]["function"].get("name")):
+        return [f"no call opened: {deltas}"]
+    arguments = "".join(c["function"].get("arguments") or "" for c in calls)
+    try:
+        if "city" not in json.loads(arguments):
+            problems.append(f"arguments {arguments!r} lack the city")
+    except ValueError:
+        problems.append(f"arguments {arguments!r} are not whole")
+    if any(d.get("content") for d in deltas):
+        problems.append("content was streamed")
+    wanted = case.extra["finish_reason"][sim.config.vllm_version]
+    if chunks[-1]["choices"][0]["finish_reason"] != wanted:
+        problems.append(
+            f"finish_reason {chunks[-1]['choices'][0]['finish_reason']!r} != {wanted!r}"
+        )
+    return problems
+
+
+def _cut_call_as_content(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    message = _message(answer)
+    content = message["content"] or ""
+    problems = [f"tool_calls {message['tool_calls']}"] if message.get("tool_calls") else []
+    if not content.startswith('<tool_call>\n{"name": "finish", "arguments": '):
+        problems.append(f"content {content!r}")
+    return problems
+
+
+def _no_call_empty_content(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    message = _message(answer)
+    ok = not message.get("tool_calls") and message["content"] == ""
+    return [] if ok else [f"message {message}"]
+
+
+def _cut_named_call(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    message = _message(answer)
+    calls = message.get("tool_calls") or []
+    if len(calls) != 1 or calls[0]["function"]["name"] != "finish" or message["content"] != "":
+        return [f"message {message}"]
+    try:
+        json.loads(calls[0]["function"]["arguments"])
+        return ["the arguments are whole"]
+    except ValueError:
+        return []
+
+
+def _content_fits_weather(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    content = _message(answer)["content"]
+    try:
+        value = json.loads(content)
+    except (TypeError, ValueError):
+        return [f"content {content!r} is not JSON"]
+    return [] if isinstance(value, dict) and "city" in value else [f"content {content!r}"]
+
+
+def _content_is_json_object(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    content = _message(answer)["content"]
+    try:
+        return [] if isinstance(json.loads(content), dict) else [f"content {content!r}"]
+    except (TypeError, ValueError):
+        return [f"content {content!r} is not JSON"]
+
+
+def _content_not_whole_json(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    content = _message(answer)["content"] or ""
+    try:
+        json.loads(content)
+        return [f"content {content!r} is whole"]
+    except ValueError:
+        return [] if content.startswith("{") else [f"content {content!r}"]
+
+
+def _content_is_a_choice(answer: Answer, case: Case, _sim: RunningSim | None) -> list[str]:
+    content = _message(answer)["content"]
+    choices = (case.body or {})["structured_outputs"]["choice"]
+    return [] if content in choices else [f"content {content!r} not in {choices}"]
+
+
 def _families(text: str) -> set[str]:
     """The families a /metrics text declares, by their registered names. A ``X_created`` gauge
     next to counter ``X_total`` or histogram ``X`` is not one: prometheus_client writes it for
@@ -329,6 +430,15 @@ CHECKS: dict[str, Callable[[Answer, Case, RunningSim | None], list[str]]] = {
     "not_found_detail": _not_found_detail,
     "stream_usage": _stream_usage,
     "stream_cut_call": _stream_cut_call,
+    "forced_call": _forced_call,
+    "forced_stream": _forced_stream,
+    "cut_call_as_content": _cut_call_as_content,
+    "no_call_empty_content": _no_call_empty_content,
+    "cut_named_call": _cut_named_call,
+    "content_fits_weather": _content_fits_weather,
+    "content_is_json_object": _content_is_json_object,
+    "content_not_whole_json": _content_not_whole_json,
+    "content_is_a_choice": _content_is_a_choice,
     "metric_families": _metric_families,
     "spec_families": _spec_families,
     "finish_reasons": _finish_reasons,
@@ -427,7 +537,7 @@ def test_the_table_counts() -> None:
     assert (len(CASES), len(runs), len(followed)) == (TABLE_SIZE, RUN_COUNT, FOLLOWED)
 
 
-TABLE_SIZE, RUN_COUNT, FOLLOWED = 62, 80, 76  # quoted in brain/sim/README.md
+TABLE_SIZE, RUN_COUNT, FOLLOWED = 80, 107, 103  # quoted in brain/sim/README.md
 
 
 # ------------------------------------------------------------------- against a real vLLM
