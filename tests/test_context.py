@@ -773,3 +773,28 @@ async def test_the_identity_cache_is_bounded_and_an_evicted_message_still_counts
     assert len(counter._by_identity) <= 8 and len(counter._bounds) <= 8
     again = await counter.count(messages, TOOLS)
     assert again.total == first.total and calls.calls == asked  # by content key, no new calls
+
+
+def test_an_edit_is_summarised_with_where_it_changed_the_file_and_a_check_after_it() -> None:
+    from pilot.agent.seams import CheckOutcome
+    from pilot.tactics.small_models import SmallModelTactics
+
+    diff = (
+        "Replaced function LRUCache.popitem in cache.py.\n--- a/cache.py\n+++ b/cache.py\n"
+        "@@ -30,5 +30,6 @@\n     def popitem(self):\n         key = next(iter(self.order))\n"
+        "-        return (key, self.data[key])\n+        del self.order[key]\n"
+        "+        return (key, self.data.pop(key))"
+    )
+    feedback = SmallModelTactics().after_edit_feedback(
+        "pytest -q", CheckOutcome(exit_code=1, timed_out=False, output="E  KeyError\n1 failed")
+    )
+    messages = [
+        *call_turn(1, "replace_definition", "cache.py", diff),
+        {"role": "user", "content": feedback},
+    ]
+    text = events_summary(messages, PhaseFacts(goal="g"), mutating_tools=["replace_definition"])
+    assert (
+        "- replace_definition cache.py: Replaced function LRUCache.popitem in cache.py. (at line "
+        "30, in popitem, `return (key, self.data[key])` -> `del self.order[key]`)"
+    ) in text, text
+    assert "- `pytest -q` failed after an edit (exit code 1): E  KeyError | 1 failed" in text

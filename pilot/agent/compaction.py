@@ -441,6 +441,11 @@ def events_summary(
             )
         if role == "user" and text.startswith(CHECK_FAILED):
             items["Checks"].append(f"- {_check_line(text)}")
+        elif role == "user" and (after := _AFTER_EDIT.search(text.split("\n", 1)[0])):
+            body = text.split("\n\n", 1)[1] if "\n\n" in text else ""
+            items["Checks"].append(
+                f"- `{after.group(1)}` failed after an edit ({after.group(2)}): {_last_lines(body)}"
+            )
         elif role == "user" and text.startswith("Phase ") and "\n" in text:
             notes.append(f"- an earlier phase: {_first_line(text)}")
         elif role == "tool":
@@ -489,6 +494,35 @@ def events_summary(
         if len(text) <= max_chars or not any(shown.values()):
             return _clip(text, max_chars)
         shown = {key: count // 2 for key, count in shown.items()}
+
+
+_AFTER_EDIT = re.compile(r"the check `([^`]*)` still fails \(([^)]*)\)")
+"""The tactics' word for a check run after an edit that still fails."""
+_DEFINITION_LINE = re.compile(r"^[ +-]\s*(?:async\s+)?(?:def|class)\s+(\w+)")
+
+
+def _diff_gist(output: str) -> str:
+    """Where a diff in a tool's result changed the file: the first changed line, the first
+    removed and added lines, and the def or class the diff shows around them."""
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("@@ ")), None)
+    if start is None:
+        return ""
+    hunk, lines = lines[start], lines[start + 1 :]
+    at = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", hunk)
+    removed = next(
+        (ln[1:].strip() for ln in lines if ln.startswith("-") and not ln.startswith("---")), None
+    )
+    added = next(
+        (ln[1:].strip() for ln in lines if ln.startswith("+") and not ln.startswith("+++")), None
+    )
+    names = [m.group(1) for ln in lines if (m := _DEFINITION_LINE.match(ln))]
+    parts = [f"at line {at.group(1)}" if at else "a change"]
+    if names:
+        parts.append(f"in {names[0]}")
+    if removed is not None or added is not None:
+        parts.append(f"`{(removed or '')[:80]}` -> `{(added or '')[:80]}`")
+    return " (" + ", ".join(parts) + ")"
 
 
 def _check_line(text: str) -> str:
@@ -545,7 +579,7 @@ def _result_item(
                 f"- {name}{where}: REFUSED, nothing changed: {_first_line(output[len(_ERROR) :])}"
             )
         else:
-            items["Edits"].append(f"- {name}{where}: {_first_line(output)}")
+            items["Edits"].append(f"- {name}{where}: {_first_line(output)}{_diff_gist(output)}")
         return
     command = _argument(arguments, "command")
     if command is not None:
