@@ -158,14 +158,14 @@ def test_definition_target_reads_the_answer_then_the_prompt() -> None:
     code = "def popitem(self):\n    return None"
     located = "The code of popitem (cachetools/__init__.py, line 118):\n```python\n..."
     assert definition_target(code, "Fixed LRUCache.popitem.", located) == {
-        "name": "LRUCache.popitem"
+        "qualified_name": "LRUCache.popitem"
     }
     assert definition_target(code, "cache.popitem() was wrong", located) == {
         "path": "cachetools/__init__.py",
         "line": 118,
     }, "a lowercase qualifier is a call on an instance, not a class"
     assert definition_target(code, "", "Fix Outer.Inner.popitem, see below.") == {
-        "name": "Outer.Inner.popitem"
+        "qualified_name": "Outer.Inner.popitem"
     }
     two = "LRUCache.popitem and FIFOCache.popitem differ."
     assert definition_target(code, two, "") == {}, "two classes: no guess"

@@ -321,7 +321,7 @@ def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
     for text in (content, prompt):
         qualifiers = {m.group(1) for m in pattern.finditer(text)}
         if len(qualifiers) == 1:
-            return {"name": f"{qualifiers.pop()}{name}"}
+            return {"qualified_name": f"{qualifiers.pop()}{name}"}
     located = {
         (m.group(2), int(m.group(3))) for m in LOCATED_RE.finditer(prompt) if m.group(1) == name
     }
