@@ -13,22 +13,24 @@ the model's claim. Run it against another checkout's pilot with ``PYTHONPATH=<ch
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import json
-import sys
+import os
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from pilot_harness import make_repo, run_in_process, write_workflow
+import yaml
 
 from brain.sim.config import SimConfig
 from brain.sim.policy import SimChatRequest, SimTurn
 from brain.sim.server import running_sim
 from pilot import events as ev
+from pilot.run.launch import load_for_run, start_run
 from pilot.run.outcomes import RunOutcome
+from pilot.run.runner import Runner
 from pilot.store.event_store import EventStore
 
 WINDOW = 6000
@@ -65,30 +67,58 @@ class Scenario:
     model: Claimer
 
 
+def _repo(root: Path) -> Path:
+    root.mkdir(parents=True)
+    big = "\n".join(f"line {i}: " + "lorem ipsum dolor sit amet " * 3 for i in range(400))
+    (root / "app.py").write_text("VALUE = 1\n")
+    (root / "big.txt").write_text(big + "\n")
+    (root / ".gitignore").write_text("__pycache__/\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@localhost"}
+    env |= {"GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@localhost"}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "init"]):
+        subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
+    return root
+
+
+def _workflow(path: Path, endpoint: str, padding: int) -> Path:
+    phase = {
+        "name": "fix",
+        "prompt": "Make VALUE in app.py equal 2. " + PADDING * padding,
+        "check": CHECK,
+        "max_attempts": 1,
+    }
+    data = {
+        "name": "compaction-gaps",
+        "params": {"repo": {"type": "path", "required": True}},
+        "model": {"endpoint": endpoint, "name": "auto", "max_tokens": 256},
+        "workspace": {"path": "{{ params.repo }}"},
+        "tools": ["read_file", "write_file", "edit_file", "run", "finish"],
+        "sandbox": "none",
+        "system": "Work with the tools.",
+        "limits": {"max_no_progress_steps": 100, "max_steps": 100},
+        "phases": [phase],
+    }
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+async def _run(workflow: Path, repo: Path, store: EventStore) -> RunOutcome:
+    runner = Runner(store)
+    try:
+        return await start_run(runner, load_for_run(workflow, [f"repo={repo}"]))
+    finally:
+        await runner.aclose()
+
+
 def run_scenario(base: Path, *, padding: int = 0, reads: int = 60) -> Scenario:
     """One run of the scenario in ``base`` (a git repository, the sim, a SQLite store)."""
-    big = "\n".join(f"line {i}: " + "lorem ipsum dolor sit amet " * 3 for i in range(400))
-    repo = make_repo(base / "repo", {"app.py": "VALUE = 1\n", "big.txt": big + "\n"})
+    repo = _repo(base / "repo")
     model = Claimer(reads)
+    store = EventStore(f"sqlite:///{base / 'm.db'}")
     with running_sim(SimConfig(model="m", max_model_len=WINDOW), policy=model) as sim:
-        workflow = write_workflow(
-            base / "wf.yaml",
-            key="claims",
-            endpoint=sim.openai_base_url,
-            phases=[
-                {
-                    "name": "fix",
-                    "prompt": "Make VALUE in app.py equal 2. " + PADDING * padding,
-                    "check": CHECK,
-                    "max_attempts": 1,
-                }
-            ],
-            model={"max_tokens": 256},
-            limits={"max_no_progress_steps": 100, "max_steps": 100},
-        )
-        outcome = run_in_process(workflow, repo, base / "m.db")
-    events = EventStore(f"sqlite:///{base / 'm.db'}").load_events(outcome.run_id)
-    return Scenario(outcome, events, model)
+        workflow = _workflow(base / "wf.yaml", sim.openai_base_url, padding)
+        outcome = asyncio.run(_run(workflow, repo, store))
+    return Scenario(outcome, store.load_events(outcome.run_id), model)
 
 
 def steps_between(events: list[ev.Event]) -> list[int]:
