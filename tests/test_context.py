@@ -671,7 +671,10 @@ def test_an_events_summary_lists_edits_commands_checks_and_reads_and_no_claim() 
         baseline=(False, 1, "FAILED test_a.py::test_x\n1 failed"),
         failed_try="the check (pytest -q) failed: 1 failed",
     )
-    text = events_summary(messages, facts, mutating_tools=["edit_file", "write_file"])
+    mutating = ["edit_file", "write_file", "run", "git_commit"]  # as the registry says
+    messages += call_turn(5, "git_commit", "", "[main 1a2b3c] wip")
+    text = events_summary(messages, facts, mutating_tools=mutating)
+    assert "- git_commit: [main 1a2b3c] wip" in text.split("## Other calls")[1]
     assert "pass" not in text.replace("passed", "").lower().replace("has not passed", ""), text
     assert "verified" not in text and "all tests" not in text  # the model's words are not kept
     assert "- Fix the failing test." in text

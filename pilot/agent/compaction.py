@@ -569,18 +569,12 @@ def _result_item(
     items: dict[str, list[str]],
     read: dict[str, None],
 ) -> None:
-    """One tool result as a line of its section."""
+    """One tool result as a line of its section: a call with a command is a command (``run``
+    mutates, but what it did is its exit code), a mutating call on files an edit (a commit is
+    not one), a refusal, a read, or another call."""
     paths = _paths(arguments)
     where = f" {', '.join(paths)}" if paths else ""
     refused = output.startswith(_ERROR)
-    if mutating:
-        if refused:
-            items["Edits"].append(
-                f"- {name}{where}: REFUSED, nothing changed: {_first_line(output[len(_ERROR) :])}"
-            )
-        else:
-            items["Edits"].append(f"- {name}{where}: {_first_line(output)}{_diff_gist(output)}")
-        return
     command = _argument(arguments, "command")
     if command is not None:
         shown = _first_line(command, 120)
@@ -594,6 +588,14 @@ def _result_item(
             items["Commands run"].append(f"- `{shown}`: exit code 0")
         else:
             items["Commands run"].append(f"- `{shown}`: exit code {code}: {_last_lines(rest)}")
+        return
+    if mutating and not name.startswith("git_"):
+        if refused:
+            items["Edits"].append(
+                f"- {name}{where}: REFUSED, nothing changed: {_first_line(output[len(_ERROR) :])}"
+            )
+        else:
+            items["Edits"].append(f"- {name}{where}: {_first_line(output)}{_diff_gist(output)}")
         return
     if refused:
         items["Refused"].append(f"- {name}{where}: {_first_line(output[len(_ERROR) :])}")
