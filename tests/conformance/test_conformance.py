@@ -611,13 +611,16 @@ READ_BACK = [
     for c in CASES
     if c.expect.check
     in {"forced_call", "cut_call_as_content", "no_call_empty_content", "cut_named_call"}
-    or c.id == "streamed_call_cut_at_max_tokens"
+    or c.expect.check in {"forced_stream", "stream_cut_call"}
 ]
-"""The cases whose non-streamed answer is vLLM's reading of what the model wrote."""
+"""The cases whose answers, streamed and not, are vLLM's reading of what the model wrote."""
 
 
-def _streamed_output(sim: RunningSim, body: dict[str, Any]) -> tuple[str, list[list[str]], int]:
-    """(content, [[name, arguments]], completion tokens) of the sim's streamed answer."""
+def _streamed_output(
+    sim: RunningSim, body: dict[str, Any]
+) -> tuple[str, list[list[str]], int, str | None]:
+    """(content, [[name, arguments]], completion tokens, last finish_reason) of the sim's
+    streamed answer."""
     streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
     text = httpx.post(sim.openai_base_url + "/chat/completions", json=streamed, timeout=30).text
     chunks = [json.loads(line[6:]) for line in text.splitlines() if line[:7] == "data: {"]
@@ -630,7 +633,9 @@ def _streamed_output(sim: RunningSim, body: dict[str, Any]) -> tuple[str, list[l
                 function = call.get("function") or {}
                 calls[call["index"]] = [name or function.get("name") or "",
                                         args + (function.get("arguments") or "")]  # fmt: skip
-    return content, [calls[i] for i in sorted(calls)], chunks[-1]["usage"]["completion_tokens"]
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    used = chunks[-1]["usage"]["completion_tokens"]
+    return content, [calls[i] for i in sorted(calls)], used, reasons[-1]
 
 
 def _model_text(parser: str, body: dict[str, Any], content: str, calls: list[list[str]]) -> str:
@@ -658,10 +663,11 @@ def _model_text(parser: str, body: dict[str, Any], content: str, calls: list[lis
 
 
 def test_the_forced_answers_are_vllms_reading_of_the_output(sims: Any, tmp_path: Path) -> None:
-    """vLLM's own parser, message assembly and finish-reason mapping, given what the sim's
-    stream says the model wrote, answer what the sim answers unstreamed (content, calls,
-    finish_reason), and force the call with the constraint the sim claims (a structural tag
-    for hermes, a JSON schema for pythonic)."""
+    """vLLM's own parser, message assembly, stream processor and finish-reason mapping, given
+    what the sim's stream says the model wrote, answer what the sim answers, streamed and not
+    (content, calls, finish_reason: the cut-at-max_tokens streams included), and force the
+    call with the constraint the sim claims (a structural tag for hermes, a JSON schema for
+    pythonic)."""
     python = _vllm_python()
     if python is None:
         pytest.skip("no installed vLLM: set MARATHON_VLLM_PYTHON to a Python with vllm 0.33")
@@ -670,7 +676,7 @@ def test_the_forced_answers_are_vllms_reading_of_the_output(sims: Any, tmp_path:
         sim = sims(case.server, "0.33")
         parser = sim.config.tool_call_parser
         body = {k: v for k, v in (case.body or {}).items() if k not in ("stream", "stream_options")}
-        content, calls, used = _streamed_output(sim, body)
+        content, calls, used, streamed_finish = _streamed_output(sim, body)
         finish = "length" if used == body.get("max_tokens") else "stop"
         text = _model_text(parser, body, content, calls)
         payload.append({"id": case.id, "parser": parser, "body": body, "text": text,
@@ -689,6 +695,7 @@ def test_the_forced_answers_are_vllms_reading_of_the_output(sims: Any, tmp_path:
                 for c in message.get("tool_calls") or []
             ],
             "finish_reason": choice["finish_reason"],
+            "stream": {"content": content, "calls": calls, "finish_reason": streamed_finish},
         }
     result = tmp_path / "vllm.json"
     done = subprocess.run(
