@@ -267,15 +267,18 @@ def _stream_events(answer: Answer) -> list[dict[str, Any]]:
 
 
 def _forced_stream(answer: Answer, case: Case, sim: RunningSim | None) -> list[str]:
-    """A forced stream: one call, opened with id, type and name, whose argument pieces make
-    whole JSON; no content after the role chunk; the release's finish_reason."""
+    """A forced stream: one call, opened with id, type and name (no arguments key, as hermes
+    opens it), whose argument pieces make whole JSON; no content after the role chunk; the
+    release's finish_reason."""
     assert sim is not None
     chunks = [c for c in _stream_events(answer) if c["choices"]]
     deltas = [c["choices"][0]["delta"] for c in chunks]
     calls = [call for d in deltas for call in d.get("tool_calls") or []]
-    problems = []
+    problems: list[str] = []
     if not calls or not (calls[0].get("id") and calls[0]["function"].get("name")):
         return [f"no call opened: {deltas}"]
+    if "arguments" in calls[0]["function"]:  # hermes: DeltaFunctionCall(name=...) alone
+        problems.append(f"the opening entry carries arguments: {calls[0]}")
     arguments = "".join(c["function"].get("arguments") or "" for c in calls)
     try:
         if "city" not in json.loads(arguments):
