@@ -154,23 +154,27 @@ def test_a_bare_method_with_nothing_to_choose_by_is_refused_with_the_names(
     assert "FIFOCache.popitem (line 19), LRUCache.popitem (line 33)" in done.output, done.output
 
 
-def test_definition_target_reads_the_answer_then_the_prompt() -> None:
+def test_definition_target_reads_the_located_code_then_the_answer_then_the_prompt() -> None:
     code = "def popitem(self):\n    return None"
     located = "The code of popitem (cachetools/__init__.py, line 118):\n```python\n..."
-    assert definition_target(code, "Fixed LRUCache.popitem.", located) == {
-        "name": "LRUCache.popitem"
+    where = {"path": "cachetools/__init__.py", "line": 118}
+    assert definition_target(code, "Fixed LRUCache.popitem.", located) == where
+    assert definition_target(code, "Fixed LRUCache.popitem.", "Fix it.") == {
+        "qualified_name": "LRUCache.popitem"
     }
-    assert definition_target(code, "cache.popitem() was wrong", located) == {
-        "path": "cachetools/__init__.py",
-        "line": 118,
-    }, "a lowercase qualifier is a call on an instance, not a class"
+    assert definition_target(code, "cache.popitem() was wrong", "Fix it.") == {}, (
+        "a lowercase qualifier is a call on an instance, not a class"
+    )
     assert definition_target(code, "", "Fix Outer.Inner.popitem, see below.") == {
-        "name": "Outer.Inner.popitem"
+        "qualified_name": "Outer.Inner.popitem"
     }
     two = "LRUCache.popitem and FIFOCache.popitem differ."
     assert definition_target(code, two, "") == {}, "two classes: no guess"
     twice = located + "\nThe code of popitem (cachetools/fifo.py, line 9):\n"
-    assert definition_target(code, "", twice) == {}, "two located: no guess"
+    assert definition_target(code, "Fixed LRUCache.popitem.", twice) == {
+        "qualified_name": "LRUCache.popitem"
+    }, "two located: the answer's name decides"
+    assert definition_target(code, "", twice) == {}, "two located and no name: no guess"
     assert definition_target("x = 1", "LRUCache.popitem", located) == {}
 
 

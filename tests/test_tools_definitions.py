@@ -232,7 +232,7 @@ def _method(source: str, qualified: str) -> str:
 
 
 def test_a_qualified_name_replaces_that_method_and_no_other(ctx: ToolContext, caches: Path) -> None:
-    result = call(ctx, code=NEW_LRU_POPITEM, name="LRUCache.popitem")
+    result = call(ctx, code=NEW_LRU_POPITEM, qualified_name="LRUCache.popitem")
     assert result.output.startswith("Replaced function LRUCache.popitem in pkg/caches.py."), (
         result.output
     )
@@ -259,7 +259,7 @@ def test_a_bare_name_several_classes_define_is_refused_with_the_qualified_names(
         "popitem is defined 3 times in pkg/caches.py: FIFOCache.popitem (line 18), "
         "LRUCache.popitem (line 31), LRUCache.Stats.popitem (line 37)"
     ) in result.output, result.output
-    assert 'name="FIFOCache.popitem"' in result.output
+    assert 'qualified_name="FIFOCache.popitem"' in result.output
     # without path the file is found, and the refusal is the same
     found = call(ctx, code="def popitem(self):\n    return None\n")
     assert "popitem is defined 3 times in pkg/caches.py" in found.output, found.output
@@ -270,22 +270,22 @@ def test_a_nested_qualified_name_and_a_method_written_with_its_class_indentation
     ctx: ToolContext, caches: Path
 ) -> None:
     indented = "    def popitem(self):\n        return ('stats', 0)\n"
-    result = call(ctx, code=indented, name="LRUCache.Stats.popitem")
+    result = call(ctx, code=indented, qualified_name="LRUCache.Stats.popitem")
     assert result.output.startswith("Replaced function LRUCache.Stats.popitem"), result.output
     text = caches.read_text()
     assert "    class Stats:\n        def popitem(self):\n            return ('stats', 0)\n" in text
     assert _method(text, "LRUCache.popitem") == _method(CACHES, "LRUCache.popitem")
     # the inner class's own name is enough when it ends one qualified name
-    again = call(ctx, code="def popitem(self):\n    return 1\n", name="Stats.popitem")
+    again = call(ctx, code="def popitem(self):\n    return 1\n", qualified_name="Stats.popitem")
     assert again.output.startswith("Replaced function LRUCache.Stats.popitem"), again.output
 
 
 def test_name_given_as_the_class_and_a_new_method_goes_to_that_class(
     ctx: ToolContext, caches: Path
 ) -> None:
-    result = call(ctx, code="def popitem(self):\n    return 7\n", name="FIFOCache")
+    result = call(ctx, code="def popitem(self):\n    return 7\n", qualified_name="FIFOCache")
     assert result.output.startswith("Replaced function FIFOCache.popitem"), result.output
-    added = call(ctx, code="def clear(self):\n    self.data.clear()\n", name="LRUCache")
+    added = call(ctx, code="def clear(self):\n    self.data.clear()\n", qualified_name="LRUCache")
     assert added.output.startswith("Added function LRUCache.clear in pkg/caches.py."), added.output
     text = caches.read_text()
     assert "        return (key, self.data[key])\n\n    def clear(self):\n" not in text
@@ -296,14 +296,19 @@ def test_name_given_as_the_class_and_a_new_method_goes_to_that_class(
 def test_a_qualified_name_the_file_lacks_is_refused_with_what_it_has(
     ctx: ToolContext, caches: Path
 ) -> None:
-    missing = call(ctx, code="def popitem(self):\n    return 0\n", name="LFUCache.popitem")
+    missing = call(
+        ctx, code="def popitem(self):\n    return 0\n", qualified_name="LFUCache.popitem"
+    )
     assert missing.is_error
     assert "no Python file in the workspace defines LFUCache.popitem" in missing.output
     given = call(
-        ctx, code="def popitem(self):\n    return 0\n", name="LFUCache", path="pkg/caches.py"
+        ctx,
+        code="def popitem(self):\n    return 0\n",
+        qualified_name="LFUCache",
+        path="pkg/caches.py",
     )
     assert "pkg/caches.py has no class LFUCache for LFUCache.popitem" in given.output
     assert "FIFOCache.popitem (line 18)" in given.output, given.output
-    bad = call(ctx, code="def popitem(self):\n    return 0\n", name="LRU Cache")
+    bad = call(ctx, code="def popitem(self):\n    return 0\n", qualified_name="LRU Cache")
     assert bad.is_error and "not a qualified name" in bad.output, bad.output
     assert caches.read_text() == CACHES

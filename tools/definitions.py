@@ -6,7 +6,8 @@ with the corrected function. This tool finds the definition by its name with ``a
 the file given, or else in the one Python file that defines it), swaps its lines for the new
 ones at the original indentation, adds the imports the new code starts with that the file
 lacks, and refuses a result that does not parse. A library of classes defines one method name
-in several classes (cachetools' ``LRUCache.popitem`` and ``FIFOCache.popitem``): ``name``
+in several classes (cachetools' ``LRUCache.popitem`` and ``FIFOCache.popitem``):
+``qualified_name``
 takes the qualified name (``Class.method``, ``Outer.Inner.method``) and a bare name that
 several classes define is refused with the qualified names to choose from, never guessed.
 Must not import ``pilot`` or ``brain``.
@@ -55,7 +56,7 @@ class ReplaceDefinitionArgs(ToolArgs):
         description="Without `path`, the file a new definition goes to when no file "
         "defines this name yet.",
     )
-    name: str | None = Field(
+    qualified_name: str | None = Field(
         default=None,
         description="Which definition to replace when several classes define the name: its "
         "qualified name, `Class.method` or `Outer.Inner.method` (or just the class). "
@@ -203,15 +204,16 @@ def matching(definitions: list[Qualified], target: str) -> list[Qualified]:
 
 
 def target_name(name: str | None, new: NewDefinition) -> str:
-    """The qualified name to replace: ``name`` when it ends in the name ``code`` defines,
-    ``name`` taken as the class around it otherwise, the bare name without ``name``."""
+    """The qualified name to replace: ``name`` (the ``qualified_name`` argument) when it ends
+    in the name ``code`` defines, ``name`` taken as the class around it otherwise, the bare
+    name without it."""
     if not name or not name.strip():
         return new.name
     name = name.strip()
     if not _QUALIFIED_RE.match(name):
         raise ToolError(
-            f"`name` {name!r} is not a qualified name; give it as Class.method (dots between "
-            f"names), e.g. {new.name!r} or 'SomeClass.{new.name}'."
+            f"`qualified_name` {name!r} is not a qualified name; give it as Class.method "
+            f"(dots between names), e.g. {new.name!r} or 'SomeClass.{new.name}'."
         )
     return name if name.split(".")[-1] == new.name else f"{name}.{new.name}"
 
@@ -237,7 +239,7 @@ class ReplaceDefinition:
 
     def run(self, args: ReplaceDefinitionArgs, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         new = parse_new_definition(args.code)
-        target = target_name(args.name, new)
+        target = target_name(args.qualified_name, new)
         rel = args.path if args.path else self._defining_file(ctx, new, target, args.add_to)
         real = ctx.workspace.resolve(rel, for_write=True)
         rel = ctx.workspace.relative(real)
@@ -345,8 +347,10 @@ class ReplaceDefinition:
         if len(found) > 1:
             raise ToolError(
                 f"{target} is defined {len(found)} times in {rel}: {_choices(found)}. Give "
-                f"`name` as the qualified name of the one you mean (e.g. name="
-                f'"{found[0].name}").'
+                "`qualified_name` for the one you mean (e.g. qualified_name="
+                f'"{found[0].name}"), or write the method inside its class line '
+                f"(class {found[0].name.rpartition('.')[0] or 'Name'}: ...): only the methods "
+                "written are replaced."
             )
         scope: Qualified | None = None
         if not found and "." in target:
@@ -439,8 +443,8 @@ def _scope_of(definitions: list[Qualified], target: str, rel: str) -> Qualified:
         return classes[0]
     if classes:
         raise ToolError(
-            f"{scope} names {len(classes)} classes in {rel}: {_choices(classes)}; give `name` "
-            "with the outer class too."
+            f"{scope} names {len(classes)} classes in {rel}: {_choices(classes)}; give "
+            "`qualified_name` with the outer class too."
         )
     same = [d for d in definitions if d.name.split(".")[-1] == leaf]
     known = _choices(same) if same else "none of that name"

@@ -575,7 +575,13 @@ def _first_chunk(meta: _ResponseMeta, index: int) -> str:
 
 
 def _deltas(batch: list[OutputToken], emission: Emission) -> list[dict[str, Any]]:
-    """Group one decode step's tokens into deltas: one per run of the same kind / call."""
+    """Group one decode step's tokens into deltas: one per run of the same kind / call.
+
+    A call opens as the hermes parser opens it (``Hermes2ProToolParser.
+    extract_tool_calls_streaming``): an entry with ``id``, ``type``, ``index`` and the
+    function's ``name`` alone (``DeltaFunctionCall(name=...).model_dump(exclude_none=True)``,
+    so no ``arguments`` key), and the argument text of the same step as a second entry of the
+    same delta, ``{"index", "function": {"arguments"}}``."""
     deltas: list[dict[str, Any]] = []
     calls = {c.index: c for c in emission.calls}
     for token in batch:
@@ -590,19 +596,20 @@ def _deltas(batch: list[OutputToken], emission: Emission) -> list[dict[str, Any]
         if token.header:
             call = calls[token.call]
             entry = {
-                "index": call.index,
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": ""},
+                "index": call.index,
+                "function": {"name": call.name},
             }
             deltas.append({"tool_calls": [entry]})
             continue
-        if (
-            last is not None
-            and "tool_calls" in last
-            and last["tool_calls"][0]["index"] == token.call
-        ):
-            last["tool_calls"][0]["function"]["arguments"] += token.text
+        entries = last["tool_calls"] if last is not None and "tool_calls" in last else None
+        if entries is not None and entries[-1]["index"] == token.call:
+            function = entries[-1]["function"]
+            if "arguments" in function:
+                function["arguments"] += token.text
+            else:  # the opening entry: the arguments come as an entry of their own
+                entries.append({"index": token.call, "function": {"arguments": token.text}})
         else:
             deltas.append(
                 {"tool_calls": [{"index": token.call, "function": {"arguments": token.text}}]}

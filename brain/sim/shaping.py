@@ -192,11 +192,8 @@ def _apply_tool_options(
             content = f"(sim) I would call {names}, but no tool may be called here."
         calls = []
     elif forced is not None:
-        wanted = (
-            offered
-            if forced == "required"
-            else [str(((choice if isinstance(choice, dict) else {}).get("function") or {})["name"])]
-        )
+        function = (choice.get("function") if isinstance(choice, dict) else None) or {}
+        wanted = offered if forced == "required" else [str(function.get("name"))]
         candidates = [c for c in (turn.forced_calls or calls) if c[0] in wanted]
         if forced == "named":
             candidates = candidates[:1]

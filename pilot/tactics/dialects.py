@@ -310,24 +310,26 @@ _QUALIFIER_RE = r"\b((?:[A-Z]\w*\.)+){}\b"
 
 def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
     """Which definition a Python block taken as a replace_definition call rewrites, when
-    several classes define its name: the one qualified name (``LRUCache.popitem``) the
-    answer's text, else the prompt, gives it; else the file and line the prompt's located
-    code showed it at (one header for that name). Empty when neither is there."""
+    several classes define its name: the file and line the prompt's located code showed it at
+    (one header for that name: where the failure ran), else the one qualified name
+    (``LRUCache.popitem``) the answer's text, else the prompt, gives it. Empty when neither
+    is there; the tool uses these only to choose among several definitions of the name, or
+    (a qualified name) to add a method to the class it names."""
     parsed = _block_definition(code)
     if parsed is None:
         return {}
     name = parsed[0]
-    pattern = re.compile(_QUALIFIER_RE.format(re.escape(name)))
-    for text in (content, prompt):
-        qualifiers = {m.group(1) for m in pattern.finditer(text)}
-        if len(qualifiers) == 1:
-            return {"name": f"{qualifiers.pop()}{name}"}
     located = {
         (m.group(2), int(m.group(3))) for m in LOCATED_RE.finditer(prompt) if m.group(1) == name
     }
     if len(located) == 1:
         path, line = located.pop()
         return {"path": path, "line": line}
+    pattern = re.compile(_QUALIFIER_RE.format(re.escape(name)))
+    for text in (content, prompt):
+        qualifiers = {m.group(1) for m in pattern.finditer(text)}
+        if len(qualifiers) == 1:
+            return {"qualified_name": f"{qualifiers.pop()}{name}"}
     return {}
 
 

@@ -104,7 +104,7 @@ class SmallModelTactics:
         if not found.calls:
             return reading
         for position, (name, arguments) in enumerate(found.calls):
-            if name == DEFINITION_TOOL and not {"path", "name"} & arguments.keys():
+            if name == DEFINITION_TOOL and not {"path", "qualified_name"} & arguments.keys():
                 # which of several same-named methods: the qualified name, or where located
                 code = str(arguments.get("code", ""))
                 shown = f"{prompt}\n{self._located.get(prompt, '')}"

@@ -5,8 +5,9 @@ also checked against the real vLLM 0.26 exchange it names, and a case marked ``n
 must still differ from the sim (so the exception cannot go stale). With an installed vLLM
 (``MARATHON_VLLM_PYTHON``: a Python that can ``import vllm``; ``VLLM_TARGET_DEVICE=cpu`` is
 set for it) the expected answers of the cases marked ``vllm`` are recomputed by vLLM's own
-request model, validation handler, tokenize limits and sampling-parameter checks; without one
-that test is skipped with the reason.
+request model, validation handler, tokenize limits and sampling-parameter checks, and the
+forced and cut tool answers are read back by vLLM's own parser (``vllm_forced.py``); without
+one those tests are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -266,15 +267,18 @@ def _stream_events(answer: Answer) -> list[dict[str, Any]]:
 
 
 def _forced_stream(answer: Answer, case: Case, sim: RunningSim | None) -> list[str]:
-    """A forced stream: one call, opened with id, type and name, whose argument pieces make
-    whole JSON; no content after the role chunk; the release's finish_reason."""
+    """A forced stream: one call, opened with id, type and name (no arguments key, as hermes
+    opens it), whose argument pieces make whole JSON; no content after the role chunk; the
+    release's finish_reason."""
     assert sim is not None
     chunks = [c for c in _stream_events(answer) if c["choices"]]
     deltas = [c["choices"][0]["delta"] for c in chunks]
     calls = [call for d in deltas for call in d.get("tool_calls") or []]
-    problems = []
+    problems: list[str] = []
     if not calls or not (calls[0].get("id") and calls[0]["function"].get("name")):
         return [f"no call opened: {deltas}"]
+    if "arguments" in calls[0]["function"]:  # hermes: DeltaFunctionCall(name=...) alone
+        problems.append(f"the opening entry carries arguments: {calls[0]}")
     arguments = "".join(c["function"].get("arguments") or "" for c in calls)
     try:
         if "city" not in json.loads(arguments):
@@ -602,6 +606,114 @@ def test_the_expected_answers_are_vllms_own() -> None:
         )
         found = mismatches(bare, answer, case, None)
         problems += [f"{case.id}: {p}" for p in found]
+    assert not problems, "\n".join(problems)
+
+
+READ_BACK = [
+    c
+    for c in CASES
+    if c.expect.check
+    in {"forced_call", "cut_call_as_content", "no_call_empty_content", "cut_named_call"}
+    or c.expect.check in {"forced_stream", "stream_cut_call"}
+]
+"""The cases whose answers, streamed and not, are vLLM's reading of what the model wrote."""
+
+
+def _streamed_output(
+    sim: RunningSim, body: dict[str, Any]
+) -> tuple[str, list[list[str]], int, str | None]:
+    """(content, [[name, arguments]], completion tokens, last finish_reason) of the sim's
+    streamed answer."""
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    text = httpx.post(sim.openai_base_url + "/chat/completions", json=streamed, timeout=30).text
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line[:7] == "data: {"]
+    content, calls = "", {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            content += choice["delta"].get("content") or ""
+            for call in choice["delta"].get("tool_calls") or []:
+                name, args = calls.get(call["index"], ["", ""])
+                function = call.get("function") or {}
+                calls[call["index"]] = [name or function.get("name") or "",
+                                        args + (function.get("arguments") or "")]  # fmt: skip
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    used = chunks[-1]["usage"]["completion_tokens"]
+    return content, [calls[i] for i in sorted(calls)], used, reasons[-1]
+
+
+def _model_text(parser: str, body: dict[str, Any], content: str, calls: list[list[str]]) -> str:
+    """What the model wrote, from what the sim streamed: calls in the hermes format (the
+    structural tag's; side by side when forced), or for a JSON-schema parser the named tool's
+    arguments or ``required``'s array of ``{name, parameters}``."""
+    from brain.sim.shaping import STRUCTURAL_TAG_PARSERS, hermes_markup
+
+    def whole(args: str) -> bool:
+        try:
+            return isinstance(json.loads(args), dict)
+        except ValueError:
+            return False
+
+    choice = body.get("tool_choice")
+    forced = choice == "required" or isinstance(choice, dict)
+    if parser in STRUCTURAL_TAG_PARSERS or not forced:
+        marks = [hermes_markup(n, a, whole=whole(a)) for n, a in calls]
+        return content + ("" if forced else "\n").join(marks)
+    if isinstance(choice, dict):
+        return calls[0][1]
+    items = [f'{{"name": {json.dumps(n)}, "parameters": {a}' + ("}" if whole(a) else "")
+             for n, a in calls]  # fmt: skip
+    return "[" + ", ".join(items) + ("]" if all(whole(a) for _, a in calls) else "")
+
+
+def test_the_forced_answers_are_vllms_reading_of_the_output(sims: Any, tmp_path: Path) -> None:
+    """vLLM's own parser, message assembly, stream processor and finish-reason mapping, given
+    what the sim's stream says the model wrote, answer what the sim answers, streamed and not
+    (content, calls, finish_reason: the cut-at-max_tokens streams included), and force the
+    call with the constraint the sim claims (a structural tag for hermes, a JSON schema for
+    pythonic)."""
+    python = _vllm_python()
+    if python is None:
+        pytest.skip("no installed vLLM: set MARATHON_VLLM_PYTHON to a Python with vllm 0.33")
+    payload, expected = [], {}
+    for case in READ_BACK:
+        sim = sims(case.server, "0.33")
+        parser = sim.config.tool_call_parser
+        body = {k: v for k, v in (case.body or {}).items() if k not in ("stream", "stream_options")}
+        content, calls, used, streamed_finish = _streamed_output(sim, body)
+        finish = "length" if used == body.get("max_tokens") else "stop"
+        text = _model_text(parser, body, content, calls)
+        payload.append({"id": case.id, "parser": parser, "body": body, "text": text,
+                        "engine_finish": finish})  # fmt: skip
+        answer = httpx.post(sim.openai_base_url + "/chat/completions", json=body, timeout=30)
+        choice = answer.json()["choices"][0]
+        message = choice["message"]
+        forced = body.get("tool_choice") not in (None, "auto", "none")
+        expected[case.id] = {
+            "constraint": (
+                ("structural_tag" if parser == "hermes" else "json") if forced else None
+            ),
+            "content": message["content"],
+            "calls": [
+                [c["function"]["name"], c["function"]["arguments"]]
+                for c in message.get("tool_calls") or []
+            ],
+            "finish_reason": choice["finish_reason"],
+            "stream": {"content": content, "calls": calls, "finish_reason": streamed_finish},
+        }
+    result = tmp_path / "vllm.json"
+    done = subprocess.run(
+        [python, str(HERE / "vllm_forced.py"), str(result)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    vllm = json.loads(result.read_text())
+    problems = [
+        f"{k}: sim {expected[k]} != vLLM {vllm[k]}" for k in expected if vllm[k] != expected[k]
+    ]
     assert not problems, "\n".join(problems)
 
 
