@@ -371,3 +371,40 @@ def test_the_choice_survives_a_resume_and_show_and_report_list_it(tmp_path: Path
     assert "forced" in shown.stdout
     assert report.returncode == 0, report.stderr
     assert "code as block" in report.stdout and "by workflow" in report.stdout, report.stdout
+
+
+def test_pilot_run_set_pins_the_mode_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": "def add(a, b):\n    return a - b\n"})
+    policy = Recording(write_script(tmp_path / "s.yaml", KEY, FIX_TURNS))
+    env = {**os.environ, **GIT_ENV, "MARATHON_HOME": str(tmp_path / "home")}
+    db = ["--db", f"sqlite:///{tmp_path / 'm.db'}"]
+    with running_sim(SimConfig(model="test-model", max_model_len=32768), policy=policy) as sim:
+        flow = workflow(tmp_path / "wf.yaml", sim.openai_base_url, None)
+        bad = subprocess.run(
+            pilot_cmd(
+                "run", str(flow), "--param", f"repo={repo}", "--set", "model.tool_calls=json", *db
+            ),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert "model.tool_calls" in bad.stderr and "forced" in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr
+        assert not policy.requests
+        done = subprocess.run(
+            pilot_cmd(
+                "run", str(flow), "--param", f"repo={repo}", "--set", "model.tool_calls=forced", *db
+            ),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert policy.choices == ["required"] * 3
+    store = EventStore(f"sqlite:///{tmp_path / 'm.db'}")
+    (record,) = store.list_runs()
+    assert "tool_calls: forced" in record.workflow_text, "kept with the run, for a resume"
+    assert ("calls", "forced", "workflow") in chosen(store.load_events(record.id))

@@ -330,6 +330,14 @@ def needs_code(call: ev.ToolCall, blocks: bool) -> str | None:
     return None
 
 
+def block_argument(name: str, block: str) -> str:
+    """A fenced block's text as the code argument of ``name``: a whole file ends with a line
+    break (the fence took it)."""
+    if name == "write_file" and block and not block.endswith("\n"):
+        return block + "\n"
+    return block
+
+
 def code_request(name: str, argument: str, arguments: dict[str, Any]) -> str:
     """What a call that came without its code is answered with."""
     others = {k: v for k, v in arguments.items() if k != argument}

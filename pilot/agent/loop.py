@@ -456,6 +456,7 @@ class AgentLoop:
         if found is None:
             return None
         code, remaining = found
+        code = call_modes.block_argument(asked["name"], code)
         arguments = {**json.loads(asked["arguments"]), asked["argument"]: code}
         call = ev.ToolCall(
             id=call_rules.new_call_id(step, 0),

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pilot import events as ev
+from pilot.agent.call_modes import block_argument
 from pilot.agent.calls import new_call_id
 from pilot.agent.phase_start import output_end
 from pilot.agent.seams import CheckOutcome, Reading, RunCommand, Schemas
@@ -70,7 +71,7 @@ class SmallModelTactics:
             missing = code_blocks.lacks_code(name, fixed.arguments)
             found_block = code_blocks.code_block(content or "") if missing else None
             if missing and found_block is not None and fixed.arguments is not None:
-                fixed.arguments[missing] = found_block[0]
+                fixed.arguments[missing] = block_argument(name, found_block[0])
                 content = found_block[1] or None
                 blocks.add(call_id)
                 repairs.append(f"{name}: `{missing}` taken from the answer's fenced block")
@@ -113,7 +114,7 @@ class SmallModelTactics:
             missing = code_blocks.lacks_code(name, arguments)
             found_block = code_blocks.code_block(remaining) if missing else None
             if missing and found_block is not None:
-                arguments = {**arguments, missing: found_block[0]}
+                arguments = {**arguments, missing: block_argument(name, found_block[0])}
                 remaining = found_block[1]
                 repairs.append(f"{name}: `{missing}` taken from the answer's fenced block")
                 blocks.add(call_id)
