@@ -7,6 +7,7 @@ workspace, a SQLite store, ``pilot`` subprocesses for the resume.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -213,18 +214,24 @@ def test_auto_forces_only_the_answer_after_one_with_no_call(tmp_path: Path) -> N
 def test_auto_moves_to_text_when_calls_only_ever_come_as_text(tmp_path: Path) -> None:
     read = '```json\n{"name": "read_file", "arguments": {"path": "calc.py"}}\n```'
     turns = [{"content": read}] * call_modes.TEXT_SWITCH_AFTER + [
-        {"content": f"```python\n{FIXED}\n```"},
+        {"content": "The bug is in add."},
+        {"tool_calls": [call("replace_definition", code=FIXED)]},
         {"content": '```json\n{"name": "finish", "arguments": {"summary": "Fixed calc.py."}}\n```'},
     ]
     outcome, policy, events = run_turns(tmp_path, turns, None)
     assert outcome.status == "succeeded", outcome.reason
     switch = call_modes.TEXT_SWITCH_AFTER
-    assert policy.choices[:switch] == ["auto"] * switch
-    assert all(r.tools is None for r in policy.requests[switch:])
+    # Native until the switch; then no tools and the syntax stated, except the one answer
+    # after an answer with no call, which is forced (its tools sent for that request).
+    assert policy.choices == ["auto"] * switch + [None, "required", None]
+    assert [r.tools is None for r in policy.requests[switch:]] == [True, False, True]
     assert SYNTAX in system_of(policy.requests[switch])
     assert SYNTAX not in system_of(policy.requests[0])
+    forced = policy.requests[switch + 1].message_dicts()
+    assert not any(m.get("tool_calls") for m in forced), "the history still goes back as text"
     text = [e for e in events if isinstance(e, ev.CallModeChosen) and e.mode == "text"]
     assert len(text) == 1 and text[0].counts["text"] == switch and "native" not in text[0].counts
+    assert answers(events) == ["text"] * switch + ["none", "forced", "text"]
 
 
 def test_auto_stops_forcing_a_server_that_refuses_it(tmp_path: Path) -> None:
@@ -408,3 +415,22 @@ def test_pilot_run_set_pins_the_mode_and_refuses_a_bad_one(tmp_path: Path) -> No
     (record,) = store.list_runs()
     assert "tool_calls: forced" in record.workflow_text, "kept with the run, for a resume"
     assert ("calls", "forced", "workflow") in chosen(store.load_events(record.id))
+
+
+def test_which_calls_get_their_code_asked_for() -> None:
+    def tool_call(name: str, **arguments: Any) -> ev.ToolCall:
+        return ev.ToolCall(id="c", name=name, arguments=json.dumps(arguments))
+
+    assert call_modes.needs_code(tool_call("replace_definition"), False) == "code"
+    assert call_modes.needs_code(tool_call("replace_definition", code=FIXED), True) is None
+    assert call_modes.needs_code(tool_call("replace_definition", code=BROKEN), False) is None
+    assert call_modes.needs_code(tool_call("replace_definition", code=BROKEN), True) == "code"
+    assert call_modes.needs_code(tool_call("write_file", path="a.py"), False) == "content"
+    # Without its path a block has no target: the call is refused as it came.
+    assert call_modes.needs_code(tool_call("write_file"), False) is None
+    assert call_modes.needs_code(tool_call("edit_file", path="a.py", old="x"), False) == "new"
+    assert call_modes.needs_code(tool_call("read_file", path="a.py"), True) is None
+    # A non-Python file's content is never checked as Python.
+    assert (
+        call_modes.needs_code(tool_call("write_file", path="a.md", content="x = ("), True) is None
+    )

@@ -33,6 +33,12 @@ CODE_ARGUMENTS: dict[str, str] = {
 }
 """The code-carrying tools and the argument that carries their code."""
 
+NEEDED_WITH_CODE: dict[str, tuple[str, ...]] = {
+    "write_file": ("path",),
+    "edit_file": ("path", "old"),
+}
+"""The arguments a code-carrying call must name for a block to be taken as its code."""
+
 PYTHON_CHECKED = ("replace_definition", "write_file")
 """Code-carrying tools whose code is checked as Python (``write_file`` for a ``.py`` path):
 ``edit_file``'s ``new`` is a fragment, which need not parse alone."""
@@ -65,6 +71,8 @@ class Ask:
     code_blocks: bool = False
     """The model's code travels as fenced blocks: the code arguments are optional in the
     schemas sent, and the system prompt says so."""
+    text_history: bool = False
+    """The history goes back as text, native calls too (the model is in text mode)."""
 
 
 # -- the book (folded) --------------------------------------------------------------------
@@ -119,6 +127,8 @@ def fold(book: dict[str, Any], event: ev.Event, model: str | None) -> None:
             _add(counts, "code_block", event.code_block)
             refused = sum(1 for call in event.tool_calls if call.error is not None)
             _add(counts, "refused", refused)
+            if event.call_mode in ("native", "forced") and event.repairs:
+                _add(counts, f"{event.call_mode}_repaired")  # the parser's calls needed repair
             if book.get("asked") == "native" and event.call_mode == "text":
                 _add(counts, "text_for_native")
             item["last"] = event.call_mode
@@ -213,17 +223,17 @@ def ask(book: dict[str, Any], model: str, setting: str, tools: list[str]) -> Ask
     item = book.get("models", {}).get(model) or {}
     mode = item.get("calls") or (setting if setting in MODES else "native")
     blocks = item.get("code") == "block"
+    text = mode == "text"
     if book.get("code_asked"):
         # The answer's code, asked for after a call that came without it: unforced, as text.
-        return Ask(
-            "code", "none" if mode != "text" else None, mode != "text", mode == "text", blocks
-        )
-    if mode == "text":
-        return Ask("text", None, False, True, blocks)
-    if mode == "forced" or (
-        setting == "auto" and item.get("last") == "none" and item.get("forcing") != "off"
-    ):
-        return Ask("forced", forced_choice(tools), True, False, blocks)
+        return Ask("code", None if text else "none", not text, text, blocks, text)
+    once = setting == "auto" and item.get("last") == "none" and item.get("forcing") != "off"
+    if mode == "forced" or once:
+        # Under auto, only the answer after one with no call (in text mode too: its tools
+        # are sent for that one request).
+        return Ask("forced", forced_choice(tools), True, False, blocks, text)
+    if text:
+        return Ask("text", None, False, True, blocks, True)
     return Ask("native", "auto", True, False, blocks)
 
 
@@ -323,6 +333,8 @@ def needs_code(call: ev.ToolCall, blocks: bool) -> str | None:
     if found is None:
         return None
     argument, code, arguments = found
+    if any(not arguments.get(key) for key in NEEDED_WITH_CODE.get(call.name, ())):
+        return None  # the block would have no target: the call is refused as it is
     if code is None:
         return argument
     if blocks and python_checked(call.name, arguments) and not parses(code):

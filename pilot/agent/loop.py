@@ -249,7 +249,7 @@ class AgentLoop:
         max_tokens = self.plan.model.max_tokens
         budget = window.budget()
         history = state.messages
-        if asking is not None and not asking.send_tools:
+        if asking is not None and asking.text_history:
             history = self.tactics.as_text_turns(history, every=True)
         elif self.text_mode():
             history = self.tactics.as_text_turns(history)
