@@ -182,6 +182,7 @@ def test_text_sends_no_tools_states_the_syntax_and_reads_the_text(tmp_path: Path
     assert all(SYNTAX in system_of(r) for r in policy.requests)
     assert "replace_definition(" in system_of(policy.requests[0])
     assert answers(events) == ["text", "text", "text"]
+    assert chosen(events)[:2] == [("calls", "text", "workflow"), ("code", "block", "workflow")]
     message = [e for e in events if isinstance(e, ev.AssistantMessage)][1]
     assert message.code_block == 1 and message.code_json == 0
     # The history goes back as text: the call names the target, the code follows as a block.
@@ -232,6 +233,7 @@ def test_auto_moves_to_text_when_calls_only_ever_come_as_text(tmp_path: Path) ->
     text = [e for e in events if isinstance(e, ev.CallModeChosen) and e.mode == "text"]
     assert len(text) == 1 and text[0].counts["text"] == switch and "native" not in text[0].counts
     assert answers(events) == ["text"] * switch + ["none", "forced", "text"]
+    assert ("code", "block", "pilot") in chosen(events), "in text mode code travels as blocks"
 
 
 def test_auto_stops_forcing_a_server_that_refuses_it(tmp_path: Path) -> None:

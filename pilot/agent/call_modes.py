@@ -148,7 +148,7 @@ def due_choices(book: dict[str, Any], model: str, setting: str) -> list[ev.CallM
     item = book.get("models", {}).get(model)
     if item is None or item.get("calls") is None:
         if setting in MODES:
-            return [
+            pinned = [
                 ev.CallModeChosen(
                     model=model,
                     kind="calls",
@@ -157,6 +157,9 @@ def due_choices(book: dict[str, Any], model: str, setting: str) -> list[ev.CallM
                     reason=f"model.tool_calls: {setting}",
                 )
             ]
+            if setting == "text":
+                pinned.append(_text_code(model, "workflow", {}))
+            return pinned
         return [
             ev.CallModeChosen(
                 model=model,
@@ -185,7 +188,9 @@ def due_choices(book: dict[str, Any], model: str, setting: str) -> list[ev.CallM
                 counts=counts,
             )
         )
-    if item.get("code") == "json" and counts.get("code_json_unparsed", 0) >= CODE_SWITCH_AFTER:
+        if item.get("code") == "json":
+            out.append(_text_code(model, "pilot", counts))
+    elif item.get("code") == "json" and counts.get("code_json_unparsed", 0) >= CODE_SWITCH_AFTER:
         out.append(
             ev.CallModeChosen(
                 model=model,
@@ -200,6 +205,18 @@ def due_choices(book: dict[str, Any], model: str, setting: str) -> list[ev.CallM
     return out
 
 
+def _text_code(model: str, by: str, counts: dict[str, int]) -> ev.CallModeChosen:
+    """In text mode code travels as blocks: the syntax the pilot states says so."""
+    return ev.CallModeChosen(
+        model=model,
+        kind="code",
+        mode="block",
+        by=by,  # type: ignore[arg-type]
+        reason="text mode: the stated syntax gives code as a fenced block after the call",
+        counts=counts,
+    )
+
+
 def forcing_refused(
     model: str, endpoint: str, error: str, book: dict[str, Any]
 ) -> ev.CallModeChosen:
@@ -210,9 +227,7 @@ def forcing_refused(
         mode="off",
         reason=f"the server at {endpoint} refused a forced tool choice ({error}); the "
         "model's answers are no longer forced",
-        counts=dict(entry(book, model).get("counts", {}))
-        if model in book.get("models", {})
-        else {},
+        counts=dict((book.get("models", {}).get(model) or {}).get("counts", {})),
     )
 
 

@@ -138,6 +138,7 @@ class LiveView:
                 f"step {state.steps}",
                 f"last tool {self.last_tool}",
                 f"{state.total_tokens} tok ({self.rate(elapsed):.0f} out/s)",
+                f"calls {compact(state.call_book)}",
                 format_duration(elapsed),
                 Text(f"server {server}", style="green" if self.server == "ok" else "yellow"),
             )
