@@ -511,39 +511,19 @@ class AgentLoop:
             answer_cut=self.state.answer_cut,
             failed_before=failed_before,
         )
-        book = self.state.call_book
-        if book.get("code_asked") and self.state.answer_cut is None:
+        asked = self.state.call_book.get("code_asked")
+        if asked and self.state.answer_cut is None:
             refusal = (
-                f"Error: not run: the code of {book['code_asked']['name']} was asked for "
-                "first (above); one call per answer."
+                f"Error: not run: the code of {asked['name']} was asked for first (above); "
+                "one call per answer."
             )
-        elif self.state.answer_cut is None and failed_before is None and call.name in phase.tools:
-            model = self.state.model or self.plan.model.name
-            blocks = (book.get("models", {}).get(model) or {}).get("code") == "block"
-            argument = call_modes.needs_code(call, blocks)
-            if argument is not None:
-                found = call_modes.code_of(call)
-                others = {k: v for k, v in (found[2] if found else {}).items() if k != argument}
-                self.emit(
-                    ev.CodeAsked(
-                        call_id=call.id,
-                        name=call.name,
-                        arguments=json.dumps(others, ensure_ascii=False),
-                        argument=argument,
-                    ),
-                    commit=False,
-                )
-                self.emit(
-                    ev.ToolFinished(
-                        call_id=call.id,
-                        name=call.name,
-                        output=call_modes.code_request(call.name, argument, others),
-                        is_error=False,
-                        executed=False,
-                    ),
-                    commit=False,
-                )
-                return
+        elif (
+            failed_before is None
+            and self.state.answer_cut is None
+            and call.name in phase.tools
+            and self.ask_for_code(call)
+        ):
+            return
         if refusal is not None:
             # Nothing ran: lost to a kill, the same refusal is given again on resume.
             self.emit(
@@ -587,6 +567,34 @@ class AgentLoop:
         )
         if mutates:
             await self.take_due_snapshot()
+
+    def ask_for_code(self, call: ev.ToolCall) -> bool:
+        """A code-carrying call that came without its code (or, where the model's code
+        travels as blocks, with code that does not parse) is not run: it is answered with a
+        request for the code as one fenced block, and the next answer's block is taken as it
+        (``asked_code``). Whether it was."""
+        model = self.state.model or self.plan.model.name
+        item = self.state.call_book.get("models", {}).get(model) or {}
+        argument = call_modes.needs_code(call, item.get("code") == "block")
+        found = call_modes.code_of(call)
+        if argument is None or found is None:
+            return False
+        others = {k: v for k, v in found[2].items() if k != argument}
+        text = json.dumps(others, ensure_ascii=False)
+        self.emit(
+            ev.CodeAsked(call_id=call.id, name=call.name, arguments=text, argument=argument),
+            commit=False,
+        )
+        self.emit(
+            ev.ToolFinished(
+                call_id=call.id,
+                name=call.name,
+                output=call_modes.code_request(call.name, argument, others),
+                executed=False,
+            ),
+            commit=False,
+        )
+        return True
 
     async def take_due_snapshot(self) -> None:
         """Record the workspace as the last mutating tool or check left it (``snapshot_due``):
