@@ -85,11 +85,6 @@ class ModelRequest(_Event):
     temperature: float | None = None
     """Set when the request was sampled hotter than the workflow's temperature, because the
     model repeated the same call with the same result (``pilot.tactics.feedback.hotter``)."""
-    call_mode: str | None = None
-    """How the request asked for calls (``pilot.agent.call_modes``): ``native`` (tools,
-    tool_choice auto), ``forced`` (required or named), ``text`` (no tools; the pilot states the
-    syntax), ``code`` (the code a call lacks, asked for as a fenced block); None: no tools or
-    recorded before it was kept."""
 
 
 class ToolCall(BaseModel):
@@ -122,6 +117,11 @@ class AssistantMessage(_Event):
     call_mode: str | None = None
     """How the answer's calls actually came: ``native`` (the server's parser), ``forced``
     (a constrained answer), ``text`` (recovered from the text), ``none`` (no call)."""
+    asked: str | None = None
+    """How its request asked for calls (``pilot.agent.call_modes``): ``native`` (tools,
+    tool_choice auto), ``forced`` (required or named), ``text`` (no tools; the pilot states the
+    syntax), ``code`` (the code a call lacks, asked for as a fenced block). Kept here, not on
+    ``model_request``, which stays made of numbers (never screened for secrets)."""
     code_json: int = 0
     """Code arguments (``pilot.agent.call_modes.CODE_ARGUMENTS``) that came inside the JSON
     arguments and parse as Python."""

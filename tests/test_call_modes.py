@@ -135,8 +135,8 @@ def test_native_sends_tools_with_auto_and_records_native_answers(tmp_path: Path)
     assert all(SYNTAX not in system_of(r) for r in policy.requests)
     assert answers(events) == ["native", "native", "native"]
     assert ("calls", "native", "workflow") in chosen(events)
-    requests = [e for e in events if isinstance(e, ev.ModelRequest)]
-    assert [r.call_mode for r in requests] == ["native"] * 3
+    asked = [e.asked for e in events if isinstance(e, ev.AssistantMessage)]
+    assert asked == ["native"] * 3
     assert [e.code_json for e in events if isinstance(e, ev.AssistantMessage)] == [0, 1, 0]
 
 

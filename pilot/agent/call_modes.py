@@ -52,7 +52,7 @@ CODE_SWITCH_AFTER = 2
 
 MODES = ("native", "forced", "text")
 
-FOLDED = frozenset({"call_mode_chosen", "model_request", "code_asked", "assistant_message"})
+FOLDED = frozenset({"call_mode_chosen", "code_asked", "assistant_message"})
 """The event types :func:`fold` reads."""
 
 _FENCE_RE = re.compile(r"^\s*```[\w+-]*[^\S\n]*\n(.*?)\n?\s*```\s*$", re.DOTALL)
@@ -79,7 +79,7 @@ class Ask:
 
 
 def new_book() -> dict[str, Any]:
-    return {"models": {}, "code_asked": None, "asked": None}
+    return {"models": {}, "code_asked": None}
 
 
 def entry(book: dict[str, Any], model: str) -> dict[str, Any]:
@@ -106,8 +106,6 @@ def fold(book: dict[str, Any], event: ev.Event, model: str | None) -> None:
             item = entry(book, event.model)
             item[event.kind] = event.mode
             item["by"][event.kind] = event.by
-        case ev.ModelRequest():
-            book["asked"] = event.call_mode
         case ev.CodeAsked():
             book["code_asked"] = {
                 "call_id": event.call_id,
@@ -129,7 +127,7 @@ def fold(book: dict[str, Any], event: ev.Event, model: str | None) -> None:
             _add(counts, "refused", refused)
             if event.call_mode in ("native", "forced") and event.repairs:
                 _add(counts, f"{event.call_mode}_repaired")  # the parser's calls needed repair
-            if book.get("asked") == "native" and event.call_mode == "text":
+            if event.asked == "native" and event.call_mode == "text":
                 _add(counts, "text_for_native")
             item["last"] = event.call_mode
 
@@ -393,7 +391,13 @@ def answer_fields(reading: Any, asking: Ask) -> dict[str, Any]:
     else:
         mode = "forced" if asking.mode == "forced" else "native"
     good, bad, blocks = code_counts(calls, reading.code_blocks)
-    return {"call_mode": mode, "code_json": good, "code_json_unparsed": bad, "code_block": blocks}
+    return {
+        "call_mode": mode,
+        "asked": asking.mode,
+        "code_json": good,
+        "code_json_unparsed": bad,
+        "code_block": blocks,
+    }
 
 
 def with_system(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:

@@ -286,7 +286,6 @@ class AgentLoop:
                 prompt_tokens=count.total if count else None,
                 prompt_bound=bool(count and count.bounded),
                 temperature=temperature,
-                call_mode=asking.mode if asking is not None else None,
             )
         )
         # model_construct: these fields are built here with the right types; validating would
