@@ -22,7 +22,7 @@ import json
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pilot import events as ev
 
@@ -52,7 +52,9 @@ CODE_SWITCH_AFTER = 2
 
 MODES = ("native", "forced", "text")
 
-FOLDED = frozenset({"call_mode_chosen", "code_asked", "assistant_message"})
+FOLDED = frozenset(
+    {"call_mode_chosen", "code_asked", "assistant_message", "phase_finished", "attempt_restarted"}
+)
 """The event types :func:`fold` reads."""
 
 _FENCE_RE = re.compile(r"^\s*```[\w+-]*[^\S\n]*\n(.*?)\n?\s*```\s*$", re.DOTALL)
@@ -106,6 +108,8 @@ def fold(book: dict[str, Any], event: ev.Event, model: str | None) -> None:
             item = entry(book, event.model)
             item[event.kind] = event.mode
             item["by"][event.kind] = event.by
+        case ev.PhaseFinished() | ev.AttemptRestarted():
+            book["code_asked"] = None  # asked in a try or phase that is over
         case ev.CodeAsked():
             book["code_asked"] = {
                 "call_id": event.call_id,
@@ -203,13 +207,15 @@ def due_choices(book: dict[str, Any], model: str, setting: str) -> list[ev.CallM
     return out
 
 
-def _text_code(model: str, by: str, counts: dict[str, int]) -> ev.CallModeChosen:
+def _text_code(
+    model: str, by: Literal["workflow", "pilot"], counts: dict[str, int]
+) -> ev.CallModeChosen:
     """In text mode code travels as blocks: the syntax the pilot states says so."""
     return ev.CallModeChosen(
         model=model,
         kind="code",
         mode="block",
-        by=by,  # type: ignore[arg-type]
+        by=by,
         reason="text mode: the stated syntax gives code as a fenced block after the call",
         counts=counts,
     )
