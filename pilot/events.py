@@ -114,6 +114,21 @@ class AssistantMessage(_Event):
     repairs: list[str] = []
     endpoint: str | None = None
     """The server that answered (base URL); None in events recorded before it was kept."""
+    call_mode: str | None = None
+    """How the answer's calls actually came: ``native`` (the server's parser), ``forced``
+    (a constrained answer), ``text`` (recovered from the text), ``none`` (no call)."""
+    asked: str | None = None
+    """How its request asked for calls (``pilot.agent.call_modes``): ``native`` (tools,
+    tool_choice auto), ``forced`` (required or named), ``text`` (no tools; the pilot states the
+    syntax), ``code`` (the code a call lacks, asked for as a fenced block). Kept here, not on
+    ``model_request``, which stays made of numbers (never screened for secrets)."""
+    code_json: int = 0
+    """Code arguments (``pilot.agent.call_modes.CODE_ARGUMENTS``) that came inside the JSON
+    arguments and parse as Python."""
+    code_json_unparsed: int = 0
+    """Code arguments inside JSON that do not parse as Python (count against code in JSON)."""
+    code_block: int = 0
+    """Code arguments taken from a fenced block of the answer's text."""
 
 
 class ToolStarted(_Event):
@@ -356,6 +371,37 @@ class RunResumed(_Event):
     None when every event was folded."""
 
 
+class CallModeChosen(_Event):
+    """How one model's calls travel from now on, chosen by the workflow (``model.tool_calls``)
+    or by the pilot from what it measured (``pilot.agent.call_modes``)."""
+
+    type: Literal["call_mode_chosen"] = "call_mode_chosen"
+    model: str
+    kind: Literal["calls", "code", "forcing"]
+    """``calls``: how calls are asked for (native, forced, text); ``code``: how code travels
+    (json, block); ``forcing``: whether the answer after one with no call is forced (on,
+    off)."""
+    mode: str
+    by: Literal["workflow", "pilot"] = "pilot"
+    reason: str = ""
+    counts: dict[str, int] = {}
+    """The measures behind the choice (answers by mode, code that did not parse, ...)."""
+
+
+class CodeAsked(_Event):
+    """A code-carrying call came without its code (or, where code travels as blocks, with
+    code that does not parse): it is answered, not run, and the next answer's fenced block
+    is taken as its code."""
+
+    type: Literal["code_asked"] = "code_asked"
+    call_id: str
+    name: str
+    arguments: str
+    """The call's other arguments, as JSON."""
+    argument: str
+    """The argument the block fills (``code``, ``content``)."""
+
+
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
     status: Literal["succeeded", "failed", "cancelled", "limit"]
@@ -388,6 +434,8 @@ Event = Annotated[
     | ImageFallback
     | RunPaused
     | RunResumed
+    | CallModeChosen
+    | CodeAsked
     | RunFinished,
     Field(discriminator="type"),
 ]

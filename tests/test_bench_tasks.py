@@ -115,6 +115,43 @@ def test_marathons_changes_are_where_the_hidden_check_looks(tmp_path: Path) -> N
     assert hidden_check(task, repo, cache).passed, "the run's change is in the checked repository"
 
 
+def test_a_marathon_try_pins_its_call_mode_and_counts_its_answers_by_mode(tmp_path: Path) -> None:
+    """``--tool-calls forced`` (alias of ``--call-mode``) reaches the workflow's
+    ``model.tool_calls``; the try's answers are counted by how their calls came."""
+    from bench.tasks.agents import run_marathon
+    from bench.tasks.run import parser
+    from bench.tasks.suite import GIT_ENV
+
+    assert parser().parse_args(["--tool-calls", "forced"]).call_mode == "forced"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("start\n")
+    env = {**__import__("os").environ, **GIT_ENV}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "start"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env=env)
+    # The forced answer names the file; its content comes as a block on the unforced turn.
+    turns = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "fixed.txt"}}]},
+        {"content": "```\nok\n```"},
+        {"tool_calls": [{"name": "finish", "arguments": {"summary": "wrote fixed.txt"}}]},
+    ]
+    script = write_script(tmp_path / "s.yaml", "marathon-forced", turns)
+    task = _bare_task("Conversation marathon-forced.", test="test -f fixed.txt", hidden="pass")
+    cache = tmp_path / "cache"
+    _sdist(cache, "p", "1", {"README": "start\n"})
+    task = dataclasses.replace(task, package=_package(cache, "p", "1"))
+    work = tmp_path / "work"
+    work.mkdir()
+    config = SimConfig(model="m", max_model_len=8192, policy=f"script:{script}")
+    with running_sim(config) as sim:
+        result = run_marathon(
+            task, repo, sim.openai_base_url, work, max_steps=5, call_mode="forced"
+        )
+    assert result.status == "succeeded", result.reason
+    assert (repo / "fixed.txt").read_text() == "ok\n"
+    assert result.answers["forced"] == 1 and result.answers["text"] == 1, result.answers
+
+
 def test_the_suite_results_draw_as_a_plot(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="plots need the bench extra (matplotlib)")
     from bench.plots import plot_tasks

@@ -143,3 +143,27 @@ def test_the_matrix_view_keeps_each_runs_last_phase() -> None:
     out = io.StringIO()
     Console(file=out, force_terminal=True, width=160).print(view.live.get_renderable())
     assert "survey" in out.getvalue()
+
+
+def test_the_views_show_the_call_mode_and_the_answers_by_mode() -> None:
+    from pilot.front.ui import MultiRunView
+
+    chose = ev.CallModeChosen(
+        model="m", kind="calls", mode="forced", by="workflow", reason="model.tool_calls: forced"
+    )
+    call = ev.ToolCall(id="c1", name="read_file", arguments="{}")
+    answer = ev.AssistantMessage(step=1, tool_calls=[call], call_mode="forced")
+    events = (STARTED, ev.ModelResolved(model="m"), chose, answer)
+    assert "m: calls forced (by workflow)" in event_line(chose).plain
+    assert "(forced)" in event_line(answer).plain
+    console, _ = terminal()
+    live, state = LiveView(console), RunState()
+    feed(live, state, *events)
+    assert "calls forced f1" in shown(live)
+    view, state = MultiRunView(console), RunState()
+    for event in events:
+        state.apply(event)
+        view("run1", state.last_seq, event, state)
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, width=200).print(view.live.get_renderable())
+    assert "forced f1" in out.getvalue()

@@ -46,6 +46,7 @@ OTHER = {
     "context_margin": 99,
     "context_window": 16384,
     "vision": False,
+    "tool_calls": "forced",
 }
 """Settings used by the pilot itself, with values unlike the schema's defaults."""
 
@@ -150,6 +151,14 @@ def _vision(seen: Seen) -> None:
     assert seen.plan.media.vision is False
 
 
+def _tool_calls(seen: Seen) -> None:
+    # Forced: every request that offers tools constrains the answer to them.
+    offered = [body for body in seen.bodies if body.get("tools")]
+    assert offered, "no request offered tools"
+    for body in offered:
+        assert body["tool_choice"] == "required", f"tool_choice={body['tool_choice']!r}"
+
+
 CHECKS: dict[str, Callable[[Seen], None]] = {
     **{name: _check_request_field(name) for name in REQUEST},
     "endpoint": _endpoint,
@@ -164,6 +173,7 @@ CHECKS: dict[str, Callable[[Seen], None]] = {
     "context_margin": _context_margin,
     "context_window": _context_window,
     "vision": _vision,
+    "tool_calls": _tool_calls,
 }
 
 

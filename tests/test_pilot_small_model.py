@@ -54,6 +54,9 @@ def test_the_shapes_a_small_model_writes_are_run(tmp_path: Path, repo: Path) -> 
             endpoint=sim.openai_base_url,
             tools=["read_file", "list_dir", "finish"],
             phases=[{"name": "survey", "prompt": "Survey the repository."}],
+            # Native: every answer is read as the model wrote it (auto would force the answer
+            # after one with no call, test_call_modes.py).
+            model={"tool_calls": "native"},
         )
         outcome = run_in_process(workflow, repo, tmp_path / "m.db")
     assert outcome.status == "succeeded", outcome.reason

@@ -75,6 +75,7 @@ WORKFLOW: dict[str, Any] = {
         "context_margin": 99,
         "stream_interval": 4,
         "vision": False,
+        "tool_calls": "forced",
     },
     "workspace": {
         "path": "{{ params.target }}-dir",
@@ -169,6 +170,7 @@ REACH: dict[type[BaseModel], dict[str, Check]] = {
         "context_margin": lambda p, lw: p.model.context_margin == 99,
         "stream_interval": lambda p, lw: p.model.stream_interval == 4,
         "vision": lambda p, lw: p.media.vision is False,
+        "tool_calls": lambda p, lw: p.model.tool_calls == "forced",
     },
     WorkspaceSettings: {
         "path": lambda p, lw: p.source.endswith("beta-dir"),

@@ -4,8 +4,8 @@
 - ``text``: the agent recovered them from the answer's text (the pilot's repair: its calls
   have ids starting ``text-``; the plain loop's bash block is always text);
 - ``forced``: the request constrained the output to the tools (``tool_choice`` required or
-  named). The pilot's ``model_request`` does not record its tool choice yet, so Marathon's
-  answers read as forced only once it does (a ``tool_choice`` or ``call_mode`` field);
+  named). Marathon records each answer's mode itself (``assistant_message.call_mode``, and
+  what its request asked for in ``asked``); older runs are read from their calls;
 - ``none``: the answer held no call the agent could run.
 
 A try's *requested* mode is what it asked the server for (``auto``: the model chooses, or

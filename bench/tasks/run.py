@@ -175,6 +175,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--call-mode",
+        "--tool-calls",
+        dest="call_mode",
         choices=CALL_MODES,
         default="auto",
         help="pin Marathon's call mode (model.tool_calls)",

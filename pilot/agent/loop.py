@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pilot import events as ev
+from pilot.agent import call_modes
 from pilot.agent import calls as call_rules
 from pilot.agent.checks import PhaseChecks, workspace_changed
 from pilot.agent.conclude import baseline_due, run_baseline
@@ -233,14 +234,30 @@ class AgentLoop:
         recorded as ``model_request``, and its answer recorded."""
         state, window = self.state, self.window
         model = state.model or self.plan.model.name
-        tools = self.tools.schemas(phase.tools) or None
+        setting = self.plan.model.tool_calls
+        for choice in call_modes.due_choices(state.call_book, model, setting):
+            self.emit(choice, commit=False)
+        asking = call_modes.ask(state.call_book, model, setting, phase.tools)
+        schemas = self.tools.schemas(phase.tools) or None
+        tools = schemas
+        if asking is not None and not asking.send_tools:
+            tools = None
+        elif tools and asking is not None and asking.code_blocks:
+            tools = call_modes.optional_code(tools)
         count: PromptCount | None = None
         max_tokens = self.plan.model.max_tokens
         budget = window.budget()
         history = state.messages
-        if self.text_mode():
+        if asking is not None and asking.text_history:
+            history = self.tactics.as_text_turns(history, every=True)
+        elif self.text_mode():
             history = self.tactics.as_text_turns(history)
         messages = self.request_messages(history)
+        if asking is not None and schemas and (asking.syntax or asking.code_blocks):
+            told = self.tactics.call_syntax(
+                schemas, text=asking.syntax, code_blocks=asking.code_blocks
+            )
+            messages = call_modes.with_system(messages, told)
         if budget is not None:
             count = await window.fits_without_counting(budget, model, messages, tools)
             if count is not None:
@@ -276,7 +293,7 @@ class AgentLoop:
             model=model,
             messages=messages,
             tools=tools,
-            tool_choice="auto" if phase.tools else None,
+            tool_choice=asking.tool_choice if asking is not None and tools else None,
             **sampling,
             max_tokens=max_tokens,
             extra_body=self.plan.model.extra_body,
@@ -308,14 +325,33 @@ class AgentLoop:
         except BadRequest as exc:
             fallback = image_fallback(exc, state)
             if fallback is None:
+                if self.forcing_refused(request, setting, model, exc):
+                    return
                 raise
             self.emit(fallback)
             return
+        except ConfigurationError as exc:
+            # The same 500 to a forced tool choice, while the server is healthy.
+            if "tool_choice=" in str(exc) and self.forcing_refused(request, setting, model, exc):
+                return
+            raise
         if response.usage is None:
             response = response.model_copy(
                 update={"usage": estimated_usage(messages, tools, count, response)}
             )
-        self.record_response(step, phase, response, max_tokens)
+        self.record_response(step, phase, response, max_tokens, asking)
+
+    def forcing_refused(
+        self, request: ChatRequest, setting: str, model: str, exc: Exception
+    ) -> bool:
+        """A forced request the server refused, under ``auto``: forcing stops for the model
+        (recorded, with why) and the answer is asked again unforced. A pinned ``forced``
+        keeps the error: the workflow asked for it."""
+        if setting != "auto" or not call_modes.is_forced(request.tool_choice):
+            return False
+        endpoint = self.state.endpoint or self.plan.model.endpoint
+        self.emit(call_modes.forcing_refused(model, endpoint, str(exc)[:300], self.state.call_book))
+        return True
 
     def temperature(self, base: float | None) -> float | None:
         """The request's temperature: the workflow's own (None), unless the model repeats
@@ -358,18 +394,26 @@ class AgentLoop:
         return out
 
     def record_response(
-        self, step: int, phase: PhasePlan, response: ModelResponse, max_tokens: int | None = None
+        self,
+        step: int,
+        phase: PhasePlan,
+        response: ModelResponse,
+        max_tokens: int | None = None,
+        asking: call_modes.Ask | None = None,
     ) -> None:
         """Record the answer with its calls; an answer without one is answered (nudge,
         question) as the tactics say. A plain answer is read here, past one check; a cut one
-        is recorded as sent and none of it runs."""
+        is recorded as sent and none of it runs. Each answer records how its calls came."""
         cut = cut_reason(response.finish_reason, response.usage, max_tokens)
         if cut is not None:
             record_cut(self.emit, step, response, cut, max_tokens)
             return
         schemas = self.phase_schemas(phase)
-        plain = self.tactics.plain_calls(response, schemas)
-        if plain is not None:
+        reading = self.asked_code(step, response)
+        plain = None if reading is not None else self.tactics.plain_calls(response, schemas)
+        if reading is not None:
+            pass
+        elif plain is not None:
             reading = Reading(call_rules.plain_calls(step, response, plain), response.content)
         else:
             reading = self.tactics.read_answer(
@@ -378,12 +422,12 @@ class AgentLoop:
             if reading.from_text:
                 self._text_mode = True
         calls = reading.calls
+        message = call_rules.answer_message(step, response, calls, reading.content, reading.repairs)
+        if asking is not None:
+            message = message.model_copy(update=call_modes.answer_fields(reading, asking))
         # With calls, it waits for the first transaction its calls need: a mutating call's
         # tool_started, or the next step's model_request when every call is read-only.
-        self.emit(
-            call_rules.answer_message(step, response, calls, reading.content, reading.repairs),
-            commit=not calls,
-        )
+        self.emit(message, commit=not calls)
         if calls:
             return
         progress = self.state.phase
@@ -398,6 +442,27 @@ class AgentLoop:
         )
         if reply is not None:
             self.emit(reply)
+
+    def asked_code(self, step: int, response: ModelResponse) -> Reading | None:
+        """The code a call came without, asked for (``code_asked``): the answer's one fenced
+        block, taken as that argument of that call. None: nothing asked, or the answer gave no
+        single block (then it is read as any answer)."""
+        asked = self.state.call_book.get("code_asked")
+        if not asked or response.tool_calls or not response.content:
+            return None
+        found = self.tactics.code_block(response.content)
+        if found is None:
+            return None
+        code, remaining = found
+        code = call_modes.block_argument(asked["name"], code)
+        arguments = {**json.loads(asked["arguments"]), asked["argument"]: code}
+        call = ev.ToolCall(
+            id=call_rules.new_call_id(step, 0),
+            name=asked["name"],
+            arguments=json.dumps(arguments, ensure_ascii=False),
+        )
+        repair = f"{asked['name']}: `{asked['argument']}` taken from the fenced block asked for"
+        return Reading([call], remaining or None, [repair], code_blocks={call.id})
 
     def started_prompt(self, phase: PhasePlan) -> str:
         """The phase's prompt as it started (its ``context:`` output and located code in it),
@@ -434,14 +499,29 @@ class AgentLoop:
     # -- tools ----------------------------------------------------------------------------
 
     async def answer_call(self, phase: PhasePlan, call: ev.ToolCall) -> None:
-        """Run one pending call (or answer it with an error without running it)."""
+        """Run one pending call (or answer it with an error without running it, or ask for
+        the code it came without)."""
+        failed_before = call_rules.failed_in_this_answer(self.state.messages)
         refusal = call_rules.refusal(
             call,
             phase,
             self.tools,
             answer_cut=self.state.answer_cut,
-            failed_before=call_rules.failed_in_this_answer(self.state.messages),
+            failed_before=failed_before,
         )
+        asked = self.state.call_book.get("code_asked")
+        if asked and self.state.answer_cut is None:
+            refusal = (
+                f"Error: not run: the code of {asked['name']} was asked for first (above); "
+                "one call per answer."
+            )
+        elif (
+            failed_before is None
+            and self.state.answer_cut is None
+            and call.name in phase.tools
+            and self.ask_for_code(call)
+        ):
+            return
         if refusal is not None:
             # Nothing ran: lost to a kill, the same refusal is given again on resume.
             self.emit(
@@ -485,6 +565,34 @@ class AgentLoop:
         )
         if mutates:
             await self.take_due_snapshot()
+
+    def ask_for_code(self, call: ev.ToolCall) -> bool:
+        """A code-carrying call that came without its code (or, where the model's code
+        travels as blocks, with code that does not parse) is not run: it is answered with a
+        request for the code as one fenced block, and the next answer's block is taken as it
+        (``asked_code``). Whether it was."""
+        model = self.state.model or self.plan.model.name
+        item = self.state.call_book.get("models", {}).get(model) or {}
+        argument = call_modes.needs_code(call, item.get("code") == "block")
+        found = call_modes.code_of(call)
+        if argument is None or found is None:
+            return False
+        others = {k: v for k, v in found[2].items() if k != argument}
+        text = json.dumps(others, ensure_ascii=False)
+        self.emit(
+            ev.CodeAsked(call_id=call.id, name=call.name, arguments=text, argument=argument),
+            commit=False,
+        )
+        self.emit(
+            ev.ToolFinished(
+                call_id=call.id,
+                name=call.name,
+                output=call_modes.code_request(call.name, argument, others),
+                executed=False,
+            ),
+            commit=False,
+        )
+        return True
 
     async def take_due_snapshot(self) -> None:
         """Record the workspace as the last mutating tool or check left it (``snapshot_due``):

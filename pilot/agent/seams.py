@@ -81,6 +81,8 @@ class Reading:
     """Some call was recovered from the text: the history goes back to the model as text."""
     seen: Any = None
     """What the text reading found (for the answer to a turn with no runnable call)."""
+    code_blocks: set[str] = field(default_factory=set)
+    """Ids of the calls whose code was taken from a fenced block of the text (not JSON)."""
 
 
 class Tactics(Protocol):
@@ -128,8 +130,21 @@ class Tactics(Protocol):
         resume)."""
         ...
 
-    def as_text_turns(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The history as sent to a model that writes its calls as text."""
+    def as_text_turns(
+        self, messages: list[dict[str, Any]], *, every: bool = False
+    ) -> list[dict[str, Any]]:
+        """The history as sent to a model that writes its calls as text (``every``: native
+        calls too, for a request that sends no tools)."""
+        ...
+
+    def call_syntax(self, schemas: list[dict[str, Any]], *, text: bool, code_blocks: bool) -> str:
+        """What the system prompt adds for a call mode: the tools and the call syntax (text
+        mode), how code travels as a fenced block (``code_blocks``)."""
+        ...
+
+    def code_block(self, content: str) -> tuple[str, str] | None:
+        """The one fenced block of an answer that is not a JSON call, and the text around it
+        (the code a call came without, asked for); None when there is not exactly one."""
         ...
 
     def temperature(self, base: float | None, repeats: int) -> float | None:

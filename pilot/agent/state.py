@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from pilot.agent import call_modes
 from pilot.agent.compaction import apply_compaction
 from pilot.agent.images import ImageRef, image_message, prompt_content
 from pilot.agent.progress import FeedbackObs, ProgressLimits, ProgressTracker, Verdict
@@ -181,6 +182,8 @@ class RunState:
     images_dropped: dict[str, str] = field(default_factory=dict)
     """Images the server could not decode, by sha256, with why (left out of requests)."""
     _held_images: list[tuple[str, list[ImageRef]]] = field(default_factory=list)
+    call_book: dict[str, Any] = field(default_factory=call_modes.new_book)
+    """How each model's calls travel and the counts behind it (``pilot.agent.call_modes``)."""
 
     # -- derived --------------------------------------------------------------------------
 
@@ -214,6 +217,8 @@ class RunState:
     def apply(self, ev: Event) -> None:
         self.last_seq += 1
         self._track_time(ev)
+        if ev.type in call_modes.FOLDED:
+            call_modes.fold(self.call_book, ev, self.model)
         match ev:
             case RunStarted():
                 self.started = ev

@@ -145,6 +145,7 @@ def show(
     json_lines: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
 ) -> None:
     """The run's timeline, from its events."""
+    from pilot.agent import call_modes
     from pilot.front.ui import event_json, event_line, evidence_lines, line_width
 
     console = _console()
@@ -153,9 +154,14 @@ def show(
         record = store.find_run(run_id)
         server = _run_server_events(store, record)
         judged = []
+        book, model = call_modes.new_book(), None
         for seq, event in store.iter_events(record.id):
             if event.type in ("phase_started", "phase_evidence"):
                 judged.append(event)
+            if event.type == "model_resolved":
+                model = event.model
+            elif event.type in call_modes.FOLDED:
+                call_modes.fold(book, event, model)
             while server and server[0][0] <= event.at:
                 _print_server_event(console, json_lines, *server.pop(0))
             if json_lines:
@@ -168,6 +174,8 @@ def show(
             from pilot.store.event_store import shown_status
 
             for line in evidence_lines(judged):
+                console.print(line, highlight=False, markup=False)
+            for line in call_modes.summary_lines(book):
                 console.print(line, highlight=False, markup=False)
 
             status = shown_status(store.get_run(record.id))

@@ -40,6 +40,13 @@ def run(
         [], "--param", "-p", metavar="NAME=VALUE", help="Set a param (repeat it for more)."
     ),
     params_file: Path | None = typer.Option(None, "--params-file", help="YAML file of params."),
+    setting: list[str] = typer.Option(
+        [],
+        "--set",
+        metavar="FIELD=VALUE",
+        help="Set a workflow field, e.g. --set model.tool_calls=forced (repeat it for more); "
+        "kept with the run.",
+    ),
     matrix: Path | None = typer.Option(
         None, "--matrix", help="YAML list of param sets: one run per set."
     ),
@@ -69,7 +76,7 @@ def run(
     with _user_errors():
         _endpoints(endpoint)
         if matrix is None:
-            check_workflow_file(workflow, param, params_file)
+            check_workflow_file(workflow, param, params_file, setting)
         store = _store(db, durability)
     with (
         _user_errors(),
@@ -77,7 +84,9 @@ def run(
     ):
         target = dry.endpoint or _endpoints(endpoint)
         if matrix is None and parallel <= 1:
-            loaded = load_for_run(workflow, param, params_file, extra_params=dry.params)
+            loaded = load_for_run(
+                workflow, param, params_file, extra_params=dry.params, settings=setting
+            )
             checked = preflight(loaded, store, endpoint=target)
             code = _drive(
                 console,
@@ -95,7 +104,7 @@ def run(
         else:
             from pilot.run.queue import load_many, preflight_many, run_many
 
-            many = load_many(workflow, param, params_file, matrix)
+            many = load_many(workflow, param, params_file, matrix, setting)
             checked = preflight_many(many, store, endpoint=target)
             model = checked[0].plan.model
             targets = _endpoints(target or []) or model.targets

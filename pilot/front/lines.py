@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pilot import events as ev
+from pilot.agent.call_modes import choice_line
 from pilot.run.confinement import is_unconfined
 
 PIPE_WIDTH = 100_000
@@ -62,6 +63,8 @@ def event_parts(event: ev.Event, *, width: int = 110) -> list[tuple[str, str]]:
             tokens = f" [{usage.prompt_tokens}+{usage.completion_tokens} tok]" if usage else ""
             calls = ", ".join(c.name for c in event.tool_calls) or "no tool call"
             text.append(f"step {event.step}: {calls}{tokens}")
+            if event.call_mode not in (None, "native", "none"):
+                text.append(f" ({event.call_mode})", style="dim")
             if event.endpoint:
                 text.append(f" @{short_endpoint(event.endpoint)}", style="dim")
             if event.content:
@@ -91,6 +94,13 @@ def event_parts(event: ev.Event, *, width: int = 110) -> list[tuple[str, str]]:
             text.append(f"evidence {_short(event.line(), width - 30)}", style)
         case ev.Nudge():
             text.append(f"nudge ({event.reason})", style="yellow")
+        case ev.CallModeChosen():
+            text.append(f"call mode {_short(choice_line(event), width - 30)}", style="cyan")
+        case ev.CodeAsked():
+            text.append(
+                f"  {event.name} came without its `{event.argument}`: asked for as a fenced block",
+                style="yellow",
+            )
         case ev.PhaseFinished():
             style = "bold green" if event.outcome == "succeeded" else "bold red"
             text.append(f"phase {event.name} {event.outcome}", style=style)

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from brain.urls import server_root
 from pilot import events as ev
+from pilot.agent.call_modes import compact
 from pilot.agent.state import RunState
 from pilot.front.lines import PIPE_WIDTH, event_parts, format_duration, short_endpoint
 
@@ -137,6 +138,7 @@ class LiveView:
                 f"step {state.steps}",
                 f"last tool {self.last_tool}",
                 f"{state.total_tokens} tok ({self.rate(elapsed):.0f} out/s)",
+                f"calls {compact(state.call_book)}",
                 format_duration(elapsed),
                 Text(f"server {server}", style="green" if self.server == "ok" else "yellow"),
             )
@@ -219,6 +221,7 @@ class MultiRunView:
             row["phase"] = state.phase.name if state.phase else "-"
         row["steps"] = state.steps
         row["tokens"] = state.total_tokens
+        row["calls"] = compact(state.call_book)
         if isinstance(event, ev.ToolStarted):
             row["tool"] = event.name
         elif isinstance(event, ev.ServerAway):
@@ -229,7 +232,7 @@ class MultiRunView:
             row["status"] = "paused"
         elif isinstance(event, ev.RunFinished):
             row["status"] = event.status
-        if isinstance(event, ev.PhaseFinished | ev.RunFinished | ev.RunPaused):
+        if isinstance(event, ev.PhaseFinished | ev.RunFinished | ev.RunPaused | ev.CallModeChosen):
             line = Text(f"{run_id} ")
             line.append_text(event_line(event, width=self.console.width - len(line)))
             self.recent = [*self.recent, line][-self.keep :]
@@ -237,7 +240,7 @@ class MultiRunView:
 
     def _render(self) -> Group:
         table = Table(box=None, header_style="bold", padding=(0, 2))
-        for column in ("run", "status", "phase", "step", "last tool", "tokens"):
+        for column in ("run", "status", "phase", "step", "last tool", "tokens", "calls"):
             table.add_column(column)
         for run_id, row in self.runs.items():
             table.add_row(
@@ -247,6 +250,7 @@ class MultiRunView:
                 str(row.get("steps", 0)),
                 row["tool"],
                 str(row.get("tokens", 0)),
+                row.get("calls", "-"),
             )
         active = sum(1 for r in self.runs.values() if r["status"] == "running")
         elapsed = time.monotonic() - self.started

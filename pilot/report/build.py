@@ -23,6 +23,7 @@ from typing import Any
 
 from pilot import environ
 from pilot import events as ev
+from pilot.agent import call_modes
 from pilot.agent.state import RunState
 from pilot.front.lines import format_duration
 from pilot.report.facts import (
@@ -191,6 +192,8 @@ class _History:
                 self._tool_finished(event)
             case ev.CheckFinished():
                 self._check_finished(event)
+            case ev.CallModeChosen():
+                r.call_choices.append(call_modes.choice_line(event))
             case ev.PhaseEvidence():
                 if event.phase in self.phases:
                     self.phases[event.phase].evidence = event.line()
@@ -332,6 +335,7 @@ class _History:
         r.phases = [self.phases[i] for i in sorted(self.phases)]
         r.tools = sorted(self.tools.values(), key=lambda t: (-t.calls, t.name))
         r.interrupted_tools = [state.started_call.name] if state.started_call else []
+        r.call_modes = call_modes.summary_lines(state.call_book)
         if state.started is not None:
             r.git = _git_facts(state.started, state.head, state.snapshot)
 

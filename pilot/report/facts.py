@@ -181,6 +181,10 @@ class RunReport:
     """The servers the run was given (its ``run_started`` endpoint and endpoints)."""
     sandbox: str = ""
     """How the agent's commands were confined (``run_started.sandbox``; empty: not recorded)."""
+    call_modes: list[str] = field(default_factory=list)
+    """Per model: how its calls travelled and its answers by how their calls came."""
+    call_choices: list[str] = field(default_factory=list)
+    """Each call mode chosen (``call_mode_chosen``), with who chose it and why."""
     step_times: list[datetime] = field(default_factory=list)
     phase_marks: list[tuple[datetime, str]] = field(default_factory=list)
     next_commands: list[str] = field(default_factory=list)

@@ -166,6 +166,10 @@ def _phases(run: RunReport) -> str:
     if judged:
         items = "".join(f"<li>{escape(p.name)}: {escape(p.evidence)}</li>" for p in judged)
         html += f"<h3>Evidence</h3><ul class='evidence'>{items}</ul>"
+    modes = [*run.call_modes, *(f"chosen: {line}" for line in run.call_choices)]
+    if modes:
+        items = "".join(f"<li>{escape(line)}</li>" for line in modes)
+        html += f"<h3>Call modes</h3><ul class='call-modes'>{items}</ul>"
     for c in run.checks:
         verdict = "passed" if c.passed else ("timed out" if c.timed_out else "failed")
         css = "pass" if c.passed else "fail"

@@ -99,6 +99,11 @@ def _run_markdown(run: RunReport) -> list[str]:
             out += ["### Evidence", ""]
             out += [f"- {_md(p.name)}: {_md(p.evidence)}" for p in judged]
             out.append("")
+    if run.call_modes or run.call_choices:
+        out += ["### Call modes", ""]
+        out += [f"- {_md(line)}" for line in run.call_modes]
+        out += [f"- chosen: {_md(line)}" for line in run.call_choices]
+        out.append("")
     if run.checks:
         out += ["### Checks", ""]
         for c in run.checks:

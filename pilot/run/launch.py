@@ -80,18 +80,24 @@ def load_for_run(
     params_file: Path | None = None,
     *,
     extra_params: dict[str, Any] | None = None,
+    settings: Sequence[str] = (),
 ) -> LoadedWorkflow:
     params = collect_params(assignments, params_file, extra_params)
-    return load_workflow(workflow, params, tool_names=tool_names())
+    return load_workflow(workflow, params, tool_names=tool_names(), settings=settings)
 
 
 def check_workflow_file(
-    workflow: Path, assignments: Sequence[str], params_file: Path | None = None
+    workflow: Path,
+    assignments: Sequence[str],
+    params_file: Path | None = None,
+    settings: Sequence[str] = (),
 ) -> None:
     """The file's own problems, and its params' (required ones may still be missing: a dry
     run supplies ``repo``), before a run makes anything."""
     params = collect_params(assignments, params_file)
-    load_workflow(workflow, params, tool_names=tool_names(), require_params=False)
+    load_workflow(
+        workflow, params, tool_names=tool_names(), require_params=False, settings=settings
+    )
 
 
 def validate_workflow(workflow: Path, assignments: Sequence[str]) -> str:

@@ -51,10 +51,14 @@ def load_many(
     assignments: Sequence[str],
     params_file: Path | None,
     matrix: Path | None,
+    settings: Sequence[str] = (),
 ) -> list[LoadedWorkflow]:
     """One loaded workflow per parameter set (``preflight_many`` checks they can all start)."""
     rows = load_matrix(matrix) if matrix else [{}]
-    return [load_for_run(workflow, assignments, params_file, extra_params=row) for row in rows]
+    return [
+        load_for_run(workflow, assignments, params_file, extra_params=row, settings=settings)
+        for row in rows
+    ]
 
 
 def preflight_many(

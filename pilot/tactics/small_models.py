@@ -15,12 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from pilot import events as ev
+from pilot.agent.call_modes import block_argument
 from pilot.agent.calls import new_call_id
 from pilot.agent.phase_start import output_end
 from pilot.agent.seams import CheckOutcome, Reading, RunCommand, Schemas
 from pilot.model.types import ModelResponse
-from pilot.tactics import feedback, locate, text_turns
+from pilot.tactics import code_blocks, feedback, locate, text_turns
 from pilot.tactics.arguments import repair_arguments
+from pilot.tactics.code_blocks import call_syntax as code_blocks_text
 from pilot.tactics.dialects import (
     DEFINITION_TOOL,
     addition_target,
@@ -65,6 +67,9 @@ class SmallModelTactics:
     ) -> Reading:
         repairs: list[str] = []
         calls: list[ev.ToolCall] = []
+        content = response.content
+        blocks: set[str] = set()
+        schemas = code_blocks.relaxed(schemas)  # code may come as a block, or be asked for
         for position, call in enumerate(response.tool_calls):
             name, renamed = call.name, None
             if name not in schemas and not known(name):
@@ -73,6 +78,14 @@ class SmallModelTactics:
             fixed = repair_arguments(call.arguments)
             text = "{}"
             error = fixed.error if fixed.arguments is None else None
+            call_id = call.id or new_call_id(step, position)
+            missing = code_blocks.lacks_code(name, fixed.arguments)
+            found_block = code_blocks.code_block(content or "") if missing else None
+            if missing and found_block is not None and fixed.arguments is not None:
+                fixed.arguments[missing] = block_argument(name, found_block[0])
+                content = found_block[1] or None
+                blocks.add(call_id)
+                repairs.append(f"{name}: `{missing}` taken from the answer's fenced block")
             if fixed.arguments is not None:
                 arguments = fixed.arguments
                 repairs.extend(f"{name}: {r}" for r in fixed.repairs)
@@ -88,22 +101,23 @@ class SmallModelTactics:
                 text = json.dumps(arguments, ensure_ascii=False)
             calls.append(
                 ev.ToolCall(
-                    id=call.id or new_call_id(step, position),
+                    id=call_id,
                     name=name,
                     arguments=text,
                     raw_arguments=None if text == call.arguments else call.arguments,
                     error=error,
                 )
             )
-        content = response.content
-        reading = Reading(calls, content, repairs)
+        reading = Reading(calls, content, repairs, code_blocks=blocks)
         if calls or not content:
             return reading
         found = extract_text_tool_calls(content, schemas)
         reading.seen = found
         if not found.calls:
             return reading
+        remaining = found.remaining_content
         for position, (name, arguments) in enumerate(found.calls):
+            call_id = text_turns.text_call_id(step, position)
             if name == DEFINITION_TOOL and not {"path", "qualified_name"} & arguments.keys():
                 # which of several same-named methods: the qualified name, or where located
                 code = str(arguments.get("code", ""))
@@ -113,16 +127,25 @@ class SmallModelTactics:
                 target = addition_target(arguments.get("code", ""), prompt)
                 if target is not None:
                     arguments = {**arguments, "add_to": target}
+            missing = code_blocks.lacks_code(name, arguments)
+            found_block = code_blocks.code_block(remaining) if missing else None
+            if missing and found_block is not None:
+                arguments = {**arguments, missing: block_argument(name, found_block[0])}
+                remaining = found_block[1]
+                repairs.append(f"{name}: `{missing}` taken from the answer's fenced block")
+                blocks.add(call_id)
+            elif any("fenced Python block" in r for r in found.repairs):
+                blocks.add(call_id)  # the block itself was taken as the call
             calls.append(
                 ev.ToolCall(
-                    id=text_turns.text_call_id(step, position),
+                    id=call_id,
                     name=name,
                     arguments=json.dumps(arguments, ensure_ascii=False),
                     raw_arguments=content,
                 )
             )
         repairs.extend(found.repairs or ["tool call written as text in content"])
-        reading.content = found.remaining_content or None
+        reading.content = remaining or None
         reading.from_text = True
         return reading
 
@@ -158,8 +181,16 @@ class SmallModelTactics:
     def writes_calls_as_text(self, messages: list[dict[str, Any]]) -> bool:
         return text_turns.has_text_calls(messages)
 
-    def as_text_turns(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return text_turns.as_text_turns(messages)
+    def as_text_turns(
+        self, messages: list[dict[str, Any]], *, every: bool = False
+    ) -> list[dict[str, Any]]:
+        return text_turns.as_text_turns(messages, every=every)
+
+    def call_syntax(self, schemas: list[dict[str, Any]], *, text: bool, code_blocks: bool) -> str:
+        return code_blocks_text(schemas, text=text, code_blocks=code_blocks)
+
+    def code_block(self, content: str) -> tuple[str, str] | None:
+        return code_blocks.code_block(content)
 
     def temperature(self, base: float | None, repeats: int) -> float | None:
         return feedback.hotter(base, repeats)

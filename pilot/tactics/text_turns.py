@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pilot.agent.call_modes import CODE_ARGUMENTS
 from pilot.tactics.dialects import DEFINITION_TOOL
 
 TEXT_CALL_PREFIX = "text-"
@@ -36,13 +37,16 @@ def is_text_turn(message: dict[str, Any]) -> bool:
     return bool(calls) and all(str(c.get("id", "")).startswith(TEXT_CALL_PREFIX) for c in calls)
 
 
-def as_text_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with each turn of text-recovered calls written as text (see the module)."""
+def as_text_turns(messages: list[dict[str, Any]], *, every: bool = False) -> list[dict[str, Any]]:
+    """``messages`` with each turn of text-recovered calls written as text (see the module);
+    ``every``: each turn with calls, native ones too (a request that sends no tools, text mode,
+    must not show calls in a form it does not read)."""
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}
     for message in messages:
         role = message.get("role")
-        if role == "assistant" and is_text_turn(message):
+        text_turn = is_text_turn(message) or (every and bool(message.get("tool_calls")))
+        if role == "assistant" and text_turn:
             parts = [message["content"]] if message.get("content") else []
             for call in message["tool_calls"]:
                 function = call.get("function", {})
@@ -64,5 +68,13 @@ def _as_text(name: str, arguments: str) -> str:
         parsed = arguments
     if name == DEFINITION_TOOL and isinstance(parsed, dict) and set(parsed) == {"code"}:
         return f"```python\n{str(parsed['code']).strip()}\n```"
+    argument = CODE_ARGUMENTS.get(name)
+    if argument and isinstance(parsed, dict) and isinstance(parsed.get(argument), str):
+        # Code travels as code: the call names the target, the code follows as a block.
+        others = {k: v for k, v in parsed.items() if k != argument}
+        python = name == DEFINITION_TOOL or str(others.get("path", "")).endswith(".py")
+        call = json.dumps({"name": name, "arguments": others}, ensure_ascii=False)
+        fence = "```python" if python else "```"
+        return f"```json\n{call}\n```\n\n{fence}\n{parsed[argument].rstrip()}\n```"
     call = json.dumps({"name": name, "arguments": parsed}, ensure_ascii=False)
     return f"```json\n{call}\n```"

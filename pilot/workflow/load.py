@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -272,6 +272,7 @@ def load_workflow(
     tool_names: Collection[str] | None = None,
     base_dir: Path | None = None,
     require_params: bool = True,
+    settings: Sequence[str] = (),
 ) -> LoadedWorkflow:
     """Read, validate and prepare the workflow file at ``path``.
 
@@ -280,9 +281,14 @@ def load_workflow(
     ``WorkflowError`` (a ``WorkflowErrors`` when there are several problems).
     ``require_params=False`` is for checking a file without its params (`pilot
     validate`): missing required params are then not errors (their value is None and
-    templates are only checked statically); the result must not be run.
+    templates are only checked statically); the result must not be run. ``settings`` are
+    ``FIELD=VALUE`` items (``pilot run --set``), applied to the text before it is read.
     """
     text = read_source(path)
+    if settings:  # `pilot run --set FIELD=VALUE`
+        from pilot.workflow.overrides import apply_settings
+
+        text = apply_settings(text, str(path), settings)
     return parse_workflow_text(
         text,
         str(path),

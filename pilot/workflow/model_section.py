@@ -5,7 +5,7 @@ to wait. A section of ``pilot.workflow.schema`` (which names it), apart for its 
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -113,6 +113,17 @@ class ModelSettings(Strict):
         None,
         description="Whether the model takes images (view_image, phase images); null = ask "
         "the server profile, else try and learn from the server's answer.",
+    )
+
+    tool_calls: Literal["auto", "native", "forced", "text"] = Field(
+        "auto",
+        description="How the model's tool calls travel. auto: chosen per model from what the "
+        "run measures (starts native, forces the answer after one with no call, moves to text "
+        "when calls only ever come as text, and code to fenced blocks when code in JSON fails "
+        "to parse). native: tools sent with tool_choice auto, calls read from the server's "
+        "tool_calls. forced: the server constrains each answer to the phase's tools "
+        "(tool_choice required, or named when one tool is allowed). text: no tools sent; the "
+        "pilot states the call syntax in the system prompt and reads calls from the text.",
     )
 
     @field_validator("endpoint")

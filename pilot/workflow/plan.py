@@ -111,6 +111,9 @@ class ModelPlan:
     """``model.context_window``: the window to budget with, whatever the server says."""
     stream_interval: int | None = None
     """Tokens per streamed chunk asked of vLLM (None: the server's setting)."""
+    tool_calls: str = "auto"
+    """``model.tool_calls``: the call mode pinned by the workflow, or auto (measured per model,
+    ``pilot.agent.call_modes``)."""
     endpoints: tuple[str, ...] = ()
     """Several servers of one model, routed per run (``pilot.model.router``); ``endpoint`` is then
     the first of them. Empty: ``endpoint`` is the only one."""
@@ -246,6 +249,7 @@ def build_plan(
             context_margin=model.context_margin,
             context_window=model.context_window,
             stream_interval=model.stream_interval,
+            tool_calls=model.tool_calls,
         ),
         workspace=rendered.run.workspace,
         branch=rendered.run.branch,
