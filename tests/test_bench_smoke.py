@@ -90,6 +90,7 @@ def test_vs_langgraph_marathon_configs_run_and_every_step_is_durable(tmp_path: P
         sdk, first = result["resume_sdk_ms"], result["resume_open_to_first_model_call_ms"]
         assert _positive(sdk) and sdk < first, result
         assert result["resume_first_call_less_sdk_ms"] == first - sdk
+        assert 0 < result["resume_first_call_cpu_less_sdk_ms"] < result["resume_first_call_cpu_ms"]
     # what a step adds to the thread: 1,200 + 2,048 + the call's arguments
     assert 3248 < data["raw"]["10"] < 3800
 
