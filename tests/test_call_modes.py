@@ -40,7 +40,7 @@ KEY = "call-modes"
 TOOLS = ["read_file", "replace_definition", "run", "finish"]
 BROKEN = "def add(a, b):\n    return a + b\n  x = ("
 FIXED = 'def add(a, b):\n    """Add two numbers."""\n    return a + b'
-SYNTAX = "You call tools by writing"
+SYNTAX = "You call a tool by writing"
 
 
 class Recording:
