@@ -139,9 +139,10 @@ class ChaosPolicy:
     """Plays :func:`step_plan`; a pure function of the messages (the sim's contract).
 
     The next step is one past the last assistant message saying "Step K of N." — unless that
-    call came back as an error (a malformed, unknown or cut call), then K again. After a
-    compaction the summary it wrote says "done through Step K", which stands in for the turns
-    it replaced. Summary requests (no tools offered) get a structured summary.
+    call came back as an error (a malformed, unknown or cut call), then K again. A compaction
+    keeps the recent turns, whose "Step K" it reads (its summary is built from the events and
+    holds none of the model's words); a summary it wrote itself, in runs recorded when the
+    pilot asked the model for one (no tools offered), says "done through Step K".
     """
 
     def __init__(self, steps: int, *, summary_padding: int = 0) -> None:

@@ -5,7 +5,8 @@ Kinds of moment:
 * ``event``: right after event N is committed (the ``kill_after_seq`` failpoint, exact);
 * ``tool``: inside a slow `run` step that has already appended half its ledger lines;
 * ``stream``: while a streamed answer is arriving (a slow sim: TTFT plus per-token latency);
-* ``compaction``: while the model writes the compaction summary (small window);
+* ``compaction``: while a compaction is made (the prompt counted, the summary built from the
+  events; small window);
 * ``snapshot``: between a mutating tool's start and its ``tool_finished``, which covers the
   tool's own work and the workspace snapshot taken after it.
 

@@ -267,7 +267,9 @@ class Compaction(_Event):
     """First index of the verbatim tail."""
     replaced_count: int
     summary: str
-    summary_source: Literal["model", "fallback"] = "model"
+    summary_source: Literal["model", "fallback", "events"] = "model"
+    """``events``: built from the replaced turns' calls and results (``pilot.agent.compaction``);
+    ``model`` and ``fallback`` in runs recorded before."""
     summary_error: str | None = None
     tokens_before: int
     tokens_after: int

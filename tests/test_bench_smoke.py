@@ -86,6 +86,10 @@ def test_vs_langgraph_marathon_configs_run_and_every_step_is_durable(tmp_path: P
         # the resume imports what a real one does: the SDK, with its first model call
         assert result["resume_imported_openai"] is True, result
         assert _positive(result["resume_proc_cpu_s"]), result
+        # open -> first call split: the SDK's import and client made inside it, and the rest
+        sdk, first = result["resume_sdk_ms"], result["resume_open_to_first_model_call_ms"]
+        assert _positive(sdk) and sdk < first, result
+        assert result["resume_first_call_less_sdk_ms"] == first - sdk
     # what a step adds to the thread: 1,200 + 2,048 + the call's arguments
     assert 3248 < data["raw"]["10"] < 3800
 

@@ -8,6 +8,7 @@ ChatML-like rendering, and its 400 "maximum context length" check is vLLM's).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
@@ -22,13 +23,17 @@ from brain.sim.policy import SimTurn
 from brain.sim.server import running_sim
 from brain.sim.tokenizer import count_chat
 from pilot.agent.compaction import (
+    AFTER_FRACTION,
+    CHECK_FAILED,
     SUMMARY_HEADER,
-    accept_summary,
+    PhaseFacts,
     apply_compaction,
     cut_tool_output,
-    fallback_summary,
+    events_summary,
     is_summary_message,
     plan_compaction,
+    recent_allowance,
+    summary_chars,
     summary_message,
     summary_request,
 )
@@ -543,36 +548,30 @@ async def test_long_run_compacts_several_times_and_every_request_fits_the_window
         counter = TokenCounter(client.count_tokens, MODEL)
         messages = conversation(0)
         phase_start: int | None = 1
-        compactions = model_summaries = 0
+        compactions = 0
+        steps_at: list[int] = []
+        facts = PhaseFacts(goal="Rename util.parse to parse_config.")
+        limit = summary_chars(WINDOW)
         for step in range(32):
             count = await counter.count(messages, TOOLS)
             if budget.needs_compaction(count.total):
+                fixed = count.total - sum(count.per_message) + sum(count.per_message[:2])
                 plan = plan_compaction(
                     messages,
                     count.per_message,
-                    keep_recent_tokens=budget.keep_recent_tokens(),
+                    keep_recent_tokens=recent_allowance(
+                        WINDOW, budget.keep_recent_tokens(), fixed, limit
+                    ),
                     phase_start=phase_start,
                 )
                 assert plan is not None
-                request = summary_request(
-                    plan.replaced_messages(messages),
-                    task=messages[phase_start]["content"] if phase_start is not None else None,
-                    max_input_tokens=budget.summary_input_tokens(),
-                )
-                assert count_chat(request) + 1024 <= WINDOW
-                reply = await client.complete(
-                    ChatRequest(model=MODEL, messages=request, max_tokens=1024)
-                )
-                summary = accept_summary(reply.content)
-                if summary is None:
-                    summary = fallback_summary(plan.replaced_messages(messages))
-                else:
-                    model_summaries += 1
+                summary = events_summary(plan.replaced_messages(messages), facts, max_chars=limit)
                 messages = plan.apply(messages, summary)
                 phase_start = plan.new_index(phase_start) if phase_start is not None else None
                 compactions += 1
+                steps_at.append(step)
                 count = await counter.count(messages, TOOLS)
-                assert not budget.needs_compaction(count.total)
+                assert count.total <= AFTER_FRACTION * WINDOW + 400  # one kept turn at most over
                 assert_no_orphans(messages)
             max_tokens = budget.request_max_tokens(count.total)
             # The server's own check: the real whole-request count plus max_tokens must fit.
@@ -584,7 +583,8 @@ async def test_long_run_compacts_several_times_and_every_request_fits_the_window
             body = "\n".join(f"line {k}: value = compute({k})" for k in range(size // 30))
             messages += call_turn(step, "read_file", f"src/m{step}.py", body)
         assert compactions >= 3
-        assert model_summaries == compactions
+        # each turn here is up to 1200 tokens of a 8192 window: still no two compactions in a row
+        assert all(b - a >= 2 for a, b in itertools.pairwise(steps_at)), steps_at
         assert phase_start == 1 and messages[1]["content"].startswith("Phase 1/1")
 
 
@@ -631,35 +631,105 @@ def test_summary_message_is_labelled_and_recognised() -> None:
     assert not is_summary_message({"role": "user", "content": "hello"})
 
 
-def test_accept_summary_rejects_empty_and_unstructured_answers() -> None:
-    assert accept_summary(None) is None
-    assert accept_summary("   ") is None
-    assert accept_summary("ok") is None
-    assert accept_summary("<think>hmm</think>") is None
-    text = "## Goal\n- Rename parse.\n## Progress\n- Done with util.py, tests pass."
-    assert accept_summary(f"<think>let me see</think>\n{text}") == text
-
-
-def test_fallback_summary_lists_tools_files_and_errors_and_carries_older_summary() -> None:
-    messages = [summary_message("## Goal\n- Older goal: rename parse.", 5)]
-    messages += call_turn(1, "read_file", "src/a.py", "def a(): ...")
+def test_an_events_summary_lists_edits_commands_checks_and_reads_and_no_claim() -> None:
+    messages = [summary_message("## Edits\n- write_file src/old.py: wrote src/old.py", 5)]
+    messages += call_turn(1, "read_file", "src/a.py", "def a(): ...", text="All tests pass now!")
     messages += call_turn(2, "edit_file", "src/b.py", "Error: old_text not found in src/b.py")
     messages += call_turn(3, "write_file", "src/c.py", "wrote src/c.py (3 lines)")
-    text = fallback_summary(messages)
-    assert "Older goal: rename parse." in text
-    assert "read: src/a.py" in text
-    assert "changed: src/b.py, src/c.py" in text
-    assert "edit_file: Error: old_text not found" in text
-    assert "read_file x1" in text
-    assert len(fallback_summary(messages * 200)) <= 4100
+    messages += [
+        {
+            "role": "assistant",
+            "content": "I verified that all test cases are passing.",
+            "tool_calls": [
+                {
+                    "id": "r1",
+                    "type": "function",
+                    "function": {"name": "run", "arguments": '{"command": "pytest -q"}'},
+                },
+                {
+                    "id": "f1",
+                    "type": "function",
+                    "function": {"name": "finish", "arguments": '{"summary": "all tests pass"}'},
+                },
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "r1",
+            "content": "exit code: 1\n...\nFAILED test_a.py::test_x - assert 1 == 2\n1 failed",
+        },
+        {"role": "tool", "tool_call_id": "f1", "content": "Finish recorded."},
+        {
+            "role": "user",
+            "content": f"{CHECK_FAILED} `pytest -q` (exit code 1). The phase is not done until "
+            "it passes; 2 attempt(s) left.\n\nE   assert 1 == 2\n1 failed in 0.12s",
+        },
+    ]
+    facts = PhaseFacts(
+        goal="Fix the failing test.",
+        check="pytest -q",
+        baseline=(False, 1, "FAILED test_a.py::test_x\n1 failed"),
+        failed_try="the check (pytest -q) failed: 1 failed",
+    )
+    mutating = ["edit_file", "write_file", "run", "git_commit"]  # as the registry says
+    messages += call_turn(5, "git_commit", "", "[main 1a2b3c] wip")
+    text = events_summary(messages, facts, mutating_tools=mutating)
+    assert "- git_commit: [main 1a2b3c] wip" in text.split("## Other calls")[1]
+    assert "pass" not in text.replace("passed", "").lower().replace("has not passed", ""), text
+    assert "verified" not in text and "all tests" not in text  # the model's words are not kept
+    assert "- Fix the failing test." in text
+    assert "`pytest -q` FAILED (exit code 1): FAILED test_a.py::test_x | 1 failed" in text
+    assert "still failing" in text
+    assert "- write_file src/old.py: wrote src/old.py" in text  # carried from the older one
+    assert "- edit_file src/b.py: REFUSED, nothing changed: old_text not found" in text
+    assert "- write_file src/c.py: wrote src/c.py (3 lines)" in text
+    assert (
+        "- `pytest -q`: exit code 1: ... | FAILED test_a.py::test_x - assert 1 == 2 | 1 fa" in text
+    )
+    assert "- `pytest -q` failed (exit code 1): E   assert 1 == 2 | 1 failed in 0.12s" in text
+    assert "## Files read\n- src/a.py" in text
+    assert len(events_summary(messages * 200, facts, max_chars=4000)) <= 4000
 
 
-def test_repeated_fallback_summaries_stay_bounded() -> None:
+def test_an_events_summary_with_no_edit_says_so_and_a_passed_check_is_said_only_when_run() -> None:
+    messages = call_turn(1, "read_file", "src/a.py", "def a(): ...")
+    facts = PhaseFacts(goal="Fix it.", check="make test", baseline=(True, 0, "ok"))
+    text = events_summary(messages, facts)
+    assert "## Edits\n- none: no file was changed in these turns." in text
+    assert "`make test` passed." in text and "has not run again in this phase" in text
+    ran = PhaseFacts(goal="Fix it.", check="make test", check_passed=True, edited=True)
+    assert "Its latest run passed; files were changed after it." in events_summary(messages, ran)
+    assert "no check command" in events_summary(messages, PhaseFacts(goal="Survey."))
+
+
+def test_the_fold_check_message_is_what_the_summary_reads() -> None:
+    from pilot.agent.state import CHECK_FAILED_PREFIX, check_failed_message
+
+    assert CHECK_FAILED == CHECK_FAILED_PREFIX
+    message = check_failed_message("pytest", 2, False, "boom", 1)
+    text = events_summary([{"role": "user", "content": message}], PhaseFacts(goal="g"))
+    assert "- `pytest` failed (exit code 2): boom" in text
+
+
+def test_repeated_events_summaries_stay_bounded_and_keep_the_latest() -> None:
     summary = "start"
-    for i in range(30):
-        messages = [summary_message(summary, 3), *call_turn(i, "read_file", f"f{i}", "x" * 500)]
-        summary = fallback_summary(messages)
-    assert len(summary) <= 4100
+    for i in range(60):
+        messages = [
+            summary_message(summary, 3),
+            *call_turn(i, "write_file", f"f{i}.py", f"wrote f{i}.py"),
+        ]
+        summary = events_summary(messages, PhaseFacts(goal="g"), max_chars=1500)
+        assert len(summary) <= 1500
+    assert "f59.py" in summary and "f0.py" not in summary
+    assert "earlier left out" in summary
+
+
+def test_the_recent_allowance_leaves_the_prompt_under_the_after_fraction() -> None:
+    assert recent_allowance(10000, 3000, 1000, 1200) == 4000 - 1000 - (400 + 64)
+    assert recent_allowance(10000, 1000, 1000, 1200) == 1000  # never above the budget's
+    assert recent_allowance(10000, 3000, 5000, 1200) == 0  # the last turn alone
+    assert summary_chars(6000) == 1800 and summary_chars(2000) == 600
+    assert summary_chars(200000) == 4000
 
 
 # -- tool output -------------------------------------------------------------------------------
@@ -706,3 +776,28 @@ async def test_the_identity_cache_is_bounded_and_an_evicted_message_still_counts
     assert len(counter._by_identity) <= 8 and len(counter._bounds) <= 8
     again = await counter.count(messages, TOOLS)
     assert again.total == first.total and calls.calls == asked  # by content key, no new calls
+
+
+def test_an_edit_is_summarised_with_where_it_changed_the_file_and_a_check_after_it() -> None:
+    from pilot.agent.seams import CheckOutcome
+    from pilot.tactics.small_models import SmallModelTactics
+
+    diff = (
+        "Replaced function LRUCache.popitem in cache.py.\n--- a/cache.py\n+++ b/cache.py\n"
+        "@@ -30,5 +30,6 @@\n     def popitem(self):\n         key = next(iter(self.order))\n"
+        "-        return (key, self.data[key])\n+        del self.order[key]\n"
+        "+        return (key, self.data.pop(key))"
+    )
+    feedback = SmallModelTactics().after_edit_feedback(
+        "pytest -q", CheckOutcome(exit_code=1, timed_out=False, output="E  KeyError\n1 failed")
+    )
+    messages = [
+        *call_turn(1, "replace_definition", "cache.py", diff),
+        {"role": "user", "content": feedback},
+    ]
+    text = events_summary(messages, PhaseFacts(goal="g"), mutating_tools=["replace_definition"])
+    assert (
+        "- replace_definition cache.py: Replaced function LRUCache.popitem in cache.py. (at line "
+        "30, in popitem, `return (key, self.data[key])` -> `del self.order[key]`)"
+    ) in text, text
+    assert "- `pytest -q` failed after an edit (exit code 1): E  KeyError | 1 failed" in text

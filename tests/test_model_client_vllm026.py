@@ -92,6 +92,10 @@ async def test_a_deterministic_500_to_forced_tool_choice_is_not_retried_for_the_
         with pytest.raises(ConfigurationError) as err:
             await client.complete(req)
     assert "tool_choice" in str(err.value) and "/health is ok" in str(err.value)
+    # the cause is the server's install, not vLLM: what to install, and how to go on meanwhile
+    text = str(err.value)
+    assert "lm-format-enforcer" in text and "outlines_core" in text and "interegular" in text
+    assert "model.tool_calls" in text and "cannot force" not in text
     assert [p for p, _ in seen].count("/v1/chat/completions") == SAME_500_LIMIT
 
 

@@ -56,7 +56,8 @@ def go(
 
 
 class Reader:
-    """Reads big.txt in slices, 30 times, then finishes; writes summaries when asked.
+    """Reads big.txt in slices, 30 times, then finishes (a summary request, which the pilot
+    no longer sends, would be answered with a text).
 
     Stateful on purpose: a script keyed on the number of assistant messages would replay
     itself after a compaction (which replaces old assistant messages by a summary).
@@ -64,9 +65,11 @@ class Reader:
 
     def __init__(self) -> None:
         self.reads = 0
+        self.summaries_asked = 0
 
     def respond(self, request: SimChatRequest) -> SimTurn:
-        if not request.tools:  # the compaction's summary request
+        if not request.tools:  # a summary request
+            self.summaries_asked += 1
             return SimTurn(
                 content="Goal: read big.txt\nProgress: read slices\nDecisions: none\n"
                 "Files: big.txt read\nOpen problems: none\nNext step: read on"
@@ -81,7 +84,8 @@ class Reader:
 
 def test_a_long_run_compacts_several_times_and_every_request_fits(tmp_path: Path, repo: Path):
     config = SimConfig(model="m", max_model_len=6000)
-    with running_sim(config, policy=Reader()) as sim:
+    reader = Reader()
+    with running_sim(config, policy=reader) as sim:
         workflow = write_workflow(
             tmp_path / "wf.yaml",
             key="robust-long",
@@ -97,7 +101,8 @@ def test_a_long_run_compacts_several_times_and_every_request_fits(tmp_path: Path
     assert outcome.status == "succeeded", outcome.reason
     assert len(compactions) >= 2
     assert all(c.tokens_after < c.tokens_before for c in compactions)
-    assert all(c.summary_source == "model" for c in compactions)
+    assert all(c.summary_source == "events" for c in compactions)
+    assert reader.summaries_asked == 0, "a summary is built from the events, not asked for"
     assert all(r.prompt_tokens + r.max_tokens <= 6000 for r in requests)
     # Far from the limit a bound proves the fit; near it the prompt is counted exactly.
     assert any(r.prompt_bound for r in requests) and any(not r.prompt_bound for r in requests)

@@ -200,3 +200,37 @@ def test_the_runs_row_totals_are_the_folds_own_counts() -> None:
         assert row == {k: v for k, v in folded.items() if k in row}
         assert "steps" in row and ("prompt_tokens" in row) == (answer.usage is not None)
     assert (state.steps, state.total_tokens, state.phase and state.phase.tokens) == (3, 162, 162)
+
+
+def test_files_read_keeps_each_path_once_in_order_also_after_a_checkpoint() -> None:
+    """The fold's list of files read has each path once, in the order first read, whether
+    the state was folded or rebuilt from a checkpoint (where the set beside the list is not
+    kept and is made again from the list)."""
+    from pilot.store import statecodec
+
+    def read(call_id: str, path: str) -> list[ev.Event]:
+        arguments = f'{{"path": "{path}"}}'
+        return [
+            ev.AssistantMessage(
+                step=1,
+                content="",
+                tool_calls=[ev.ToolCall(id=call_id, name="read_file", arguments=arguments)],
+            ),
+            ev.ToolStarted(call_id=call_id, name="read_file", arguments=arguments, mutates=False),
+            ev.ToolFinished(call_id=call_id, name="read_file", output="x"),
+        ]
+
+    events: list[ev.Event] = [ev.PhaseStarted(index=0, name="p", prompt="go")]
+    for k, path in enumerate(["a.py", "b.py", "a.py", "c.py", "b.py"]):
+        events += read(f"c{k}", path)
+    state = fold(events)
+    assert state.files_read == ["a.py", "b.py", "c.py"]
+    again = statecodec.decode(statecodec.encode(state))
+    assert "_files_seen" not in again.__dict__ and again.files_read == ["a.py", "b.py", "c.py"]
+    for event in read("c9", "b.py") + read("c10", "d.py"):
+        again.apply(event)
+    assert again.files_read == ["a.py", "b.py", "c.py", "d.py"]
+    again.files_read = ["z.py"]  # a list put in its place: the set follows it
+    for event in read("c11", "z.py") + read("c12", "a.py"):
+        again.apply(event)
+    assert again.files_read == ["z.py", "a.py"]

@@ -302,15 +302,17 @@ def old_store(tmp_path: Path, *, version: int = 2) -> Path:
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_an_old_store_is_migrated_forward_and_its_runs_kept(tmp_path: Path, version: int) -> None:
-    """Versions 1 and 2 open as version 3: the columns added, each run's ``__`` params moved
-    to its launch columns (and out of its params), its events kept."""
+    """Versions 1 and 2 open as version 4: the columns added, each run's ``__`` params moved
+    to its launch columns (and out of its params), the control events' index made, its events
+    kept."""
     from pilot.store.schema import SCHEMA_VERSION
 
     old_store(tmp_path, version=version)
     reopened = make_store(tmp_path)
     with reopened.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version FROM marathon_schema").scalar() == 3
-    assert SCHEMA_VERSION == 3
+        assert conn.exec_driver_sql("SELECT version FROM marathon_schema").scalar() == 4
+        names = set(conn.exec_driver_sql("SELECT name FROM sqlite_master").scalars())
+    assert SCHEMA_VERSION == 4 and "events_control" in names
     first = reopened.get_run("old00001")
     assert first.origin == "cli" and first.params == {"target": "x"}
     assert first.launch.started_at == "2026-12-01T10:00:00+00:00"
@@ -473,3 +475,85 @@ def test_a_sqlite_resume_path_needs_no_engine(tmp_path: Path) -> None:
     assert store._connections._engine is None
     assert [r.id for r in store.list_runs()] == [run_id]  # a Core query: the engine is made
     assert store._connections._engine is not None
+
+
+def control_store(tmp_path: Path) -> tuple[EventStore, str]:
+    """A run of two phases with checks between many steps' events."""
+    store = make_store(tmp_path)
+    run_id = new_run(store)
+    seq = 0
+
+    def add(event: ev.Event) -> None:
+        nonlocal seq
+        seq += 1
+        store.append(run_id, seq, event, totals={})
+
+    for index in range(2):
+        add(ev.PhaseStarted(index=index, name=f"p{index}", prompt="go"))
+        for step in range(30):
+            add(ev.ModelRequest(step=step + 1, messages=2 * step + 1))
+            add(ev.ToolFinished(call_id=f"c{step}", name="read_file", output="x" * 100))
+        add(ev.CheckStarted(phase=index, attempt=1, command="true"))
+        add(
+            ev.CheckFinished(
+                phase=index, attempt=1, command="true", passed=True, exit_code=0, output=""
+            )
+        )
+        add(ev.PhaseFinished(index=index, name=f"p{index}", outcome="succeeded"))
+    add(ev.RunFinished(status="succeeded"))
+    return store, run_id
+
+
+def test_control_events_are_read_through_their_partial_index(tmp_path: Path) -> None:
+    """A resume's check of its checkpoint reads a run's phase, check and end events through
+    ``events_control`` (SQLite's plan names it), and gets exactly the rows a scan of every
+    event finds (issue 35: the scan read a 3,000-step run's every row at each resume)."""
+    from pilot.store import queries
+    from pilot.store.schema import CONTROL_EVENTS
+
+    store, run_id = control_store(tmp_path)
+    last = store.get_run(run_id).last_seq
+    for kinds in (
+        frozenset({"phase_started", "phase_finished", "run_finished"}),
+        frozenset({"check_started", "check_finished"}),
+        frozenset(CONTROL_EVENTS),
+    ):
+        for first in (1, 40, last):
+            through_index = list(queries.control_rows(store, run_id, first, last, kinds))
+            scanned = list(queries.message_rows(store, run_id, first, last, kinds))
+            assert through_index == scanned
+    assert len(list(queries.control_rows(store, run_id, 1, last, frozenset(CONTROL_EVENTS)))) == 9
+    sql = queries._CONTROL_SQL.format("?, ?")
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        plan = conn.execute(
+            f"EXPLAIN QUERY PLAN {sql}", (run_id, 1, last, "phase_finished", "phase_started")
+        ).fetchall()
+    conn.close()
+    assert any("USING INDEX events_control" in row[-1] for row in plan), plan
+    with pytest.raises(ValueError, match="not control events"):
+        queries.control_rows(store, run_id, 1, last, frozenset({"tool_finished"}))
+
+
+def test_a_version_3_file_gets_the_control_index_and_keeps_its_runs(tmp_path: Path) -> None:
+    """A file as version 3 wrote it (no ``events_control``) opens as version 4 with the
+    index made over the events it already holds."""
+    from pilot.store import queries
+
+    store, run_id = control_store(tmp_path)
+    store.close()
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        conn.execute("DROP INDEX events_control")
+        conn.execute("UPDATE marathon_schema SET version = 3")
+    conn.close()
+    reopened = make_store(tmp_path)
+    with reopened.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT version FROM marathon_schema").scalar() == 4
+        names = set(conn.exec_driver_sql("SELECT name FROM sqlite_master").scalars())
+    assert "events_control" in names
+    last = reopened.get_run(run_id).last_seq
+    ends = frozenset({"phase_finished", "run_finished"})
+    assert [seq for seq, _ in queries.control_rows(reopened, run_id, 1, last, ends)] == [
+        64,
+        128,
+        129,
+    ]

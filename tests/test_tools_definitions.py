@@ -139,7 +139,7 @@ def test_a_method_goes_to_the_class_not_to_a_function_of_the_same_name(
     with open(ctx.workspace.root / "pkg" / "core.py", "a") as fh:
         fh.write("\n\ndef size(version):\n    return 0\n")
     result = call(ctx, code="def size(self):\n    return 42")
-    assert result.output.startswith("Replaced function size in pkg/core.py."), result.output
+    assert result.output.startswith("Replaced function Box.size in pkg/core.py."), result.output
     assert "    def size(self):\n        return 42\n" in core(ctx)
     assert core(ctx).endswith("def size(version):\n    return 0\n")
 
@@ -163,3 +163,152 @@ def test_add_to_is_used_only_when_no_file_defines_the_name(ctx: ToolContext) -> 
     replaced = call(ctx, code="def count(seq):\n    return {}", add_to="pkg/other.py")
     assert replaced.output.startswith("Replaced function count in pkg/core.py."), replaced.output
     assert not (ctx.workspace.root / "pkg" / "other.py").exists()
+
+
+CACHES = '''"""Two caches that both define popitem, like cachetools' LRUCache and FIFOCache."""
+
+import collections
+
+
+class Cache:
+    def __init__(self):
+        self.data = {}
+
+
+class FIFOCache(Cache):
+    """First in, first out."""
+
+    def __init__(self):
+        super().__init__()
+        self.order = collections.OrderedDict()
+
+    def popitem(self):
+        """Remove and return the (key, value) pair first inserted."""
+        key = next(iter(self.order))
+        return (key, self.data.pop(key))
+
+
+class LRUCache(Cache):
+    """Least recently used."""
+
+    def __init__(self):
+        super().__init__()
+        self.order = collections.OrderedDict()
+
+    def popitem(self):
+        """Remove and return the (key, value) pair least recently used."""
+        key = next(iter(self.order))
+        return (key, self.data[key])
+
+    class Stats:
+        def popitem(self):
+            return None
+'''
+
+NEW_LRU_POPITEM = '''@staticmethod
+def popitem(self):
+    """Remove and return the (key, value) pair least recently used."""
+    key = next(iter(self.order))
+    del self.order[key]
+    return (key, self.data.pop(key))
+'''
+
+
+@pytest.fixture
+def caches(ctx: ToolContext) -> Path:
+    path = ctx.workspace.root / "pkg" / "caches.py"
+    path.write_text(CACHES)
+    return path
+
+
+def _method(source: str, qualified: str) -> str:
+    import ast
+
+    from tools.definitions import qualified_definitions
+
+    tree = ast.parse(source)
+    node = next(d.node for d in qualified_definitions(tree) if d.name == qualified)
+    return ast.get_source_segment(source, node, padded=True) or ""
+
+
+def test_a_qualified_name_replaces_that_method_and_no_other(ctx: ToolContext, caches: Path) -> None:
+    result = call(ctx, code=NEW_LRU_POPITEM, qualified_name="LRUCache.popitem")
+    assert result.output.startswith("Replaced function LRUCache.popitem in pkg/caches.py."), (
+        result.output
+    )
+    text = caches.read_text()
+    compile(text, "caches.py", "exec")  # still parses
+    assert _method(text, "FIFOCache.popitem") == _method(CACHES, "FIFOCache.popitem")
+    assert _method(text, "LRUCache.Stats.popitem") == _method(CACHES, "LRUCache.Stats.popitem")
+    # at the class's indentation, decorator and docstring as given
+    assert (
+        "    @staticmethod\n    def popitem(self):\n"
+        '        """Remove and return the (key, value) pair least recently used."""\n'
+        "        key = next(iter(self.order))\n        del self.order[key]\n"
+        "        return (key, self.data.pop(key))\n\n    class Stats:\n"
+    ) in text
+    assert text.count("def popitem") == 3
+
+
+def test_a_bare_name_several_classes_define_is_refused_with_the_qualified_names(
+    ctx: ToolContext, caches: Path
+) -> None:
+    result = call(ctx, code="def popitem(self):\n    return None\n", path="pkg/caches.py")
+    assert result.is_error
+    assert (
+        "popitem is defined 3 times in pkg/caches.py: FIFOCache.popitem (line 18), "
+        "LRUCache.popitem (line 31), LRUCache.Stats.popitem (line 37)"
+    ) in result.output, result.output
+    assert 'qualified_name="FIFOCache.popitem"' in result.output
+    # without path the file is found, and the refusal is the same
+    found = call(ctx, code="def popitem(self):\n    return None\n")
+    assert "popitem is defined 3 times in pkg/caches.py" in found.output, found.output
+    assert caches.read_text() == CACHES
+
+
+def test_a_nested_qualified_name_and_a_method_written_with_its_class_indentation(
+    ctx: ToolContext, caches: Path
+) -> None:
+    indented = "    def popitem(self):\n        return ('stats', 0)\n"
+    result = call(ctx, code=indented, qualified_name="LRUCache.Stats.popitem")
+    assert result.output.startswith("Replaced function LRUCache.Stats.popitem"), result.output
+    text = caches.read_text()
+    assert "    class Stats:\n        def popitem(self):\n            return ('stats', 0)\n" in text
+    assert _method(text, "LRUCache.popitem") == _method(CACHES, "LRUCache.popitem")
+    # the inner class's own name is enough when it ends one qualified name
+    again = call(ctx, code="def popitem(self):\n    return 1\n", qualified_name="Stats.popitem")
+    assert again.output.startswith("Replaced function LRUCache.Stats.popitem"), again.output
+
+
+def test_name_given_as_the_class_and_a_new_method_goes_to_that_class(
+    ctx: ToolContext, caches: Path
+) -> None:
+    result = call(ctx, code="def popitem(self):\n    return 7\n", qualified_name="FIFOCache")
+    assert result.output.startswith("Replaced function FIFOCache.popitem"), result.output
+    added = call(ctx, code="def clear(self):\n    self.data.clear()\n", qualified_name="LRUCache")
+    assert added.output.startswith("Added function LRUCache.clear in pkg/caches.py."), added.output
+    text = caches.read_text()
+    assert "        return (key, self.data[key])\n\n    def clear(self):\n" not in text
+    assert "            return None\n\n    def clear(self):\n        self.data.clear()\n" in text
+    compile(text, "caches.py", "exec")
+
+
+def test_a_qualified_name_the_file_lacks_is_refused_with_what_it_has(
+    ctx: ToolContext, caches: Path
+) -> None:
+    missing = call(
+        ctx, code="def popitem(self):\n    return 0\n", qualified_name="LFUCache.popitem"
+    )
+    assert missing.is_error
+    assert "no Python file in the workspace defines LFUCache.popitem" in missing.output
+    given = call(
+        ctx,
+        code="def popitem(self):\n    return 0\n",
+        qualified_name="LFUCache",
+        path="pkg/caches.py",
+    )
+    assert "pkg/caches.py has no class LFUCache for LFUCache.popitem" in given.output
+    assert "FIFOCache.popitem (line 18)" in given.output, given.output
+    bad = call(ctx, code="def popitem(self):\n    return 0\n", qualified_name="LRU Cache")
+    assert bad.is_error and "not a qualified name" in bad.output, bad.output
+    assert caches.read_text() == CACHES

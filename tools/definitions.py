@@ -5,7 +5,12 @@ exact lines to replace (edit_file's ``old``): shown a failing function, a 0.5B m
 with the corrected function. This tool finds the definition by its name with ``ast`` (in
 the file given, or else in the one Python file that defines it), swaps its lines for the new
 ones at the original indentation, adds the imports the new code starts with that the file
-lacks, and refuses a result that does not parse. Must not import ``pilot`` or ``brain``.
+lacks, and refuses a result that does not parse. A library of classes defines one method name
+in several classes (cachetools' ``LRUCache.popitem`` and ``FIFOCache.popitem``):
+``qualified_name``
+takes the qualified name (``Class.method``, ``Outer.Inner.method``) and a bare name that
+several classes define is refused with the qualified names to choose from, never guessed.
+Must not import ``pilot`` or ``brain``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from tools.listing import visible_files
 _DEFINITION = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _IMPORT = (ast.Import, ast.ImportFrom)
 _FENCE_RE = re.compile(r"^\s*```[\w+-]*\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
+_QUALIFIED_RE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 
 class ReplaceDefinitionArgs(ToolArgs):
@@ -50,6 +56,18 @@ class ReplaceDefinitionArgs(ToolArgs):
         description="Without `path`, the file a new definition goes to when no file "
         "defines this name yet.",
     )
+    qualified_name: str | None = Field(
+        default=None,
+        description="Which definition to replace when several classes define the name: its "
+        "qualified name, `Class.method` or `Outer.Inner.method` (or just the class). "
+        "Omitted: the name on the def line of `code`.",
+    )
+    line: int | None = Field(
+        default=None,
+        description="With `path`, the line the definition to replace starts on (its def or "
+        "first decorator, as the located code shows it): which of several definitions of "
+        "the name is meant.",
+    )
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,9 @@ class NewDefinition:
     imports: list[str]
     method: bool
     """Its first parameter is ``self`` or ``cls``: it belongs in a class."""
+    members: tuple[str, ...] = ()
+    """For a class whose body is methods alone (after a docstring): each method's source,
+    dedented; a model that rewrites one method often writes it inside its class line."""
 
 
 def parse_new_definition(code: str) -> NewDefinition:
@@ -99,7 +120,19 @@ def parse_new_definition(code: str) -> NewDefinition:
         lines=textwrap.dedent("\n".join(lines[first - 1 : node.end_lineno])).splitlines(),
         imports=imports,
         method=_is_method(node),
+        members=_members(node, lines),
     )
+
+
+def _members(node: ast.stmt, lines: list[str]) -> tuple[str, ...]:
+    if not isinstance(node, ast.ClassDef):
+        return ()
+    body = list(node.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # its docstring
+    if not body or not all(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in body):
+        return ()
+    return tuple(textwrap.dedent("\n".join(lines[_first_line(n) - 1 : n.end_lineno])) for n in body)
 
 
 def _is_method(node: ast.stmt) -> bool:
@@ -132,8 +165,61 @@ def is_test_path(rel: str) -> bool:
     )
 
 
-def _definitions_named(tree: ast.AST, name: str) -> list[ast.stmt]:
-    return [node for node in ast.walk(tree) if isinstance(node, _DEFINITION) and node.name == name]
+@dataclass(frozen=True)
+class Qualified:
+    """One definition of a module with its qualified name (``LRUCache.popitem``)."""
+
+    name: str
+    node: ast.stmt
+    in_class: bool
+    """It sits directly in a class body (a method, or a class nested in a class)."""
+
+
+def qualified_definitions(tree: ast.AST) -> list[Qualified]:
+    """Every function and class of ``tree`` in source order, named by the classes and
+    functions around it (without ``<locals>``), inside ``if``/``try`` blocks too."""
+    found: list[Qualified] = []
+
+    def visit(node: ast.AST, prefix: str, in_class: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, _DEFINITION):
+                name = prefix + child.name
+                found.append(Qualified(name, child, in_class))
+                visit(child, name + ".", isinstance(child, ast.ClassDef))
+            elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                visit(child, prefix, in_class)
+
+    visit(tree, "", False)
+    return found
+
+
+def matching(definitions: list[Qualified], target: str) -> list[Qualified]:
+    """The definitions ``target`` names: for a bare name, every one of that name; for a
+    qualified one, the definition of that qualified name when there is one, else those it ends
+    (``Inner.method`` names ``Outer.Inner.method``)."""
+    if "." not in target:
+        return [d for d in definitions if d.name.rpartition(".")[2] == target]
+    exact = [d for d in definitions if d.name == target]
+    return exact or [d for d in definitions if d.name.endswith("." + target)]
+
+
+def target_name(name: str | None, new: NewDefinition) -> str:
+    """The qualified name to replace: ``name`` (the ``qualified_name`` argument) when it ends
+    in the name ``code`` defines, ``name`` taken as the class around it otherwise, the bare
+    name without it."""
+    if not name or not name.strip():
+        return new.name
+    name = name.strip()
+    if not _QUALIFIED_RE.match(name):
+        raise ToolError(
+            f"`qualified_name` {name!r} is not a qualified name; give it as Class.method "
+            f"(dots between names), e.g. {new.name!r} or 'SomeClass.{new.name}'."
+        )
+    return name if name.split(".")[-1] == new.name else f"{name}.{new.name}"
+
+
+def _choices(definitions: list[Qualified]) -> str:
+    return ", ".join(f"{d.name} (line {d.node.lineno})" for d in definitions)
 
 
 class ReplaceDefinition:
@@ -153,7 +239,8 @@ class ReplaceDefinition:
 
     def run(self, args: ReplaceDefinitionArgs, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         new = parse_new_definition(args.code)
-        rel = args.path if args.path else self._defining_file(ctx, new, args.add_to)
+        target = target_name(args.qualified_name, new)
+        rel = args.path if args.path else self._defining_file(ctx, new, target, args.add_to)
         real = ctx.workspace.resolve(rel, for_write=True)
         rel = ctx.workspace.relative(real)
         if not rel.endswith(".py"):
@@ -166,7 +253,23 @@ class ReplaceDefinition:
         data = _read_text(real, rel)
         text = data.decode("utf-8", errors="surrogateescape")
         newline = line_ending_of(data)
-        updated, verb = self._replaced(text.replace("\r\n", "\n"), new, rel)
+        line = args.line if args.path else None
+        updated = text.replace("\r\n", "\n")
+        partial = _partial_class(updated, new, target)
+        if partial is None:
+            updated, verb, qualified = self._replaced(updated, new, target, rel, line)
+        else:  # methods written inside their class line: each replaces its own, the rest stays
+            names, verbs = [], set()
+            for member in partial:
+                updated, verb, name = self._replaced(
+                    updated, member, f"{target}.{member.name}", rel, None
+                )
+                names.append(name)
+                verbs.add(verb)
+            verb = "Replaced" if "Replaced" in verbs else "Added"
+            kind = "method" if len(names) == 1 else "methods"
+            qualified = f"{', '.join(names)} (written in its class; the class's other members kept)"
+            new = NewDefinition(new.name, kind, [], [], True)
         if newline == "\r\n":
             updated = updated.replace("\n", "\r\n")
         if updated == text:
@@ -177,13 +280,17 @@ class ReplaceDefinition:
             )
         atomic_write(real, updated.encode("utf-8", errors="surrogateescape"))
         return ToolResult.ok(
-            f"{verb} {new.kind} {new.name} in {rel}.\n{unified_diff(text, updated, rel)}"
+            f"{verb} {new.kind} {qualified} in {rel}.\n{unified_diff(text, updated, rel)}"
         )
 
-    def _defining_file(self, ctx: ToolContext, new: NewDefinition, add_to: str | None) -> str:
-        """The one .py file that defines ``new``'s name (outside the tests first; as a
-        method or not, like ``new``, when several do), or a ToolError."""
-        pattern = re.compile(rf"^([ \t]*)(?:async\s+def|def|class)\s+{re.escape(new.name)}\b", re.M)
+    def _defining_file(
+        self, ctx: ToolContext, new: NewDefinition, target: str, add_to: str | None
+    ) -> str:
+        """The one .py file that defines ``target`` (outside the tests first; as a method or
+        not, like ``new``, when several define a bare name), or a ToolError. A qualified
+        ``target`` is looked up by its outermost name, then in each candidate's ``ast``."""
+        parts = target.split(".")
+        pattern = re.compile(rf"^([ \t]*)(?:async\s+def|def|class)\s+{re.escape(parts[0])}\b", re.M)
         hits: dict[str, bool] = {}  # file -> defines it indented (in a class)
         for rel in visible_files(ctx.workspace).files:
             full = os.path.join(ctx.workspace.root, rel)
@@ -191,29 +298,36 @@ class ReplaceDefinition:
                 continue  # a link may lead out of the workspace: never read through one
             try:
                 with open(full, "rb") as fh:
-                    head = fh.read(EDIT_MAX_BYTES)
+                    head = fh.read(EDIT_MAX_BYTES).decode("utf-8", "replace")
             except OSError:
                 continue
-            indents = [m.group(1) for m in pattern.finditer(head.decode("utf-8", "replace"))]
+            indents = [m.group(1) for m in pattern.finditer(head)]
+            if indents and len(parts) > 1:
+                indents = [" "] if _holds(head, target) else []
             if indents:
                 hits[rel] = any(indents)
         source = [h for h in hits if not is_test_path(h)] or list(hits)
-        if len(source) > 1:
+        if len(source) > 1 and len(parts) == 1:
             alike = [h for h in source if hits[h] == new.method]
             source = alike if len(alike) == 1 else source
         if len(source) == 1:
             return source[0]
-        if not source and add_to:
+        if not source and add_to and len(parts) == 1:
             return add_to
         if not source:
             raise ToolError(
-                f"no Python file in the workspace defines {new.name}; give `path` to add it "
+                f"no Python file in the workspace defines {target}; give `path` to add it "
                 "to a file."
             )
         shown = ", ".join(source[:8]) + (", ..." if len(source) > 8 else "")
-        raise ToolError(f"{new.name} is defined in {len(source)} files ({shown}); give `path`.")
+        raise ToolError(f"{target} is defined in {len(source)} files ({shown}); give `path`.")
 
-    def _replaced(self, text: str, new: NewDefinition, rel: str) -> tuple[str, str]:
+    def _replaced(
+        self, text: str, new: NewDefinition, target: str, rel: str, line: int | None
+    ) -> tuple[str, str, str]:
+        """The file's new text, the verb (Replaced/Added) and the qualified name changed.
+        ``line`` chooses among several definitions of ``target`` the one starting there (a
+        line that starts none of them chooses nothing: the file may have moved since)."""
         try:
             tree = ast.parse(text)
         except SyntaxError as exc:
@@ -222,25 +336,29 @@ class ReplaceDefinition:
                 "edit_file first."
             ) from None
         lines = text.splitlines()
-        found = _definitions_named(tree, new.name)
-        if len(found) > 1:
-            in_classes = {
-                id(child)
-                for node in ast.walk(tree)
-                if isinstance(node, ast.ClassDef)
-                for child in node.body
-            }
-            alike = [n for n in found if (id(n) in in_classes) == new.method]
+        definitions = qualified_definitions(tree)
+        found = matching(definitions, target)
+        if len(found) > 1 and "." not in target:
+            alike = [d for d in found if d.in_class == new.method]
             found = alike if len(alike) == 1 else found
+        if len(found) > 1 and line is not None:
+            at_line = [d for d in found if line in (d.node.lineno, _first_line(d.node))]
+            found = at_line if len(at_line) == 1 else found
         if len(found) > 1:
-            where = ", ".join(str(n.lineno) for n in found)
             raise ToolError(
-                f"{new.name} is defined {len(found)} times in {rel} (lines {where}); change "
-                "the one you mean with edit_file."
+                f"{target} is defined {len(found)} times in {rel}: {_choices(found)}. Give "
+                "`qualified_name` for the one you mean (e.g. qualified_name="
+                f'"{found[0].name}"), or write the method inside its class line '
+                f"(class {found[0].name.rpartition('.')[0] or 'Name'}: ...): only the methods "
+                "written are replaced."
             )
+        scope: Qualified | None = None
+        if not found and "." in target:
+            scope = _scope_of(definitions, target, rel)
         at, added = _missing_imports(lines, new.imports, tree)
         if found:
-            node = found[0]
+            node = found[0].node
+            qualified = found[0].name
             first, last = _first_line(node), node.end_lineno or node.lineno
             indent = re.match(r"\s*", lines[first - 1]).group(0)  # type: ignore[union-attr]
             body = [indent + line if line.strip() else line for line in new.lines]
@@ -248,7 +366,18 @@ class ReplaceDefinition:
             verb = "Replaced"
             if first <= at:  # a definition above the imports: they move down with it
                 at += len(body) - (last - first + 1)
+        elif scope is not None:  # a new method at the end of the class the name gives
+            qualified = f"{scope.name}.{new.name}"
+            last = scope.node.end_lineno or scope.node.lineno
+            inner = _first_line(scope.node.body[0])  # type: ignore[attr-defined]
+            indent = re.match(r"\s*", lines[inner - 1]).group(0)  # type: ignore[union-attr]
+            body = ["", *(indent + line if line.strip() else line for line in new.lines)]
+            lines[last:last] = body
+            verb = "Added"
+            if last <= at:
+                at += len(body)
         else:
+            qualified = new.name
             while lines and not lines[-1].strip():
                 lines.pop()
             lines += ["", "", *new.lines]
@@ -259,10 +388,69 @@ class ReplaceDefinition:
             ast.parse(updated)
         except SyntaxError as exc:
             raise ToolError(
-                f"with the new {new.kind} {new.name}, {rel} would not parse (line "
+                f"with the new {new.kind} {qualified}, {rel} would not parse (line "
                 f"{exc.lineno}: {exc.msg}); nothing was changed."
             ) from None
-        return updated, verb
+        return updated, verb, qualified
+
+
+def _partial_class(text: str, new: NewDefinition, target: str) -> list[NewDefinition] | None:
+    """The methods of ``new`` one by one when it is a class of methods alone that leaves
+    out members the file's class ``target`` has: a rewrite of those methods, not of the
+    class (taken whole, it would delete the rest). None: take ``new`` as it is."""
+    if not new.members:
+        return None
+    try:
+        found = matching(qualified_definitions(ast.parse(text)), target)
+    except (SyntaxError, ValueError):
+        return None  # the tool says so when it parses the file again
+    classes = [d.node for d in found if isinstance(d.node, ast.ClassDef)]
+    if len(classes) != 1:
+        return None
+    members = [parse_new_definition(code) for code in new.members]
+    given = {m.name for m in members}
+    kept = [
+        n
+        for n in classes[0].body
+        if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+        and getattr(n, "name", None) not in given
+    ]
+    if not kept:
+        return None  # every member rewritten: the class as written
+    first = members[0]
+    members[0] = NewDefinition(first.name, first.kind, first.lines, new.imports, first.method)
+    return members
+
+
+def _holds(text: str, target: str) -> bool:
+    """Whether the module ``text`` defines ``target``, or the class a new ``target`` would go
+    in (False when it does not parse: then the tool says so once the file is chosen)."""
+    try:
+        definitions = qualified_definitions(ast.parse(text))
+    except (SyntaxError, ValueError):
+        return False
+    scope = target.rsplit(".", 1)[0]
+    return bool(matching(definitions, target)) or any(
+        isinstance(d.node, ast.ClassDef) for d in matching(definitions, scope)
+    )
+
+
+def _scope_of(definitions: list[Qualified], target: str, rel: str) -> Qualified:
+    """The one class a new ``target`` goes in, or a ToolError naming what the file has."""
+    scope, _, leaf = target.rpartition(".")
+    classes = [d for d in matching(definitions, scope) if isinstance(d.node, ast.ClassDef)]
+    if len(classes) == 1:
+        return classes[0]
+    if classes:
+        raise ToolError(
+            f"{scope} names {len(classes)} classes in {rel}: {_choices(classes)}; give "
+            "`qualified_name` with the outer class too."
+        )
+    same = [d for d in definitions if d.name.split(".")[-1] == leaf]
+    known = _choices(same) if same else "none of that name"
+    raise ToolError(
+        f"{rel} has no class {scope} for {target}; definitions of {leaf} there: {known}."
+    )
 
 
 def _missing_imports(

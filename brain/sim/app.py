@@ -42,7 +42,13 @@ from brain.sim.media import check_images
 from brain.sim.metrics_text import METRICS_PATH
 from brain.sim.policies import load_policy
 from brain.sim.policy import Policy, SimChatRequest
-from brain.sim.shaping import Emission, OutputToken, shape_turn, streamed_finish_reason
+from brain.sim.shaping import (
+    Emission,
+    OutputToken,
+    message_fields,
+    shape_turn,
+    streamed_finish_reason,
+)
 from brain.sim.tokenizer import Vocabulary, count_text, render_chat
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -389,7 +395,8 @@ async def _chat(state: SimState, body: SimChatRequest, request: Request) -> Resp
             stream_interval=body.stream_interval,
         )
         return StreamingResponse(stream, media_type="text/event-stream")
-    return await _complete(state, number, ticket, clock, emission, meta, rules, client)
+    fields = message_fields(emission, body, tool_parser=config.tool_call_parser)
+    return await _complete(state, number, ticket, clock, emission, meta, rules, client, fields)
 
 
 class _GenerationFailed(Exception):
@@ -465,6 +472,7 @@ async def _complete(
     meta: _ResponseMeta,
     rules: list[FaultRule],
     client: tuple[str, int] | None,
+    fields: tuple[str | None, list[tuple[Any, str]], str],
 ) -> Response:
     engine = state.engine
     outcome = "abort"
@@ -483,11 +491,11 @@ async def _complete(
         engine.finished(clock, outcome, len(emission.tokens) * meta.n, ticket.preemptions)
     calls = [
         {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": args}}
-        for call, args in emission.emitted_calls()
+        for call, args in fields[1]
     ]
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": emission.text_of("content"),
+        "content": fields[0],
         "refusal": None,
         "annotations": None,
         "audio": None,
@@ -501,7 +509,7 @@ async def _complete(
             "index": i,
             "message": message,
             "logprobs": None,
-            "finish_reason": emission.finish_reason,
+            "finish_reason": fields[2],
             "stop_reason": None,
             "token_ids": None,
             "routed_experts": None,
@@ -567,7 +575,13 @@ def _first_chunk(meta: _ResponseMeta, index: int) -> str:
 
 
 def _deltas(batch: list[OutputToken], emission: Emission) -> list[dict[str, Any]]:
-    """Group one decode step's tokens into deltas: one per run of the same kind / call."""
+    """Group one decode step's tokens into deltas: one per run of the same kind / call.
+
+    A call opens as the hermes parser opens it (``Hermes2ProToolParser.
+    extract_tool_calls_streaming``): an entry with ``id``, ``type``, ``index`` and the
+    function's ``name`` alone (``DeltaFunctionCall(name=...).model_dump(exclude_none=True)``,
+    so no ``arguments`` key), and the argument text of the same step as a second entry of the
+    same delta, ``{"index", "function": {"arguments"}}``."""
     deltas: list[dict[str, Any]] = []
     calls = {c.index: c for c in emission.calls}
     for token in batch:
@@ -582,19 +596,20 @@ def _deltas(batch: list[OutputToken], emission: Emission) -> list[dict[str, Any]
         if token.header:
             call = calls[token.call]
             entry = {
-                "index": call.index,
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": ""},
+                "index": call.index,
+                "function": {"name": call.name},
             }
             deltas.append({"tool_calls": [entry]})
             continue
-        if (
-            last is not None
-            and "tool_calls" in last
-            and last["tool_calls"][0]["index"] == token.call
-        ):
-            last["tool_calls"][0]["function"]["arguments"] += token.text
+        entries = last["tool_calls"] if last is not None and "tool_calls" in last else None
+        if entries is not None and entries[-1]["index"] == token.call:
+            function = entries[-1]["function"]
+            if "arguments" in function:
+                function["arguments"] += token.text
+            else:  # the opening entry: the arguments come as an entry of their own
+                entries.append({"index": token.call, "function": {"arguments": token.text}})
         else:
             deltas.append(
                 {"tool_calls": [{"index": token.call, "function": {"arguments": token.text}}]}

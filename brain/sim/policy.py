@@ -66,6 +66,10 @@ class SimChatRequest(BaseModel):
     top_logprobs: int | None = None
     stream_interval: int | None = None
     """Tokens per streamed chunk for this request (vLLM >= 0.33; clamped up to the server's)."""
+    response_format: dict[str, Any] | None = None
+    """``text``, ``json_object`` or ``json_schema`` (``{"json_schema": {"name", "schema"}}``)."""
+    structured_outputs: dict[str, Any] | None = None
+    """vLLM's own constraint field (``json``, ``json_object``, ``choice``, ``regex``, ...)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -107,14 +111,18 @@ class SimTurn:
     """One assistant turn as a policy decides it, before limits and faults are applied.
 
     ``tool_calls`` holds (name, arguments JSON text) pairs; the text is sent verbatim, so a
-    policy can send broken JSON on purpose. ``finish_reason`` None means "derive it"
-    ("tool_calls" when there are calls, else "stop"). ``fault`` names a per-turn fault kind
-    (see ``config.FaultKind``), applied as if a fault rule had fired for this request.
+    policy can send broken JSON on purpose. ``forced_calls`` are what the model writes when the
+    request forces a call (``tool_choice`` required or named), where it would answer otherwise
+    unforced (e.g. text without a call); empty: ``tool_calls`` serve both. ``finish_reason``
+    None means "derive it" ("tool_calls" when there are calls, else "stop"). ``fault`` names a
+    per-turn fault kind (see ``config.FaultKind``), applied as if a fault rule had fired for
+    this request.
     """
 
     content: str | None = None
     reasoning: str | None = None
     tool_calls: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    forced_calls: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     finish_reason: str | None = None
     fault: str | None = None
 

@@ -11,6 +11,8 @@ Format::
             tool_calls: [{name: finish, arguments: {summary: "done"}}]
           - fault: stream_cut    # a per-turn fault (any FaultKind), on top of what the turn says
           - tool_calls: [{name: read_file, raw_arguments: '{"path": "x",'}]   # sent verbatim
+          - content: "I would edit app.py."       # what the model says unforced ...
+            forced_tool_calls: [{name: edit_file, arguments: {path: app.py}}]  # ... and forced
         replies:                 # checked first: a `when` substring of the last user/tool message
           - when: "Check failed"
             content: "Fixing it."
@@ -22,7 +24,13 @@ Format::
     default: {content: "No script for this conversation."}   # when no key matches
 
 A turn may hold ``content``, ``reasoning``, ``tool_calls`` (each ``name`` plus ``arguments``, a
-mapping dumped as JSON, or ``raw_arguments``, text sent as is), ``finish_reason`` and ``fault``.
+mapping dumped as JSON, or ``raw_arguments``, text sent as is), ``forced_tool_calls`` (the same,
+answered instead when the request forces a call with ``tool_choice`` required or named; without
+them a forced answer takes the turn's calls to the allowed tools, else a call to the first allowed
+tool with its schema's required properties), ``finish_reason`` and ``fault``. A forced call's
+arguments are JSON, as constrained decoding makes them (``raw_arguments`` that are not a JSON
+object give way to the schema's required properties); a forced answer cut at ``max_tokens``
+(``fault: length``, or a small ``max_tokens``) still comes out cut.
 A turn may also carry ``when``: it then answers only if its text is in the last user/tool
 message; otherwise ``after_end`` answers for that turn number. Replies count as assistant
 messages like any other turn, so the turn index keeps counting after them. Conversations are
@@ -61,6 +69,7 @@ class ScriptTurn(BaseModel):
     content: str | None = None
     reasoning: str | None = None
     tool_calls: list[ScriptToolCall] = Field(default_factory=list)
+    forced_tool_calls: list[ScriptToolCall] = Field(default_factory=list)
     finish_reason: str | None = None
     fault: str | None = None
 
@@ -69,6 +78,7 @@ class ScriptTurn(BaseModel):
             content=self.content,
             reasoning=self.reasoning,
             tool_calls=tuple((c.name, c.arguments_text()) for c in self.tool_calls),
+            forced_calls=tuple((c.name, c.arguments_text()) for c in self.forced_tool_calls),
             finish_reason=self.finish_reason,
             fault=self.fault,
         )

@@ -3,7 +3,8 @@
 Three layers, as in vLLM:
 
 1. The request model's ``mode="before"`` validators (``entrypoints/openai/chat_completion/
-   protocol.py``: ``validate_stream_options``, ``check_logprobs``, ``check_tool_usage``). They
+   protocol.py``: ``check_tool_usage``, ``check_structured_outputs_count``, ``check_logprobs``,
+   ``validate_stream_options``, ``validate_response_format``, run in that order). They
    raise a ``VLLMValidationError``, which is no ``ValueError``, so pydantic does not wrap it:
    it leaves the request model as it is, and vLLM's handler for its own errors answers 400
    ``BadRequestError`` with the error's text and parameter
@@ -73,11 +74,14 @@ class VLLMValidationError(Exception):
 
 
 def check_raw_chat(data: dict[str, Any]) -> dict[str, Any]:
-    """The chat request model's before-validators; may set ``tool_choice`` to "auto"."""
-    if data.get("stream_options") and not data.get("stream"):
-        raise VLLMValidationError(
-            "Stream options can only be defined when `stream=True`.", parameter="stream_options"
-        )
+    """The chat request model's before-validators; may set ``tool_choice`` to "auto".
+
+    Pydantic runs a model's ``mode="before"`` validators last-defined first, so vLLM's run
+    ``check_tool_usage``, ``check_structured_outputs_count``, ``check_logprobs``,
+    ``validate_stream_options``, ``validate_response_format`` in that order: the first to
+    fail answers."""
+    _check_tool_usage(data)
+    _check_structured_outputs_count(data)
     for name in ("prompt_logprobs", "top_logprobs"):
         value = data.get(name)
         if value is not None and not isinstance(value, int | float):
@@ -95,8 +99,44 @@ def check_raw_chat(data: dict[str, Any]) -> dict[str, Any]:
                 "when using `top_logprobs`, `logprobs` must be set to true.",
                 parameter="top_logprobs",
             )
-    _check_tool_usage(data)
+    if data.get("stream_options") and not data.get("stream"):
+        raise VLLMValidationError(
+            "Stream options can only be defined when `stream=True`.", parameter="stream_options"
+        )
+    _check_response_format(data)
     return data
+
+
+def _check_response_format(data: dict[str, Any]) -> None:
+    """``validate_response_format``: a json_schema format must carry its ``json_schema``."""
+    response_format = data.get("response_format")
+    if (
+        isinstance(response_format, dict)
+        and response_format.get("type") == "json_schema"
+        and response_format.get("json_schema") is None
+    ):
+        raise VLLMValidationError(
+            "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+            parameter="response_format",
+        )
+
+
+def _check_structured_outputs_count(data: dict[str, Any]) -> None:
+    """``check_structured_outputs_count``: one kind of constraint, and none beside a named
+    tool (``tool_choice`` is already "auto" when tools came without one)."""
+    constraints = data.get("structured_outputs")
+    if not isinstance(constraints, dict):
+        return
+    count = sum(constraints.get(k) is not None for k in ("json", "regex", "choice"))
+    if count > 1:
+        raise VLLMValidationError(
+            "You can only use one kind of constraints for structured outputs "
+            "('json', 'regex' or 'choice')."
+        )
+    if count > 0 and data.get("tool_choice", "none") not in ("none", "auto", "required"):
+        raise VLLMValidationError(
+            "You can only either use constraints for structured outputs or tools, not both."
+        )
 
 
 def _check_tool_usage(data: dict[str, Any]) -> None:

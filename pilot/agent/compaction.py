@@ -1,12 +1,18 @@
-"""Compaction: which older turns a summary replaces, the summary's request, and its fallback.
+"""Compaction: which older turns a summary replaces, the summary built from the run's events,
+and the cut of a large tool output.
 
 When the budget (``pilot.agent.context``) says the conversation must shrink, this module plans
 which turns go (``plan_compaction``: never the system prompt, the phase prompt or the recent
-turns), writes the request asking the model for a structured summary and checks its answer,
-builds a summary from the turns themselves when the model cannot, and cuts a large tool
-output before it enters the context.
+turns; ``recent_allowance``: few enough that the prompt ends well under half the window, so
+the next compaction is many steps away) and builds the summary that stands in for them from
+what the run recorded (``events_summary``): the tools called and what came back, the edits and
+the checks, the phase's goal and what still fails. The model's own words are not in it: a
+small model's summary of its own work said "verified that all test cases are passing" on a run
+with no edit and failing tests, and that fiction then steered the rest of the run.
 
 Pure: no I/O, no events, no model calls. The loop owns those; it records what was decided.
+``summary_request`` (the model-written summary of runs recorded before) is kept for
+``pilot replay-export``, which rebuilds the requests those runs sent.
 """
 
 from __future__ import annotations
@@ -262,21 +268,6 @@ def summary_request(
     return [{"role": "system", "content": _SUMMARY_SYSTEM}, {"role": "user", "content": user}]
 
 
-_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
-
-
-def accept_summary(text: str | None, *, max_chars: int = 8000) -> str | None:
-    """The model's summary cleaned up, or None if it is unusable (then use the fallback)."""
-    if not text:
-        return None
-    cleaned = _THINK_RE.sub("", text).strip()
-    if cleaned.startswith("```") and cleaned.endswith("```"):
-        cleaned = cleaned.strip("`").removeprefix("markdown").strip()
-    if len(cleaned) < 40 or sum(h.lower() in cleaned.lower() for h in SUMMARY_HEADINGS) < 2:
-        return None
-    return _clip(cleaned, max_chars)
-
-
 def summary_message(summary_text: str, replaced_count: int) -> Message:
     """The user message standing in for ``replaced_count`` replaced messages."""
     return {
@@ -291,6 +282,60 @@ def summary_message(summary_text: str, replaced_count: int) -> Message:
 
 _CHANGE_WORDS = ("write", "edit", "create", "delete", "remove", "move", "rename", "patch", "apply")
 _PATH_KEYS = re.compile(r"path|file|dir|target|src|dst|dest", re.IGNORECASE)
+_ERROR = "Error: "
+
+CHECK_FAILED = "Check failed:"
+"""How the fold's message for a failed phase check starts (``pilot.agent.state``)."""
+
+
+AFTER_FRACTION = 0.4
+"""A compaction brings the prompt to at most this share of the window (more than half of it
+free): with compaction at 0.75 of it, the next one is at least 0.35 of the window of new turns
+away, not two steps (what a summary as large as the turns it replaced gave)."""
+
+SUMMARY_CHARS = (600, 4000)
+"""Bounds on the summary's size in characters; within them, a tenth of the window."""
+
+EARLIER_ITEMS = {"Edits": 12, "Checks": 6, "Commands run": 8, "Other calls": 6, "Refused": 6}
+"""How many of a section's lines a summary keeps (the latest), before any cut for size."""
+
+
+@dataclass(frozen=True)
+class PhaseFacts:
+    """What the run's events say about the current phase, for the summary's head."""
+
+    goal: str
+    check: str | None = None
+    """The phase's check command (None: the phase has none)."""
+    baseline: tuple[bool, int | None, str] | None = None
+    """The check as the phase started, before any change: (passed, exit code, output)."""
+    check_passed: bool = False
+    """The latest check run (after an edit or at finish) passed."""
+    failed_try: str | None = None
+    """The latest failure the run recorded (a failed check, a refused edit), in one line."""
+    edited: bool = False
+    """A file was changed since the latest check."""
+
+
+def summary_chars(max_model_len: int) -> int:
+    """The summary's size limit for a window of ``max_model_len`` tokens."""
+    low, high = SUMMARY_CHARS
+    return max(low, min(high, int(max_model_len * 0.1 * 3)))
+
+
+def summary_tokens(max_chars: int) -> int:
+    """Tokens a summary of ``max_chars`` characters may cost (3 a token, with its header)."""
+    return max_chars // 3 + 64
+
+
+def recent_allowance(
+    max_model_len: int, keep_recent_tokens: int, fixed_tokens: int, summary_chars_: int
+) -> int:
+    """Tokens of recent turns a compaction keeps verbatim: what ``AFTER_FRACTION`` of the window
+    leaves beside ``fixed_tokens`` (the template, the tool schemas and the pinned messages) and
+    the summary, and never more than ``keep_recent_tokens``; 0 keeps the last turn alone."""
+    room = int(max_model_len * AFTER_FRACTION) - fixed_tokens - summary_tokens(summary_chars_)
+    return max(0, min(keep_recent_tokens, room))
 
 
 def _paths(arguments: str) -> list[str]:
@@ -310,81 +355,257 @@ def _paths(arguments: str) -> list[str]:
     return found
 
 
-def fallback_summary(
+def _argument(arguments: str, key: str) -> str | None:
+    try:
+        value = json.loads(arguments).get(key)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _first_line(text: str, limit: int = 160) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "(empty)"
+    line = lines[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _last_lines(text: str, count: int = 3, limit: int = 300) -> str:
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    tail = " | ".join(line.strip() for line in lines[-count:])
+    return tail if len(tail) <= limit else "..." + tail[-(limit - 3) :]
+
+
+def _exit_code(output: str) -> tuple[int | None, str]:
+    """A ``run`` result's exit code and the output after its status line."""
+    match = re.match(r"exit code: (-?\d+)[^\n]*\n?", output)
+    if match is None:
+        return None, output
+    return int(match.group(1)), output[match.end() :]
+
+
+def _older_sections(text: str) -> dict[str, list[str]]:
+    """The item lines of an earlier events summary, by section (its head is made anew)."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = sections.setdefault(line[3:].strip(), [])
+        elif current is not None and line.startswith("- "):
+            current.append(line)
+    return sections
+
+
+def events_summary(
     messages: Sequence[Message],
+    facts: PhaseFacts,
     *,
     mutating_tools: Collection[str] | None = None,
     max_chars: int = 4000,
 ) -> str:
-    """A summary built from the messages alone, for when the model's summary fails or is empty.
+    """The summary of ``messages`` from what they record: each call and its result in short.
 
-    Same headings as the model's: the tools called (with counts), files read and changed (from
-    the calls' arguments), commands run, the last results' first lines, error results, and any
-    older summary carried over (clipped, so repeated fallbacks stay bounded in size).
+    Edits (the file and the definition changed, or the refusal), checks (pass or fail, the
+    last lines of a failure), commands (the exit code, the last lines of a failure), files
+    read, other calls, calls refused; an earlier summary's lines are carried over (latest
+    kept); the head says the phase's goal and where its check stands. No text the model
+    wrote is kept (a finish summary or a claim in prose is not evidence); a call's arguments
+    appear only as what was asked (a path, a command). Bounded by ``max_chars``.
     """
-    names = _call_names(messages)
 
     def changes(name: str) -> bool:
         if mutating_tools is not None:
             return name in mutating_tools
         return any(word in name.lower() for word in _CHANGE_WORDS)
 
-    calls: dict[str, int] = {}
+    calls: dict[str, tuple[str, str]] = {}
+    items: dict[str, list[str]] = {key: [] for key in EARLIER_ITEMS}
     read: dict[str, None] = {}
-    changed: dict[str, None] = {}
-    commands: list[str] = []
-    older: list[str] = []
-    prompts: list[str] = []
-    results: list[tuple[str, str]] = []
+    notes: list[str] = []
     for message in messages:
         role = message.get("role")
         text = content_text(message.get("content")).strip()
         if is_summary_message(message):
-            older.append(_clip(text.split("\n\n", 1)[-1], max_chars // 2))
-        elif role == "user" and text:
-            prompts.append(text.splitlines()[0][:200])
-        elif role == "tool":
-            name = names.get(str(message.get("tool_call_id")), "tool")
-            results.append((name, text))
+            older = _older_sections(text)
+            for key in items:
+                items[key] += older.get(key, [])
+            for line in older.get("Files read", []):
+                read.update(dict.fromkeys(p.strip() for p in line[2:].split(",") if p.strip()))
+            continue
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {}
-            name = str(function.get("name") or "?")
-            arguments = str(function.get("arguments") or "")
-            calls[name] = calls.get(name, 0) + 1
-            for path in _paths(arguments):
-                (changed if changes(name) else read)[path] = None
-            try:
-                command = json.loads(arguments).get("command")
-            except (ValueError, TypeError, AttributeError):
-                command = None
-            if isinstance(command, str):
-                commands.append(command.strip().splitlines()[0][:120] if command.strip() else "")
-    errors = [(n, t) for n, t in results if t.startswith("Error")][-3:]
+            calls[str(call.get("id"))] = (
+                str(function.get("name") or "?"),
+                str(function.get("arguments") or ""),
+            )
+        if role == "user" and text.startswith(CHECK_FAILED):
+            items["Checks"].append(f"- {_check_line(text)}")
+        elif role == "user" and (after := _AFTER_EDIT.search(text.split("\n", 1)[0])):
+            body = text.split("\n\n", 1)[1] if "\n\n" in text else ""
+            items["Checks"].append(
+                f"- `{after.group(1)}` failed after an edit ({after.group(2)}): {_last_lines(body)}"
+            )
+        elif role == "user" and text.startswith("Phase ") and "\n" in text:
+            notes.append(f"- an earlier phase: {_first_line(text)}")
+        elif role == "tool":
+            name, arguments = calls.get(str(message.get("tool_call_id")), ("tool", ""))
+            _result_item(name, arguments, text, changes(name), items, read)
+    lines = [
+        "(Built by the harness from the run's recorded calls and results; it states only what "
+        "they show. Read a file again before changing it: this does not show its content.)",
+        "",
+        "## Goal",
+        f"- {_first_line(facts.goal, 300)}",
+        *notes[-3:],
+        "",
+        "## Check",
+        *_check_state(facts),
+    ]
+    shown = dict(EARLIER_ITEMS)
+    while True:
+        body = list(lines)
+        for key, heading in (
+            ("Edits", "Edits"),
+            ("Checks", "Checks"),
+            ("Commands run", "Commands run"),
+            ("Refused", "Refused"),
+            ("Other calls", "Other calls"),
+        ):
+            entries = items[key]
+            if key == "Edits" and not entries:
+                body += ["", "## Edits", "- none: no file was changed in these turns."]
+                continue
+            if not entries:
+                continue
+            kept = entries[-shown[key] :] if shown[key] else []
+            body += ["", f"## {heading}"]
+            if len(entries) > len(kept):
+                body.append(f"({len(entries) - len(kept)} earlier left out)")
+            body += kept
+        paths = list(read)
+        if paths:
+            body += [
+                "",
+                "## Files read",
+                "- " + ", ".join(paths[-max(shown["Other calls"] * 5, 5) :]),
+            ]
+        text = "\n".join(body)
+        if len(text) <= max_chars or not any(shown.values()):
+            return _clip(text, max_chars)
+        shown = {key: count // 2 for key, count in shown.items()}
 
-    def first_line(text: str) -> str:
-        lines = [line for line in text.splitlines() if line.strip()]
-        return (lines[0][:160] if lines else "(empty)") + (" ..." if len(lines) > 1 else "")
 
-    lines = ["(Written by the harness from the log: the model's summary was not available.)"]
-    if older:
-        lines += ["", "## Older summary", *older]
-    lines += ["", "## Goal", "- See the task above."]
-    lines += [f"- Earlier instruction: {p}" for p in prompts[-3:]]
-    lines += ["", "## Progress", f"- {len(messages)} messages replaced."]
-    if calls:
-        lines.append("- Tools called: " + ", ".join(f"{k} x{v}" for k, v in calls.items()))
-    if commands:
-        lines.append("- Last commands: " + "; ".join(f"`{c}`" for c in commands[-5:]))
-    lines += ["", "## Decisions", "- Not recorded (see the files changed)."]
-    lines += ["", "## Files"]
-    lines.append("- read: " + (", ".join(list(read)[-30:]) or "none"))
-    lines.append("- changed: " + (", ".join(list(changed)[-30:]) or "none"))
-    lines += ["", "## Open problems"]
-    lines += [f"- {n}: {first_line(t)}" for n, t in errors] or ["- None recorded."]
-    lines += ["", "## Last results"]
-    lines += [f"- {n}: {first_line(t)}" for n, t in results[-3:]] or ["- None."]
-    lines += ["", "## Next step", "- Check the current state of the files, then continue."]
-    return _clip("\n".join(lines), max_chars)
+_AFTER_EDIT = re.compile(r"the check `([^`]*)` still fails \(([^)]*)\)")
+"""The tactics' word for a check run after an edit that still fails."""
+_DEFINITION_LINE = re.compile(r"^[ +-]\s*(?:async\s+)?(?:def|class)\s+(\w+)")
+
+
+def _diff_gist(output: str) -> str:
+    """Where a diff in a tool's result changed the file: the first changed line, the first
+    removed and added lines, and the def or class the diff shows around them."""
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("@@ ")), None)
+    if start is None:
+        return ""
+    hunk, lines = lines[start], lines[start + 1 :]
+    at = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", hunk)
+    removed = next(
+        (ln[1:].strip() for ln in lines if ln.startswith("-") and not ln.startswith("---")), None
+    )
+    added = next(
+        (ln[1:].strip() for ln in lines if ln.startswith("+") and not ln.startswith("+++")), None
+    )
+    names = [m.group(1) for ln in lines if (m := _DEFINITION_LINE.match(ln))]
+    parts = [f"at line {at.group(1)}" if at else "a change"]
+    if names:
+        parts.append(f"in {names[0]}")
+    if removed is not None or added is not None:
+        parts.append(f"`{(removed or '')[:80]}` -> `{(added or '')[:80]}`")
+    return " (" + ", ".join(parts) + ")"
+
+
+def _check_line(text: str) -> str:
+    head = _first_line(text, 200)
+    match = re.match(r"Check failed: (`[^`]*`) \(([^)]*)\)", head)
+    body = text.split("\n\n", 1)[1] if "\n\n" in text else ""
+    what = f"{match.group(1)} failed ({match.group(2)})" if match else head
+    return f"{what}: {_last_lines(body)}" if body.strip() else what
+
+
+def _check_state(facts: PhaseFacts) -> list[str]:
+    lines = []
+    if facts.check is None:
+        lines.append("- This phase has no check command.")
+    elif facts.baseline is not None:
+        passed, code, output = facts.baseline
+        if passed:
+            lines.append(f"- At the phase's start, before any change, `{facts.check}` passed.")
+        else:
+            lines.append(
+                f"- At the phase's start, before any change, `{facts.check}` FAILED "
+                f"(exit code {code}): {_last_lines(output)}"
+            )
+    if facts.check is not None and facts.check_passed:
+        after = "files were changed after it" if facts.edited else "nothing was changed after it"
+        lines.append(f"- Its latest run passed; {after}.")
+    elif facts.check is not None:
+        failed = facts.baseline is not None and not facts.baseline[0]
+        last = facts.failed_try or ""
+        if failed or last.startswith((f"`{facts.check}`", "the check")):
+            lines.append(f"- `{facts.check}` has not passed in this phase since: still failing.")
+        else:
+            lines.append(f"- `{facts.check}` has not run again in this phase.")
+    if facts.failed_try and not facts.check_passed:
+        lines.append(f"- Latest failure recorded: {_first_line(facts.failed_try, 300)}")
+    return lines
+
+
+def _result_item(
+    name: str,
+    arguments: str,
+    output: str,
+    mutating: bool,
+    items: dict[str, list[str]],
+    read: dict[str, None],
+) -> None:
+    """One tool result as a line of its section: a call with a command is a command (``run``
+    mutates, but what it did is its exit code), a mutating call on files an edit (a commit is
+    not one), a refusal, a read, or another call."""
+    paths = _paths(arguments)
+    where = f" {', '.join(paths)}" if paths else ""
+    refused = output.startswith(_ERROR)
+    command = _argument(arguments, "command")
+    if command is not None:
+        shown = _first_line(command, 120)
+        if refused:
+            items["Commands run"].append(f"- `{shown}`: {_first_line(output[len(_ERROR) :])}")
+            return
+        code, rest = _exit_code(output)
+        if code is None:
+            items["Commands run"].append(f"- `{shown}`: {_first_line(output)}")
+        elif code == 0:
+            items["Commands run"].append(f"- `{shown}`: exit code 0")
+        else:
+            items["Commands run"].append(f"- `{shown}`: exit code {code}: {_last_lines(rest)}")
+        return
+    if mutating and not name.startswith("git_"):
+        if refused:
+            items["Edits"].append(
+                f"- {name}{where}: REFUSED, nothing changed: {_first_line(output[len(_ERROR) :])}"
+            )
+        else:
+            items["Edits"].append(f"- {name}{where}: {_first_line(output)}{_diff_gist(output)}")
+        return
+    if refused:
+        items["Refused"].append(f"- {name}{where}: {_first_line(output[len(_ERROR) :])}")
+        return
+    if name == "finish":
+        return  # its summary is the model's claim; what it led to is the check's line
+    if paths and (name in ("read_file", "view_image") or name.startswith("read")):
+        read.update(dict.fromkeys(paths))
+        return
+    items["Other calls"].append(f"- {name}{where}: {_first_line(output, 120)}")
 
 
 # --------------------------------------------------------------------------------------------

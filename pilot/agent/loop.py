@@ -100,7 +100,6 @@ class AgentLoop:
             emit,
             client,
             tools,
-            call_model=self.call_model,
             stoppable=self.stoppable,
             request_messages=self.request_messages,
             server_counts=server_counts,

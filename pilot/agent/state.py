@@ -313,8 +313,7 @@ class RunState:
                         self.phase.edited = True
                 if called and ev.executed and not ev.is_error:
                     for path in paths_of(arguments):
-                        if path not in self.files_read:
-                            self.files_read.append(path)
+                        self._note_file(path)
                 if ev.name == "finish" and not ev.is_error and self.phase is not None:
                     self.phase.finish_called = True
                     self.phase.finish_summary = (
@@ -465,6 +464,18 @@ class RunState:
             totals["prompt_tokens"] = self.prompt_tokens + prompt
             totals["completion_tokens"] = self.completion_tokens + completion
         return totals
+
+    def _note_file(self, path: str) -> None:
+        """Add ``path`` to ``files_read`` once. Whether it is there already is asked of a set
+        kept beside the list (not a field: checkpoints hold the list only), made again when the
+        list was replaced: a run that reads a new file each step made each step scan them all
+        (3,000 paths at step 3,000)."""
+        seen: set[str] | None = self.__dict__.get("_files_seen")
+        if seen is None or len(seen) != len(self.files_read):
+            seen = self.__dict__["_files_seen"] = set(self.files_read)
+        if path not in seen:
+            seen.add(path)
+            self.files_read.append(path)
 
     def _add(self, message: dict[str, Any], seq: int = 0) -> None:
         """Append a message; ``seq`` is the event it was made from alone (0: several, or

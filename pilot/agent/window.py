@@ -15,13 +15,13 @@ from typing import Any
 
 from pilot import events as ev
 from pilot.agent.compaction import (
-    accept_summary,
-    fallback_summary,
+    PhaseFacts,
+    events_summary,
     plan_compaction,
-    summary_request,
+    recent_allowance,
+    summary_chars,
 )
 from pilot.agent.context import (
-    SUMMARY_MAX_TOKENS,
     Budget,
     PromptCount,
     ServerCounts,
@@ -30,9 +30,8 @@ from pilot.agent.context import (
 from pilot.agent.endings import end_phase
 from pilot.agent.seams import EventSink, ToolExecutor
 from pilot.agent.state import RunState
-from pilot.errors import BadRequest, ConfigurationError, ContextOverflow
 from pilot.model.servers import estimate_completion_tokens, estimate_prompt_tokens
-from pilot.model.types import ChatRequest, ModelClient, ModelResponse, Usage
+from pilot.model.types import ModelClient, ModelResponse, Usage
 from pilot.workflow.plan import PhasePlan, RunPlan
 
 MAX_COMPACTIONS_IN_A_ROW = 3
@@ -48,7 +47,6 @@ class Window:
     emit: EventSink
     client: ModelClient
     tools: ToolExecutor
-    call_model: Callable[[ChatRequest], Awaitable[ModelResponse]]
     stoppable: Callable[[Awaitable[Any]], Awaitable[Any]]
     request_messages: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
     server_counts: ServerCounts | None = None
@@ -101,18 +99,29 @@ class Window:
         reason: str,
         harder: int = 0,
     ) -> None:
-        """Replace older turns by a structured summary written by the model (or built from
-        the turns when the model cannot), keeping the system prompt, the phase prompt and the
-        recent turns verbatim; recorded as one event, so the full history stays in the store."""
+        """Replace older turns by a summary built from what they record (the calls, their
+        results, the checks: ``events_summary``, never the model's words), keeping the system
+        prompt, the phase prompt and as many recent turns as leave the prompt under
+        ``AFTER_FRACTION`` of the window; recorded as one event, so the full history stays in
+        the store."""
         state = self.state
         progress = state.phase
         assert progress is not None
         plan = None
+        limit = summary_chars(budget.max_model_len)
         if progress.compactions_in_a_row < MAX_COMPACTIONS_IN_A_ROW:
+            messages = state.messages
+            pins = {progress.message_index} | (
+                {0} if messages and messages[0].get("role") == "system" else set()
+            )
+            per = count.per_message
+            fixed = count.total - sum(per) + sum(per[i] for i in pins if i < len(per))
             plan = plan_compaction(
-                state.messages,
-                count.per_message,
-                keep_recent_tokens=budget.keep_recent_tokens(),
+                messages,
+                per,
+                keep_recent_tokens=recent_allowance(
+                    budget.max_model_len, budget.keep_recent_tokens(), fixed, limit
+                ),
                 phase_start=progress.message_index,
                 harder=harder,
             )
@@ -124,31 +133,22 @@ class Window:
             )
             end_phase(self.emit, state, "failed", reason=why)
             return
-        replaced = plan.replaced_messages(state.messages)
-        summary, source, error = None, "model", None
-        try:
-            answer = await self.call_model(
-                ChatRequest(
-                    model=state.model or self.plan.model.name,
-                    messages=summary_request(
-                        replaced,
-                        task=phase.prompt,
-                        max_input_tokens=budget.summary_input_tokens(),
-                    ),
-                    **self.plan.model.sampling,
-                    max_tokens=SUMMARY_MAX_TOKENS,
-                    extra_body=self.plan.model.extra_body,
-                )
-            )
-            summary = accept_summary(answer.content)
-            if summary is None:
-                error = "the model's summary was empty or unstructured"
-        except (BadRequest, ContextOverflow, ConfigurationError) as exc:
-            error = str(exc)
-        if summary is None:
-            source = "fallback"
-            mutating = [name for name in self.plan.tools if self.tools.mutates(name)]
-            summary = fallback_summary(replaced, mutating_tools=mutating)
+        baseline = progress.baseline
+        facts = PhaseFacts(
+            goal=phase.prompt,
+            check=phase.check,
+            baseline=(baseline.passed, baseline.exit_code, baseline.output) if baseline else None,
+            check_passed=progress.check_passed,
+            failed_try=progress.failed_try,
+            edited=progress.edited,
+        )
+        mutating = [name for name in self.plan.tools if self.tools.mutates(name)]
+        summary = events_summary(
+            plan.replaced_messages(state.messages),
+            facts,
+            mutating_tools=mutating,
+            max_chars=limit,
+        )
         after = plan.apply(state.messages, summary)
         tools = self.tools.schemas(phase.tools) or None
         counted = await self.token_counter(state.model or self.plan.model.name).count(
@@ -160,8 +160,7 @@ class Window:
                 replaced_to=plan.replaced_to,
                 replaced_count=len(plan.replaced),
                 summary=summary,
-                summary_source=source,  # type: ignore[arg-type]
-                summary_error=error,
+                summary_source="events",
                 tokens_before=count.total,
                 tokens_after=counted.total,
                 reason=reason,  # type: ignore[arg-type]

@@ -2,8 +2,10 @@
 
 The store keeps events, not request bodies, so the requests are rebuilt the way the loop built
 them: the events are folded in order and, at each ``model_request``, the folded messages are
-the prompt the pilot sent (with the phase's tool schemas); at each ``compaction`` the summary
-request is rebuilt from the replaced turns with :func:`pilot.agent.compaction.summary_request`. The
+the prompt the pilot sent (with the phase's tool schemas); at each ``compaction`` whose summary
+the model wrote (runs recorded before summaries were built from the events, which send no
+request) the summary request is rebuilt from the replaced turns with
+:func:`pilot.agent.compaction.summary_request`. The
 answer's recorded length (``usage.completion_tokens``) becomes the replayed ``max_tokens``, and
 the time between an answer and the next request (tools, checks, the pilot) the think time.
 
@@ -110,7 +112,9 @@ def export_run(store: EventStore, run_id: str, *, source: str = "") -> list[dict
     last: dict[str, Any] | None = None
     answered_at: Any = None
     phase_prompt = ""
+    compactions = 0
     for event in store.load_events(record.id):
+        compactions += isinstance(event, ev.Compaction)
         if isinstance(event, ev.PhaseStarted):
             phase_prompt = event.prompt
         elif isinstance(event, ev.ModelRequest):
@@ -132,7 +136,9 @@ def export_run(store: EventStore, run_id: str, *, source: str = "") -> list[dict
                 last["out"] = event.usage.completion_tokens
                 last["prompt"] = event.usage.prompt_tokens
             answered_at = event.at
-        elif isinstance(event, ev.Compaction):
+        elif isinstance(event, ev.Compaction) and event.summary_source != "events":
+            # a summary the model wrote (runs recorded before): its request is rebuilt;
+            # one built from the events sent none
             window = state.max_model_len or 0
             margin = min(workflow.model.context_margin, window // 8)
             limit = Budget(
@@ -165,7 +171,7 @@ def export_run(store: EventStore, run_id: str, *, source: str = "") -> list[dict
         "model": state.model,
         "max_model_len": state.max_model_len,
         "requests": len(out.requests),
-        "compactions": sum(1 for r in out.requests if r["kind"] == "summary"),
+        "compactions": compactions,
         "source": source,
     }
     return [head, *out.lines]

@@ -522,14 +522,23 @@ def deterministic_500(
     endpoint: str, message: str, tool_choice: Any, times: int, body: str | None
 ) -> MarathonError:
     """The same HTTP 500 ``times`` in a row while /health is ok: a server bug this request
-    meets every time. A forced tool choice is the known case (a setup to change)."""
+    meets every time. A forced tool choice is the known case: vLLM 0.26 forces calls fine,
+    but answers 500 to every constrained request when its structured-output wheels are missing
+    from the server's environment (``SamplingParams._validate_structured_outputs`` loads the
+    lm-format-enforcer and outlines backends for each one), as on the 2026-12-01 bundle."""
     if tool_choice == "required" or isinstance(tool_choice, dict):
         return ConfigurationError(
             f"the server at {endpoint} answers HTTP 500 ({message!r}) to tool_choice="
-            f"{json.dumps(tool_choice)} {times} times in a row while its /health is ok: this "
-            "vLLM build cannot force a tool call (vLLM 0.26 with the hermes parser failed "
-            "so). Let the model choose (tool_choice auto), or use a vLLM release that "
-            "supports required and named tool choice."
+            f"{json.dumps(tool_choice)} {times} times in a row while its /health is ok: its "
+            "vLLM cannot run structured outputs, which a forced tool call needs. vLLM does "
+            "support required and named tool choice; this is the server's install: its Python "
+            "environment lacks the structured-output wheels vLLM requires (vLLM 0.26 and 0.33 "
+            "pin lm-format-enforcer==0.11.3 and outlines_core==0.2.14, with interegular beside "
+            "them). Install them where vLLM runs (pip install lm-format-enforcer==0.11.3 "
+            "interegular outlines_core==0.2.14, or add them to the bundle) and restart it; its "
+            "log names the missing module. To go on meanwhile, do not force calls: set "
+            "model.tool_calls to native (tool_choice auto, the server's parser) or text (calls "
+            "read from the model's text)."
         )
     return BadRequest(
         f"the server at {endpoint} answers HTTP 500 ({message!r}) to this request "

@@ -27,6 +27,9 @@ from pilot import events as ev
 from pilot.agent.state import RunState
 from pilot.store import queries
 from pilot.store.event_store import EventStore
+from pilot.store.schema import CONTROL_EVENTS
+
+CONTROL = frozenset(CONTROL_EVENTS)
 
 _CONTROL = frozenset({"phase_started", "phase_finished", "run_finished"})
 _TAIL_WINDOW = 64
@@ -154,7 +157,11 @@ def _last_answer(
 def _rows(
     store: EventStore, run_id: str, first: int, last: int, kinds: frozenset[str]
 ) -> Iterator[tuple[int, str]]:
-    """The stored ``(seq, payload)`` of ``kinds`` from ``first`` to ``last``, read whole."""
+    """The stored ``(seq, payload)`` of ``kinds`` from ``first`` to ``last``, read whole.
+    Control events (phases, checks, the end) come through their own index, so the check
+    reads them and not the run's other rows (it did, all of them, at every resume)."""
     if first > last:
         return iter(())
+    if kinds <= CONTROL:
+        return iter(list(queries.control_rows(store, run_id, first, last, kinds)))
     return iter(list(queries.message_rows(store, run_id, first, last, kinds)))

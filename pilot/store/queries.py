@@ -20,6 +20,7 @@ from sqlalchemy import bindparam, delete, func, select, text
 from brain.events import server_events
 from pilot import events as ev
 from pilot.store.event_store import EventStore
+from pilot.store.schema import CONTROL_EVENTS, CONTROL_WHERE
 from pilot.store.schema import events as EVENTS_TABLE
 from pilot.store.schema import runs as RUNS_TABLE
 
@@ -243,6 +244,23 @@ def message_rows(
     )
 
 
+def control_rows(
+    store: EventStore, run_id: str, first: int, last: int, kinds: frozenset[str]
+) -> Iterator[tuple[int, str]]:
+    """The run's control events (``schema.CONTROL_EVENTS``) of ``kinds`` from ``first`` to
+    ``last``, in order, through the partial index ``events_control``: the rows themselves,
+    not every event of a long run (a resume checks its checkpoint against them)."""
+    if not kinds <= frozenset(CONTROL_EVENTS):
+        raise ValueError(f"not control events: {sorted(kinds - frozenset(CONTROL_EVENTS))}")
+    return _payload_rows(
+        store,
+        _CONTROL_SQL.format(", ".join("?" * len(kinds))),
+        (run_id, first, last, *sorted(kinds)),
+        _CONTROL,
+        {"run_id": run_id, "first": first, "last": last, "kinds": sorted(kinds)},
+    )
+
+
 def _payload_rows(
     store: EventStore, sql: str, args: tuple[Any, ...], statement: Any, params: dict[str, Any]
 ) -> Iterator[tuple[int, str]]:
@@ -262,6 +280,11 @@ _MESSAGES_SQL = (
     "ORDER BY seq"
 )
 """``_MESSAGES`` as SQLite runs it (``{}``: a ``?`` per kind)."""
+_CONTROL_SQL = (
+    "SELECT seq, payload FROM events WHERE run_id = ? AND seq BETWEEN ? AND ? "
+    f"AND {CONTROL_WHERE} AND type IN ({{}}) ORDER BY seq"
+)
+"""``_CONTROL`` as SQLite runs it: the index's own condition, then the kinds wanted."""
 
 _EVENTS = EVENTS_TABLE
 _FROM = (
@@ -274,6 +297,16 @@ _MESSAGES = (
     .where(
         _EVENTS.c.run_id == bindparam("run_id"),
         _EVENTS.c.seq.between(bindparam("first"), bindparam("last")),
+        _EVENTS.c.type.in_(bindparam("kinds", expanding=True)),
+    )
+    .order_by(_EVENTS.c.seq)
+)
+_CONTROL = (
+    select(_EVENTS.c.seq, _EVENTS.c.payload)
+    .where(
+        _EVENTS.c.run_id == bindparam("run_id"),
+        _EVENTS.c.seq.between(bindparam("first"), bindparam("last")),
+        text(CONTROL_WHERE),
         _EVENTS.c.type.in_(bindparam("kinds", expanding=True)),
     )
     .order_by(_EVENTS.c.seq)

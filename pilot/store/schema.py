@@ -22,6 +22,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -97,6 +98,30 @@ events = Table(
     Column("payload", Text, nullable=False),
 )
 
+CONTROL_EVENTS = (
+    "check_finished",
+    "check_started",
+    "phase_finished",
+    "phase_started",
+    "run_finished",
+)
+"""The few events of a run that say where it is (its phases, their checks, its end): a resume
+checks its checkpoint's claims against them (``pilot.run.claims``)."""
+CONTROL_WHERE = "type IN (" + ", ".join(f"'{kind}'" for kind in CONTROL_EVENTS) + ")"
+"""The partial index's condition, written the same in every query that means to use it:
+SQLite uses a partial index only for a query whose WHERE has this very term."""
+
+Index(
+    "events_control",
+    events.c.run_id,
+    events.c.seq,
+    sqlite_where=text(CONTROL_WHERE),
+    postgresql_where=text(CONTROL_WHERE),
+)
+"""The control events by run and seq (version 4): without it, finding a run's phase events
+read every row of the run (a 3,000-step run's 12 MB at each resume); with it, the few rows
+themselves. Partial, so a step's four events add nothing to it (storage per step unchanged)."""
+
 LAUNCH_KEYS = {
     "__started_at": "started_at",
     "__base_dir": "base_dir",
@@ -134,6 +159,9 @@ MIGRATIONS: dict[int, Migration] = {
         "ALTER TABLE runs ADD COLUMN dry_run BOOLEAN NOT NULL DEFAULT false",
         "ALTER TABLE runs ADD COLUMN durability VARCHAR(10) NOT NULL DEFAULT 'normal'",
         _launch_out_of_params,
+    ),
+    4: (
+        f"CREATE INDEX IF NOT EXISTS events_control ON events (run_id, seq) WHERE {CONTROL_WHERE}",
     ),
 }
 """Forward migrations: version -> steps (SQL, or a function of the transaction) taking the

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pilot.errors import ConfigurationError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this code writes (``pilot.store.schema`` migrates older files to it)."""
 SCHEMA_TABLE = "marathon_schema"
 """The table holding the file's schema version: a file without it is not (yet) ours."""

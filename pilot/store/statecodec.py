@@ -55,7 +55,8 @@ def encode(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list):
-        return [encode(v) for v in value]
+        # strings as they are, without a call each (a long run's list of files read)
+        return [v if type(v) is str else encode(v) for v in value]
     if isinstance(value, dict):
         if all(type(k) is str for k in value) and TAG not in value:
             return {k: encode(v) for k, v in value.items()}
@@ -78,9 +79,13 @@ def encode(value: Any) -> Any:
         # Bytes members (the progress tracker's digests, a thousand at a thousand steps) as
         # one base64 text of their concatenation when they are all as long, else each alone.
         raw = [v for v in value if type(v) is bytes]
-        out = {TAG: "set", "v": [encode(v) for v in value if type(v) is not bytes]}
+        others = (
+            [] if len(raw) == len(value) else [encode(v) for v in value if type(v) is not bytes]
+        )
+        out = {TAG: "set", "v": others}
+        widths = set(map(len, raw))
         width = len(raw[0]) if raw else 0
-        if width and all(len(v) == width for v in raw):
+        if width and len(widths) == 1:
             out["w"], out["b"] = width, _b64out(b"".join(raw))
         else:
             out["b"] = [_b64out(v) for v in raw]
@@ -109,7 +114,7 @@ def decode(data: Any) -> Any:
     if data is None or isinstance(data, bool | int | float | str):
         return data
     if isinstance(data, list):
-        return [decode(v) for v in data]
+        return [v if type(v) is str else decode(v) for v in data]
     if not isinstance(data, dict):
         raise ValueError(f"unexpected {type(data).__name__} in a state checkpoint")
     tag = data.get(TAG)

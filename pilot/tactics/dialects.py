@@ -301,6 +301,38 @@ def addition_target(code: str, prompt: str) -> str | None:
     return fits[0] if len(fits) == 1 else None
 
 
+LOCATED_RE = re.compile(r"^The code of (\w+) \((\S+?\.py), line (\d+)\):$", re.MULTILINE)
+"""The header ``SmallModelTactics.code_to_show`` puts above a located function."""
+
+_QUALIFIER_RE = r"\b((?:[A-Z]\w*\.)+){}\b"
+"""``LRUCache.popitem``: a name after CapWords classes (``cache.popitem`` is a call)."""
+
+
+def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
+    """Which definition a Python block taken as a replace_definition call rewrites, when
+    several classes define its name: the file and line the prompt's located code showed it at
+    (one header for that name: where the failure ran), else the one qualified name
+    (``LRUCache.popitem``) the answer's text, else the prompt, gives it. Empty when neither
+    is there; the tool uses these only to choose among several definitions of the name, or
+    (a qualified name) to add a method to the class it names."""
+    parsed = _block_definition(code)
+    if parsed is None:
+        return {}
+    name = parsed[0]
+    located = {
+        (m.group(2), int(m.group(3))) for m in LOCATED_RE.finditer(prompt) if m.group(1) == name
+    }
+    if len(located) == 1:
+        path, line = located.pop()
+        return {"path": path, "line": line}
+    pattern = re.compile(_QUALIFIER_RE.format(re.escape(name)))
+    for text in (content, prompt):
+        qualifiers = {m.group(1) for m in pattern.finditer(text)}
+        if len(qualifiers) == 1:
+            return {"qualified_name": f"{qualifiers.pop()}{name}"}
+    return {}
+
+
 def _find_definition(content: str, known: _Tools) -> list[_Found]:
     """A fenced Python block that defines one function or class, as a replace_definition
     call: what a coder model writes when it shows its fix. Only one such block per answer

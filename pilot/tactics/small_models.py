@@ -23,12 +23,23 @@ from pilot.model.types import ModelResponse
 from pilot.tactics import code_blocks, feedback, locate, text_turns
 from pilot.tactics.arguments import repair_arguments
 from pilot.tactics.code_blocks import call_syntax as code_blocks_text
-from pilot.tactics.dialects import DEFINITION_TOOL, addition_target, extract_text_tool_calls
+from pilot.tactics.dialects import (
+    DEFINITION_TOOL,
+    addition_target,
+    definition_target,
+    extract_text_tool_calls,
+)
 from pilot.tactics.fitting import fit_arguments, resolve_tool_name
 
 
 class SmallModelTactics:
     """The tactics for models that do not call tools cleanly (see the module)."""
+
+    def __init__(self) -> None:
+        self._located: dict[str, str] = {}
+        """Phase prompt -> the located code shown with it: where a method that several
+        classes define was shown, for a Python block that rewrites it (not kept over a
+        resume: there the tool's refusal lists the qualified names)."""
 
     def plain_calls(self, response: ModelResponse, schemas: Schemas) -> list[dict] | None:
         if not response.tool_calls:
@@ -107,6 +118,11 @@ class SmallModelTactics:
         remaining = found.remaining_content
         for position, (name, arguments) in enumerate(found.calls):
             call_id = text_turns.text_call_id(step, position)
+            if name == DEFINITION_TOOL and not {"path", "qualified_name"} & arguments.keys():
+                # which of several same-named methods: the qualified name, or where located
+                code = str(arguments.get("code", ""))
+                shown = f"{prompt}\n{self._located.get(prompt, '')}"
+                arguments = {**definition_target(code, content, shown), **arguments}
             if name == DEFINITION_TOOL and "path" not in arguments:
                 target = addition_target(arguments.get("code", ""), prompt)
                 if target is not None:
@@ -201,6 +217,7 @@ class SmallModelTactics:
                 sections.append(
                     f"The code of {name} ({path}, line {line}):\n```python\n{block}\n```"
                 )
+        self._located[prompt] = "\n".join(sections)
         last = []
         if sections and DEFINITION_TOOL in tools:
             # Shown a function, a small model fixes it by rewriting it whole; told so last,

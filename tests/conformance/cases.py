@@ -149,6 +149,7 @@ SERVERS: dict[str, dict[str, Any]] = {
         "tool_call_parser": None,
     },
     "spec": {"model": "smol", "max_model_len": 4096, "speculative": {"num_tokens": 2}},
+    "json_schema_parser": {"model": "smol", "max_model_len": 4096, "tool_call_parser": "pythonic"},
 }
 """The sim's settings per case (a SimConfig's fields); "smol" is the recordings' served name."""
 
@@ -203,6 +204,15 @@ def _vllm_error(message: str, param: str) -> Expect:
 
 
 PROTO = "vllm/entrypoints/openai/chat_completion/protocol.py"
+TOOLS_UTILS = "vllm/entrypoints/serve/utils/tool_calls_utils.py"
+ASSEMBLY = "vllm/entrypoints/openai/chat_completion/message_assembly.py"
+MISSING_WHEELS = (
+    "a failure of that server's install, not of vLLM: its bundle lacked the structured-output "
+    "wheels (lm-format-enforcer, interegular, outlines_core; 0.26's "
+    "SamplingParams._validate_structured_outputs loads those backends for every constrained "
+    "request); with them 0.26 answered forced calls (GPU sitting 2026-12-06), so the sim "
+    "answers as the source does in every flavour"
+)
 SAMPLING = "vllm/sampling_params.py"
 PARAMS = "vllm/renderers/params.py"
 
@@ -601,15 +611,24 @@ CASES: list[Case] = [
         server="no_tool_flags",
     ),
     # ----------------------------------------------------------------- forced tool calls
+    # With the hermes parser (and every parser whose class sets `structural_tag_model`), 0.26
+    # and 0.33 force a call with an xgrammar structural tag in the parser's own format
+    # (parser/abstract_parser.py DelegatingParser._apply_structural_tag;
+    # tool_parsers/abstract_tool_parser.py ToolParser.__init_subclass__ turns
+    # supports_required_and_named off) and read it back with the parser's auto extraction
+    # (DelegatingParser._extract_tool_calls). Other parsers get get_json_schema_from_tools'
+    # schema (tool_parsers/utils.py) from ToolParser.adjust_request.
     Case(
         "named_tool_choice_finishes_with_stop",
-        "vllm/entrypoints/serve/utils/tool_calls_utils.py:41 resolve_finish_reason",
-        Expect(200, finish_reason="stop", check="call_has_required_city"),
+        f"{TOOLS_UTILS}:41 resolve_finish_reason (a named tool reports `stop`); "
+        f'{ASSEMBLY} assemble_chat_message_fields (`content or ""`)',
+        Expect(200, finish_reason="stop", check="forced_call"),
         body=_chat(
             tools=[WEATHER],
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
             max_tokens=64,
         ),
+        versions=("0.26", "0.33"),
     ),
     Case(
         "named_tool_choice_026",
@@ -624,14 +643,14 @@ CASES: list[Case] = [
         ),
         versions=("0.26",),
         recorded="tools_named.txt",
-        not_followed="a failure of 0.26's structured output on that server, not a behaviour to "
-        "copy: the sim answers forced tool choice as 0.33's source does in every flavour",
+        not_followed=MISSING_WHEELS,
     ),
     Case(
         "required_tool_choice_calls_an_offered_tool",
-        "vllm/entrypoints/serve/utils/tool_calls_utils.py:41; structured output over the tools",
-        Expect(200, finish_reason="tool_calls", check="call_has_required_city"),
+        f"{TOOLS_UTILS}:41 resolve_finish_reason; {ASSEMBLY} assemble_chat_message_fields",
+        Expect(200, finish_reason="tool_calls", check="forced_call"),
         body=_chat(tools=[WEATHER], tool_choice="required", max_tokens=64),
+        versions=("0.26", "0.33"),
     ),
     Case(
         "required_tool_choice_026",
@@ -640,13 +659,36 @@ CASES: list[Case] = [
         body=_chat(tools=[WEATHER], tool_choice="required", max_tokens=64, temperature=0),
         versions=("0.26",),
         recorded="tools_required.txt",
-        not_followed="as named_tool_choice_026: a 0.26 failure, not copied",
+        not_followed=MISSING_WHEELS,
+    ),
+    Case(
+        "required_tool_choice_streamed",
+        "0.33: chat_completion/stream_processor.py ChatStreamProcessor.step -> "
+        f"{TOOLS_UTILS}:41 resolve_finish_reason; 0.26: chat_completion/serving.py "
+        "chat_completion_stream_generator (`tools_streamed` and no named tool: tool_calls)",
+        Expect(200, check="forced_stream"),
+        body=_chat(tools=[WEATHER], tool_choice="required", max_tokens=64, stream=True),
+        versions=("0.26", "0.33"),
+        extra={"finish_reason": {"0.26": "tool_calls", "0.33": "tool_calls"}},
+    ),
+    Case(
+        "named_tool_choice_streamed",
+        "as required_tool_choice_streamed; a named tool keeps the engine's `stop` in both",
+        Expect(200, check="forced_stream"),
+        body=_chat(
+            tools=[WEATHER],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            max_tokens=64,
+            stream=True,
+        ),
+        versions=("0.26", "0.33"),
+        extra={"finish_reason": {"0.26": "stop", "0.33": "stop"}},
     ),
     Case(
         "streamed_call_cut_at_max_tokens",
-        "0.26: entrypoints/openai/serving_chat.py chat_completion_stream_generator, "
-        '`finish_reason=output.finish_reason if not auto_tools_called else "tool_calls"`; '
-        "0.33: serve/utils/tool_calls_utils.py:41 resolve_finish_reason keeps `length`",
+        "0.26: entrypoints/openai/chat_completion/serving.py chat_completion_stream_generator, "
+        '`"tool_calls"` when `tools_streamed[i] and not tool_choice_function_name`; '
+        f"0.33: {TOOLS_UTILS}:41 resolve_finish_reason keeps `length`",
         Expect(200, check="stream_cut_call"),
         body=_chat(
             tools=[FINISH],
@@ -657,6 +699,178 @@ CASES: list[Case] = [
         ),
         versions=("0.26", "0.33"),
         extra={"finish_reason": {"0.26": "tool_calls", "0.33": "length"}, "max_tokens": 12},
+    ),
+    Case(
+        "streamed_required_call_cut_at_max_tokens",
+        "as streamed_call_cut_at_max_tokens: 0.26 says `tool_calls` for required too",
+        Expect(200, check="stream_cut_call"),
+        body=_chat(
+            tools=[FINISH],
+            tool_choice="required",
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        ),
+        versions=("0.26", "0.33"),
+        extra={"finish_reason": {"0.26": "tool_calls", "0.33": "length"}, "max_tokens": 12},
+    ),
+    Case(
+        "streamed_named_call_cut_at_max_tokens",
+        "as streamed_call_cut_at_max_tokens: a named tool keeps the engine's `length` in both",
+        Expect(200, check="stream_cut_call"),
+        body=_chat(
+            tools=[FINISH],
+            tool_choice={"type": "function", "function": {"name": "finish"}},
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        ),
+        versions=("0.26", "0.33"),
+        extra={"finish_reason": {"0.26": "length", "0.33": "length"}, "max_tokens": 12},
+    ),
+    Case(
+        "required_call_cut_at_max_tokens",
+        "tool_parsers/hermes_tool_parser.py Hermes2ProToolParser.extract_tool_calls: json.loads "
+        "fails on the cut call, the output comes back as content, no tool_calls",
+        Expect(200, finish_reason="length", check="cut_call_as_content"),
+        body=_chat(tools=[FINISH], tool_choice="required", max_tokens=12),
+        versions=("0.26", "0.33"),
+    ),
+    Case(
+        "named_call_cut_at_max_tokens",
+        "as required_call_cut_at_max_tokens (the structural-tag path reads named calls alike)",
+        Expect(200, finish_reason="length", check="cut_call_as_content"),
+        body=_chat(
+            tools=[FINISH],
+            tool_choice={"type": "function", "function": {"name": "finish"}},
+            max_tokens=12,
+        ),
+    ),
+    Case(
+        "required_cut_on_a_json_schema_parser",
+        "parser/abstract_parser.py DelegatingParser._extract_tool_calls: "
+        "TypeAdapter(list[FunctionDefinition]) fails on the cut array, no call; "
+        f'{ASSEMBLY}: content `""`',
+        Expect(200, finish_reason="length", check="no_call_empty_content"),
+        body=_chat(tools=[FINISH], tool_choice="required", max_tokens=12),
+        server="json_schema_parser",
+    ),
+    Case(
+        "named_cut_on_a_json_schema_parser",
+        "parser/abstract_parser.py DelegatingParser._extract_tool_calls: a named tool's "
+        "arguments are the output as it stands",
+        Expect(200, finish_reason="length", check="cut_named_call"),
+        body=_chat(
+            tools=[FINISH],
+            tool_choice={"type": "function", "function": {"name": "finish"}},
+            max_tokens=12,
+        ),
+        server="json_schema_parser",
+    ),
+    Case(
+        "forced_tool_choice_overrides_response_format",
+        "tool_parsers/abstract_tool_parser.py ToolParser.adjust_request and "
+        "DelegatingParser._apply_structural_tag set `response_format = None`",
+        Expect(200, finish_reason="stop", check="forced_call"),
+        body=_chat(
+            tools=[WEATHER],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            response_format={"type": "json_object"},
+            max_tokens=64,
+        ),
+    ),
+    # ------------------------------------------------------------- structured outputs
+    Case(
+        "response_format_json_schema",
+        "generate/base/protocol.py structured_outputs_from_response_format: json_schema -> "
+        "StructuredOutputsParams(json=schema)",
+        Expect(200, finish_reason="stop", check="content_fits_weather"),
+        body=_chat(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "weather", "schema": WEATHER["function"]["parameters"]},
+            },
+            max_tokens=64,
+        ),
+        versions=("0.26", "0.33"),
+    ),
+    Case(
+        "response_format_json_object",
+        "generate/base/protocol.py structured_outputs_from_response_format: json_object",
+        Expect(200, finish_reason="stop", check="content_is_json_object"),
+        body=_chat(response_format={"type": "json_object"}, max_tokens=64),
+        versions=("0.26", "0.33"),
+    ),
+    Case(
+        "response_format_cut_at_max_tokens",
+        "the constraint holds the tokens, not their number: `length`, JSON cut",
+        Expect(200, finish_reason="length", check="content_not_whole_json"),
+        body=_chat(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "weather", "schema": WEATHER["function"]["parameters"]},
+            },
+            max_tokens=2,
+        ),
+    ),
+    Case(
+        "structured_outputs_json",
+        f"{PROTO}:397 structured_outputs (vLLM's own field)",
+        Expect(200, finish_reason="stop", check="content_fits_weather"),
+        body=_chat(structured_outputs={"json": WEATHER["function"]["parameters"]}, max_tokens=64),
+    ),
+    Case(
+        "structured_outputs_choice",
+        f"{PROTO}:397 structured_outputs; sampling_params.py StructuredOutputsParams.choice",
+        Expect(200, finish_reason="stop", check="content_is_a_choice"),
+        body=_chat(structured_outputs={"choice": ["yes", "no"]}, max_tokens=8),
+    ),
+    Case(
+        "response_format_json_schema_without_schema",
+        f"{PROTO}:827 validate_response_format",
+        _vllm_error(
+            "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+            "response_format",
+        ),
+        body=_chat(response_format={"type": "json_schema"}),
+        vllm=True,
+    ),
+    Case(
+        "structured_outputs_two_constraints",
+        f"{PROTO}:931 check_structured_outputs_count",
+        Expect(
+            400,
+            "BadRequestError",
+            None,
+            "You can only use one kind of constraints for structured outputs ('json', 'regex' "
+            "or 'choice').",
+        ),
+        body=_chat(structured_outputs={"regex": "[a-z]+", "choice": ["a"]}),
+        vllm=True,
+    ),
+    Case(
+        "structured_outputs_with_a_named_tool",
+        f"{PROTO}:931 check_structured_outputs_count",
+        Expect(
+            400,
+            "BadRequestError",
+            None,
+            "You can only either use constraints for structured outputs or tools, not both.",
+        ),
+        body=_chat(
+            tools=[WEATHER],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            structured_outputs={"choice": ["a"]},
+        ),
+        vllm=True,
+    ),
+    Case(
+        "tool_usage_is_checked_first",
+        "pydantic runs before-validators last-defined first: check_tool_usage (974) before "
+        "validate_stream_options (860)",
+        _vllm_error("When using `tool_choice`, `tools` must be set.", "tool_choice"),
+        body=_chat(tool_choice="required", stream_options={"include_usage": True}),
+        vllm=True,
     ),
     Case(
         "auto_tool_choice_with_flags_is_served",

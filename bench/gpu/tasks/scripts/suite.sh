@@ -5,6 +5,10 @@
 # with forced calls beside them. TRIES tries each, try 1 of everything first, so a sitting cut
 # short still compares the agents on the same tasks. Results: $SUITE/<group>.jsonl.
 source "$(dirname "$0")/common.sh"
+if [ "$SUITE_KIND" = q15 ]; then  # the second model's suite: its own knobs (env.sh), port and folder
+  LABEL=q15 PM=$PM15 SUITE=$R/suite15 TASKS=${TASKS15-} TRIES=${TRIES15:-10} AGENTS=${AGENTS15:-marathon,mini}
+  PAR=${PAR15:-30} PAR_FORCED=${PAR_FORCED15:-10} FORCED_TRIES=${FORCED_TRIES15:-3} TASKS2=
+fi
 cd $REPO
 mkdir -p $SUITE
 EP=http://127.0.0.1:$PM/v1
@@ -17,11 +21,11 @@ NA=$(echo $AGENTS | tr ',' '\n' | wc -l)
 if $PY -c "import sys; from pilot.workflow.schema import ModelSettings as M; sys.exit('tool_calls' not in M.model_fields)" 2>/dev/null \
    && [ -z "$NO_FORCED" ]; then FORCED=1; fi
 NT2=0; [ -n "$TASKS2" ] && NT2=$(echo $TASKS2 | tr ',' '\n' | wc -l)
-echo $(( NT * ${TRIES:-10} * (NA + ${FORCED:-0}) + NT2 * ${TRIES2:-3} * NA )) > $SUITE/planned
+echo $(( NT * ${TRIES:-10} * NA + NT * ${FORCED_TRIES:-${TRIES:-10}} * ${FORCED:-0} + NT2 * ${TRIES2:-3} * NA )) > $SUITE/planned
 ts "suite: $NT tasks x ${TRIES:-10} tries x agents $AGENTS${FORCED:+ + marathon forced}; $(cat $SUITE/planned) tries"
 date +%s > $SUITE/t_start
 if [ -n "$FORCED" ]; then
-  $PY -m bench.tasks.run $ARGS --agents marathon --call-mode forced --parallel ${PAR_FORCED:-10} \
+  $PY -m bench.tasks.run ${ARGS/--tries ${TRIES:-10}/--tries ${FORCED_TRIES:-${TRIES:-10}}} --agents marathon --call-mode forced --parallel ${PAR_FORCED:-10} \
     --out $SUITE/forced.jsonl --keep $SUITE/keep_forced > $SUITE/forced.log 2>&1 &
 fi
 if [ -n "$TASKS2" ]; then  # a second set of tasks at its own number of tries, beside the first
@@ -31,4 +35,4 @@ fi
 $PY -m bench.tasks.run $ARGS --agents $AGENTS --parallel ${PAR:-30} \
   --out $SUITE/auto.jsonl --keep $SUITE/keep_auto > $SUITE/auto.log 2>&1
 wait
-date +%s > $SUITE/t_end; mark suite; ts "suite done"
+date +%s > $SUITE/t_end; mark suite${SUITE_KIND:+_$SUITE_KIND}; ts "suite ${SUITE_KIND} done"

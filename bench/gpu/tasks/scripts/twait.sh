@@ -6,14 +6,16 @@ source "$(dirname "$0")/common.sh"
 exec > >(tee -a $ART/console.txt) 2>&1
 ts "twait start"
 DEAD=$(( $(date +%s) + ${WAIT_S:-420} ))
-while ! done_ suite && [ $(date +%s) -lt $DEAD ]; do
+while ! suites_done && [ $(date +%s) -lt $DEAD ]; do
   if ! done_ served; then
     last=$(ls -tr $R/logs/advance_*.log | tail -n 1); adv=$(basename $last .log)
     if alive $adv; then tail -n 2 $last | cut -c1-200; else tail -n 40 $last | cut -c1-300; ts "the staged work has stopped"; break; fi
   fi
   ts "$(progress)"; sleep 20
 done
-[ -n "$STOP" ] && { alive suite && kill -- -$(cat $R/logs/suite.pid) 2>/dev/null; alive wf && kill -- -$(cat $R/logs/wf.pid) 2>/dev/null; ts "stopped"; }
+if [ -n "$STOP" ]; then
+  for j in suite suite15 wf wf15; do alive $j && kill -- -$(cat $R/logs/$j.pid) 2>/dev/null; done; ts "stopped"
+fi
 bash $S/summarize.sh
 ts "twait end: $(progress)"
 exit 0
