@@ -40,7 +40,7 @@ KEY = "call-modes"
 TOOLS = ["read_file", "replace_definition", "run", "finish"]
 BROKEN = "def add(a, b):\n    return a + b\n  x = ("
 FIXED = 'def add(a, b):\n    """Add two numbers."""\n    return a + b'
-SYNTAX = "You call tools by writing"
+SYNTAX = "You call a tool by writing"
 
 
 class Recording:
@@ -181,6 +181,8 @@ def test_text_sends_no_tools_states_the_syntax_and_reads_the_text(tmp_path: Path
     assert all(r.tools is None and r.tool_choice in (None, "none") for r in policy.requests)
     assert all(SYNTAX in system_of(r) for r in policy.requests)
     assert "replace_definition(" in system_of(policy.requests[0])
+    said = system_of(policy.requests[0])
+    assert '"..."' not in said and "<file>" not in said, "no placeholder to copy"
     assert answers(events) == ["text", "text", "text"]
     assert chosen(events)[:2] == [("calls", "text", "workflow"), ("code", "block", "workflow")]
     message = [e for e in events if isinstance(e, ev.AssistantMessage)][1]

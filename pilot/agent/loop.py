@@ -331,8 +331,11 @@ class AgentLoop:
             self.emit(fallback)
             return
         except ConfigurationError as exc:
-            # The same 500 to a forced tool choice, while the server is healthy.
-            if "tool_choice=" in str(exc) and self.forcing_refused(request, setting, model, exc):
+            # The same 500 to a forced tool choice, while the server is healthy
+            # (``pilot.model.errors.deterministic_500``).
+            said = str(exc)
+            about = "tool_choice" in said or "HTTP 500" in said
+            if about and self.forcing_refused(request, setting, model, exc):
                 return
             raise
         if response.usage is None:

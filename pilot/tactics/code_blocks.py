@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pilot.agent.call_modes import CODE_ARGUMENTS
+from pilot.agent.call_modes import CODE_ARGUMENTS, optional_code
 
 _BLOCK_RE = re.compile(r"```([\w+-]*)[^\S\n]*\n(.*?)\n?[^\S\n]*```", re.DOTALL)
 
@@ -67,22 +67,32 @@ def lacks_code(name: str, arguments: Any) -> str | None:
     return argument if not (isinstance(value, str) and value.strip()) else None
 
 
+_EXAMPLES = (("run", {"command": "git status"}), ("list_dir", {"path": "."}))
+"""Calls safe to show as the example (harmless if copied as they are): no placeholder a small
+model would copy (``"..."``, ``<file>``)."""
+
+
 def call_syntax(schemas: list[dict[str, Any]], *, text: bool, code_blocks: bool) -> str:
     """What the system prompt adds: in text mode the tools and how to write a call; where code
     travels as blocks, how to give it."""
+    if text or code_blocks:
+        schemas = optional_code(schemas)  # the code comes as a block, never in the JSON
+    named = {_function(tool).get("name", ""): tool for tool in schemas}
+    code_tools = [f"{name}'s `{CODE_ARGUMENTS[name]}`" for name in named if name in CODE_ARGUMENTS]
     parts = []
-    code_tools = []
-    for tool in schemas:
-        function = tool.get("function", {}) if isinstance(tool, dict) else {}
-        name = function.get("name", "")
-        if name in CODE_ARGUMENTS:
-            code_tools.append(f"{name}'s `{CODE_ARGUMENTS[name]}`")
     if text:
-        lines = ["You call tools by writing, in your answer, a fenced JSON block:", ""]
-        lines += ["```json", '{"name": "TOOL", "arguments": {"ARGUMENT": "VALUE"}}', "```", ""]
-        lines.append("One call per block. The tools:")
+        lines = [
+            "You call a tool by writing, in your answer, a fenced JSON block holding an object "
+            'with "name" (the tool) and "arguments" (an object of its arguments), one call per '
+            "block."
+        ]
+        example = next(((n, a) for n, a in _EXAMPLES if n in named), None)
+        if example is not None:
+            call = json.dumps({"name": example[0], "arguments": example[1]})
+            lines += ["For example:", "", "```json", call, "```"]
+        lines += ["", "The tools (`?`: may be left out):"]
         for tool in schemas:
-            function = tool.get("function", {}) if isinstance(tool, dict) else {}
+            function = _function(tool)
             params = function.get("parameters") or {}
             props = params.get("properties") or {}
             required = set(params.get("required") or [])
@@ -99,3 +109,7 @@ def call_syntax(schemas: list[dict[str, Any]], *, text: bool, code_blocks: bool)
             "in the same answer, after the call, and the call leaves that argument out."
         )
     return "\n\n".join(parts)
+
+
+def _function(tool: Any) -> dict[str, Any]:
+    return tool.get("function", {}) if isinstance(tool, dict) else {}
