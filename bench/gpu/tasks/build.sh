@@ -11,9 +11,10 @@
 # and t1.sh copies that to the device. T: the download cache (default $TMPDIR/gputasks).
 # QWEN_HF: a directory with the model's config.json and tokenizer (else made here with a helper
 # venv holding transformers, gguf and CPU torch: HFPY names its python).
-# QWEN15=0 leaves out the second model, Qwen2.5-Coder-1.5B-Instruct (its Q4_K_M GGUF from 22
-# registry packages, 1.1 GB: about 20 more chunks, carried after the 0.5B's so that its suite
-# runs while they travel); QWEN15_HF: its config and tokenizer, as QWEN_HF.
+# QWEN15=0 leaves out the larger model, Qwen2.5-Coder-1.5B-Instruct (its Q4_K_M GGUF from 22
+# registry packages, 1.1 GB: about 20 more chunks, carried before the 0.5B's, so that its suite,
+# the longer, starts first and a sitting short of device time can leave the 0.5B's chunks
+# behind); QWEN15_HF: its config and tokenizer, as QWEN_HF.
 # SCRIPTS_ONLY=1: only the device-side scripts copied again (the chunks and manifest kept).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -91,7 +92,7 @@ if [ "${QWEN15:-1}" = 1 ]; then
   fi
 fi
 
-# 6. rest.tar, then the chunks: rest, mini, vLLM, the model, in the order the device needs them.
+# 6. rest.tar, then the chunks: rest, mini, vLLM, the 1.5B, the 0.5B, in the order the device needs them.
 rm -rf "$T/rest" && mkdir -p "$T/rest/wheels" "$T/rest/sdists"
 cp "$T"/whl/*.whl "$T/rest/wheels/"; cp "$T"/sdists/*.tar.gz "$T/rest/sdists/"
 tar -cf - -C "$(dirname "$QWEN_HF")" --transform "s|^$(basename "$QWEN_HF")|qwen_hf|" "$(basename "$QWEN_HF")" | xz -6 > "$T/rest/qwen_hf.tar.xz"
@@ -103,7 +104,7 @@ fi
 tar -cf "$T/rest.tar" -C "$T/rest" $REST_PIECES
 rm -rf "$C" && mkdir -p "$C/scripts"
 python3 "$HERE/scripts/chunks.py" pack "$C" "$CHUNK" rest.tar="$T/rest.tar" minisite.tar.xz="$T/minisite.tar.xz" \
-  vllm.tar.xz="$T/vllm-stripped.tar.xz" qwen.gguf.gz="$T/qwen05.gguf.gz" $PIECES15
+  vllm.tar.xz="$T/vllm-stripped.tar.xz" $PIECES15 qwen.gguf.gz="$T/qwen05.gguf.gz"
 mv "$C/manifest.txt" "$C/scripts/" && cp -p "$HERE"/scripts/* "$C/scripts/"
 du -sb "$C"/c* | awk '{printf "%s %s  ", $2, $1} END {print ""}'
 echo "bundle in $C: $(ls -d "$C"/c* | wc -l) chunks; the device runs the checkout each call sends"

@@ -4,8 +4,9 @@
 #   rest   wheels into $R/site, the suite's sdists, the model's config and tokenizer
 #   mini   mini-swe-agent's site ($R/minisite) and its `mini` answering --help
 #   vllm   vLLM 0.26 unpacked; a dummy-weight server on $PD warms the compile cache meanwhile
-#   model  the GGUF joined, checked and converted to bf16 safetensors; then serve.sh
-#   model15  the same for the second model (Qwen2.5-Coder-1.5B), when the bundle has it; then serve15.sh
+#          (with the 1.5B's config when the bundle has it: that model is served first)
+#   model15  the 1.5B's GGUF joined, checked and converted to bf16 safetensors; then serve15.sh
+#   model  the same for the 0.5B; then serve.sh
 source "$(dirname "$0")/common.sh"
 exec 9> $R/advance.lock
 flock 9
@@ -34,8 +35,22 @@ if done_ rest && ! done_ vllm && ready vllm.tar.xz; then
   ts "vllm"; join vllm.tar.xz $R/stash/vllm.tar.xz || exit 1
   [ -z "$LOCAL" ] && { mkdir -p $R/vl; xz -d < $R/stash/vllm.tar.xz | tar -x -C $R/vl || exit 1; }
   rm -f $R/stash/vllm.tar.xz; mark vllm; ts "vllm done"
-  P=$(qprofile qdummy $R/qwen $PD dummy)
+  DM=$R/qwen; [ -d $R/qwen15 ] && DM=$R/qwen15
+  P=$(qprofile qdummy $DM $PD dummy)
   bg updummy "timeout 400 brain up $P > $B/up_dummy.txt 2>&1; echo rc=\$? >> $B/up_dummy.txt"
+fi
+if done_ vllm && ! done_ model15 && ready qwen15.gguf.gz; then
+  ts "model15"; mkdir -p $R/gguf15
+  join qwen15.gguf.gz $R/stash/qwen15.gguf.gz || exit 1
+  if [ -z "$LOCAL" ]; then
+    gunzip -c $R/stash/qwen15.gguf.gz > $R/gguf15/qwen.gguf && rm $R/stash/qwen15.gguf.gz
+    echo "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  $R/gguf15/qwen.gguf" | sha256sum -c - || exit 1
+    T=$(now); $PY $S/convert_qwen.py $R/gguf15/qwen.gguf $R/qwen15 > $ART/convert15.txt 2>&1
+    fig convert15_s $(since $T); tail -n 3 $ART/convert15.txt
+    [ -f $R/qwen15/model.safetensors ] || { ts "NO WEIGHTS (1.5B)"; exit 1; }
+  fi
+  mark model15
+  bash $S/serve15.sh
 fi
 if done_ vllm && ! done_ model && ready qwen.gguf.gz; then
   ts "model"; mkdir -p $R/gguf
@@ -49,18 +64,5 @@ if done_ vllm && ! done_ model && ready qwen.gguf.gz; then
   fi
   mark model
   bash $S/serve.sh
-fi
-if done_ model && ! done_ model15 && ready qwen15.gguf.gz; then
-  ts "model15"; mkdir -p $R/gguf15
-  join qwen15.gguf.gz $R/stash/qwen15.gguf.gz || exit 1
-  if [ -z "$LOCAL" ]; then
-    gunzip -c $R/stash/qwen15.gguf.gz > $R/gguf15/qwen.gguf && rm $R/stash/qwen15.gguf.gz
-    echo "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  $R/gguf15/qwen.gguf" | sha256sum -c - || exit 1
-    T=$(now); $PY $S/convert_qwen.py $R/gguf15/qwen.gguf $R/qwen15 > $ART/convert15.txt 2>&1
-    fig convert15_s $(since $T); tail -n 3 $ART/convert15.txt
-    [ -f $R/qwen15/model.safetensors ] || { ts "NO WEIGHTS (1.5B)"; exit 1; }
-  fi
-  mark model15
-  bash $S/serve15.sh
 fi
 ts "advance: $(progress)"

@@ -34,7 +34,20 @@ fig() { printf '%s\t%s\n' "$1" "$2" >> $ART/figures.tsv; ts "figure $1 = $2"; }
 gpumem() { nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; }
 done_() { [ -f $R/done/$1 ]; }
 # every suite this sitting runs has ended (the second model's only when its weights came)
-suites_done() { done_ suite && { [ -z "$(grep -l qwen15 $S/manifest.txt 2>/dev/null)" ] || done_ suite_q15; }; }
+# every suite started has ended (the 0.5B's chunks may be left behind on a short sitting)
+suites_done() {
+  done_ served || done_ served15 || return 1
+  if done_ served && ! done_ suite; then return 1; fi
+  if done_ served15 && ! done_ suite_q15; then return 1; fi
+  return 0
+}
+# retire_dummy: the compile-cache warming server waited for and stopped (once; the first real
+# server to come up does it)
+retire_dummy() {
+  local i; for i in $(seq 1 240); do alive updummy || break; sleep 1; done
+  tail -n 2 $B/up_dummy.txt 2>/dev/null
+  done_ dummy_down || { timeout 90 brain down qdummy > $B/down_dummy.txt 2>&1; mark dummy_down; }
+}
 mark() { touch $R/done/$1; }
 # qprofile NAME MODEL PORT [LOADFORMAT]: a process-backend brain profile for the model
 qprofile() {

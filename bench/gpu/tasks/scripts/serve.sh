@@ -4,9 +4,7 @@
 # suite and the stock workflow in the background. Run by advance.sh once the model is whole.
 source "$(dirname "$0")/common.sh"
 ts "serve"
-for i in $(seq 1 240); do alive updummy || break; sleep 1; done
-tail -n 2 $B/up_dummy.txt 2>/dev/null
-timeout 90 brain down qdummy > $B/down_dummy.txt 2>&1
+retire_dummy
 P=$(qprofile qwen $R/qwen $PM)
 T=$(now); timeout 330 brain up $P > $B/up_real.txt 2>&1; rc=$?; echo "rc=$rc wall $(since $T)" >> $B/up_real.txt
 fig up_real_s $(since $T); tail -n 3 $B/up_real.txt

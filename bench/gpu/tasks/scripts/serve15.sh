@@ -4,6 +4,7 @@
 # and the stock workflow against it. Run by advance.sh once its weights are converted.
 source "$(dirname "$0")/common.sh"
 ts "serve15"
+retire_dummy
 P=$(MODEL_DESC=Qwen2.5-Coder-1.5B-Instruct qprofile qwen15 $R/qwen15 $PM15)
 T=$(now); timeout 330 brain up $P > $B/up_real15.txt 2>&1; rc=$?; echo "rc=$rc wall $(since $T)" >> $B/up_real15.txt
 fig up_real15_s $(since $T); tail -n 3 $B/up_real15.txt
