@@ -525,7 +525,7 @@ def deterministic_500(
     meets every time. A forced tool choice is the known case: vLLM 0.26 forces calls fine,
     but answers 500 to every constrained request when its structured-output wheels are missing
     from the server's environment (``SamplingParams._validate_structured_outputs`` loads the
-    lm-format-enforcer and outlines backends for each one), as on the 2026-12-01 bundle."""
+    lm-format-enforcer and outlines backends for each one)."""
     if tool_choice == "required" or isinstance(tool_choice, dict):
         return ConfigurationError(
             f"the server at {endpoint} answers HTTP 500 ({message!r}) to tool_choice="
