@@ -438,3 +438,21 @@ def test_which_calls_get_their_code_asked_for() -> None:
     assert (
         call_modes.needs_code(tool_call("write_file", path="a.md", content="x = ("), True) is None
     )
+
+
+def test_a_dry_run_refuses_text_mode_its_demo_agent_cannot_answer(tmp_path: Path) -> None:
+    """The dry run's demo agent calls tools only natively: text mode would fail every phase."""
+    env = {**os.environ, **GIT_ENV, "MARATHON_HOME": str(tmp_path / "home")}
+    shipped = Path(__file__).resolve().parent.parent / "workflows" / "refactor_repo.yaml"
+    refused = subprocess.run(
+        pilot_cmd("run", str(shipped), "--dry-run", "--set", "model.tool_calls=text"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "model.tool_calls: text cannot be rehearsed" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert "run started" not in refused.stdout, "refused before any run is recorded"

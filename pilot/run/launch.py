@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from pilot.environ import state_dir
+from pilot.errors import ConfigurationError
 from pilot.run.outcomes import RunOutcome
 from pilot.run.runner import Runner
 from pilot.store import layout
@@ -188,6 +189,13 @@ async def start_run(
     """Record and drive a new run: with ``checked`` (``preflight``), the id, start time and
     plan it was checked with; otherwise they are made here. Its launch facts (start time,
     base folder, endpoints, dry run, durability) go in the run's own columns."""
+    if dry_run and loaded.workflow.model.tool_calls == "text":
+        raise ConfigurationError(
+            "--dry-run: the simulated server's demo agent calls tools only through the "
+            "server's parser, so model.tool_calls: text cannot be rehearsed with it (no answer "
+            "would hold a call). Dry-run with tool_calls auto, native or forced, or try text "
+            "mode against a real model with --endpoint."
+        )
     started_at = checked.started_at if checked else now_iso()
     launch = LaunchFacts(
         started_at=started_at,
