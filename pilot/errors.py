@@ -50,6 +50,12 @@ class ConfigurationError(MarathonError):
     """
 
 
+class ForcedCallsRefused(ConfigurationError):
+    """The server answers a forced tool choice with the same error while it is healthy: it
+    cannot constrain its output (``pilot.model.errors.deterministic_500``). Under
+    ``model.tool_calls: auto`` the pilot stops forcing that model; pinned, the run stops."""
+
+
 class WorkflowError(MarathonError):
     """One problem in a workflow file (or in the params given for it), with its location.
 

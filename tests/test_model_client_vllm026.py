@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pilot.errors import BadRequest, ConfigurationError
+from pilot.errors import BadRequest, ConfigurationError, ForcedCallsRefused
 from pilot.model.client import OpenAIModelClient
 from pilot.model.errors import SAME_500_LIMIT, map_vllm_error
 from pilot.model.settings import ClientSettings
@@ -89,8 +89,9 @@ async def test_a_deterministic_500_to_forced_tool_choice_is_not_retried_for_the_
     async with server(routes, seen) as client:
         req = ChatRequest(model="smol", messages=[{"role": "user", "content": "Weather?"}],
                           tools=TOOLS, tool_choice="required")  # fmt: skip
-        with pytest.raises(ConfigurationError) as err:
+        with pytest.raises(ForcedCallsRefused) as err:
             await client.complete(req)
+    assert isinstance(err.value, ConfigurationError), "the run stops when forcing is pinned"
     assert "tool_choice" in str(err.value) and "/health is ok" in str(err.value)
     # the cause is the server's install, not vLLM: what to install, and how to go on meanwhile
     text = str(err.value)

@@ -55,6 +55,7 @@ from pilot.errors import (
     BadRequest,
     ConfigurationError,
     ContextOverflow,
+    ForcedCallsRefused,
     ServerUnavailable,
 )
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, WaitEvent
@@ -330,12 +331,8 @@ class AgentLoop:
                 raise
             self.emit(fallback)
             return
-        except ConfigurationError as exc:
-            # The same 500 to a forced tool choice, while the server is healthy
-            # (``pilot.model.errors.deterministic_500``).
-            said = str(exc)
-            about = "tool_choice" in said or "HTTP 500" in said
-            if about and self.forcing_refused(request, setting, model, exc):
+        except ForcedCallsRefused as exc:
+            if self.forcing_refused(request, setting, model, exc):
                 return
             raise
         if response.usage is None:
@@ -396,6 +393,22 @@ class AgentLoop:
         self._fitted = (phase.tools, schemas, out)
         return out
 
+    def read_calls(
+        self,
+        step: int,
+        phase: PhasePlan,
+        response: ModelResponse,
+        schemas: dict[str, dict[str, Any] | None],
+    ) -> Reading:
+        """The answer's calls: a plain answer past one check, else as the tactics read it."""
+        plain = self.tactics.plain_calls(response, schemas)
+        if plain is not None:
+            return Reading(call_rules.plain_calls(step, response, plain), response.content)
+        reading = self.tactics.read_answer(step, response, schemas, phase.prompt, self.tools.known)
+        if reading.from_text:
+            self._text_mode = True
+        return reading
+
     def record_response(
         self,
         step: int,
@@ -413,17 +426,8 @@ class AgentLoop:
             return
         schemas = self.phase_schemas(phase)
         reading = self.asked_code(step, response)
-        plain = None if reading is not None else self.tactics.plain_calls(response, schemas)
-        if reading is not None:
-            pass
-        elif plain is not None:
-            reading = Reading(call_rules.plain_calls(step, response, plain), response.content)
-        else:
-            reading = self.tactics.read_answer(
-                step, response, schemas, phase.prompt, self.tools.known
-            )
-            if reading.from_text:
-                self._text_mode = True
+        if reading is None:
+            reading = self.read_calls(step, phase, response, schemas)
         calls = reading.calls
         message = call_rules.answer_message(step, response, calls, reading.content, reading.repairs)
         if asking is not None:

@@ -25,6 +25,7 @@ from pilot.errors import (
     BadRequest,
     ConfigurationError,
     ContextOverflow,
+    ForcedCallsRefused,
     MarathonError,
     ModelNotFound,
     ServerUnavailable,
@@ -527,7 +528,7 @@ def deterministic_500(
     from the server's environment (``SamplingParams._validate_structured_outputs`` loads the
     lm-format-enforcer and outlines backends for each one)."""
     if tool_choice == "required" or isinstance(tool_choice, dict):
-        return ConfigurationError(
+        return ForcedCallsRefused(
             f"the server at {endpoint} answers HTTP 500 ({message!r}) to tool_choice="
             f"{json.dumps(tool_choice)} {times} times in a row while its /health is ok: its "
             "vLLM cannot run structured outputs, which a forced tool call needs. vLLM does "
