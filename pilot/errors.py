@@ -56,6 +56,12 @@ class ForcedCallsRefused(ConfigurationError):
     ``model.tool_calls: auto`` the pilot stops forcing that model; pinned, the run stops."""
 
 
+class ServerToolsOff(ConfigurationError):
+    """The server refuses to let the model choose tools: vLLM started without
+    ``--enable-auto-tool-choice --tool-call-parser``. Under ``model.tool_calls: auto`` the pilot
+    moves the model to text mode (no tools sent); pinned, the run stops with the flags to add."""
+
+
 class WorkflowError(MarathonError):
     """One problem in a workflow file (or in the params given for it), with its location.
 

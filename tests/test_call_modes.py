@@ -259,6 +259,70 @@ def test_auto_stops_forcing_a_server_that_refuses_it(tmp_path: Path) -> None:
     assert policy.choices == ["auto", *["required"] * SAME_500_LIMIT, "auto", "auto"]
 
 
+def test_auto_moves_to_text_on_a_server_without_tool_flags_and_stops_forcing_on_its_400(
+    tmp_path: Path,
+) -> None:
+    """vLLM served without ``--enable-auto-tool-choice --tool-call-parser`` answers 400 to a
+    request that sends tools with ``auto`` and to a forced one: under ``auto`` the run goes on
+    in text mode, and the forcing after an answer with no call is dropped at its 400."""
+    turns = [
+        {"content": '```json\n{"name": "read_file", "arguments": {"path": "calc.py"}}\n```'},
+        {"content": "The bug is in add."},
+        {
+            "content": '```json\n{"name": "replace_definition", "arguments": {"path": '
+            f'"calc.py"}}}}\n```\n\n```python\n{FIXED}\n```'
+        },
+        {"content": '```json\n{"name": "finish", "arguments": {"summary": "Fixed calc.py."}}\n```'},
+    ]
+    repo = make_repo(tmp_path / "repo", {"calc.py": "def add(a, b):\n    return a - b\n"})
+    policy = Recording(write_script(tmp_path / "s.yaml", KEY, turns))
+    config = SimConfig(
+        model="test-model",
+        max_model_len=32768,
+        enable_auto_tool_choice=False,
+        tool_call_parser=None,
+    )
+    with running_sim(config, policy=policy) as sim:
+        flow = workflow(tmp_path / "wf.yaml", sim.openai_base_url, None)
+        outcome = run_in_process(flow, repo, tmp_path / "m.db")
+    events = events_of(tmp_path / "m.db", outcome.run_id)
+    assert outcome.status == "succeeded", outcome.reason
+    # The refused requests never reach the model: every answered request sent no tools.
+    assert all(r.tools is None for r in policy.requests), policy.choices
+    assert len(policy.requests) == len(turns)
+    assert SYNTAX in system_of(policy.requests[0])
+    assert chosen(events) == [
+        ("calls", "native", "pilot"),
+        ("calls", "text", "pilot"),
+        ("code", "block", "pilot"),
+        ("forcing", "off", "pilot"),
+    ]
+    text, _, off = [e for e in events if isinstance(e, ev.CallModeChosen)][1:]
+    assert "enable-auto-tool-choice" in text.reason and "refused tools" in text.reason
+    assert "tool_choice" in off.reason and "requires --tool-call-parser" in off.reason
+    assert answers(events) == ["text", "none", "text", "text"]
+    assert "a + b" in (run_workspace(tmp_path / "m.db", outcome.run_id) / "calc.py").read_text()
+
+
+def test_a_pinned_mode_on_a_server_without_tool_flags_stops_with_the_flags_to_add(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": "def add(a, b):\n    return a - b\n"})
+    policy = Recording(write_script(tmp_path / "s.yaml", KEY, FIX_TURNS))
+    config = SimConfig(
+        model="test-model",
+        max_model_len=32768,
+        enable_auto_tool_choice=False,
+        tool_call_parser=None,
+    )
+    with running_sim(config, policy=policy) as sim:
+        flow = workflow(tmp_path / "wf.yaml", sim.openai_base_url, "native")
+        outcome = run_in_process(flow, repo, tmp_path / "m.db")
+    assert outcome.status == "failed"
+    assert "--enable-auto-tool-choice --tool-call-parser" in outcome.reason
+    assert policy.requests == []
+
+
 class Refusing(Recording):
     """A server that answers a forced tool choice with HTTP 500, as vLLM 0.26 does without
     the structured-output wheels it needs (lm-format-enforcer)."""

@@ -235,6 +235,29 @@ def forcing_refused(
     )
 
 
+def server_without_tools(
+    model: str, endpoint: str, error: str, book: dict[str, Any]
+) -> list[ev.CallModeChosen]:
+    """The server refused a request that lets the model choose tools (started without its
+    tool-call flags): under ``auto`` the model moves to text mode, its code to blocks."""
+    item = book.get("models", {}).get(model) or {}
+    counts = dict(item.get("counts", {}))
+    out = [
+        ev.CallModeChosen(
+            model=model,
+            kind="calls",
+            mode="text",
+            reason=f"the server at {endpoint} refused tools chosen by the model ({error}): "
+            "the pilot states the call syntax and reads the text; serve with the tool-call "
+            "flags for native calls",
+            counts=counts,
+        )
+    ]
+    if item.get("code", "json") == "json":
+        out.append(_text_code(model, "pilot", counts))
+    return out
+
+
 def ask(book: dict[str, Any], model: str, setting: str, tools: list[str]) -> Ask | None:
     """How the next request of ``model`` asks for calls (None: the phase has no tools)."""
     if not tools:

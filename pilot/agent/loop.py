@@ -56,6 +56,7 @@ from pilot.errors import (
     ConfigurationError,
     ContextOverflow,
     ForcedCallsRefused,
+    ServerToolsOff,
     ServerUnavailable,
 )
 from pilot.model.types import ChatRequest, ModelClient, ModelResponse, WaitEvent
@@ -335,6 +336,18 @@ class AgentLoop:
             if self.forcing_refused(request, setting, model, exc):
                 return
             raise
+        except ServerToolsOff as exc:
+            if setting != "auto" or not request.tools:
+                raise
+            # The server cannot parse calls: the model writes them as text, which the pilot
+            # reads (forcing is left to be tried: a server with a parser but without
+            # --enable-auto-tool-choice still forces).
+            endpoint = self.state.endpoint or self.plan.model.endpoint
+            for choice in call_modes.server_without_tools(
+                model, endpoint, str(exc)[:300], self.state.call_book
+            ):
+                self.emit(choice)
+            return
         if response.usage is None:
             response = response.model_copy(
                 update={"usage": estimated_usage(messages, tools, count, response)}

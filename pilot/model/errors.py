@@ -28,6 +28,7 @@ from pilot.errors import (
     ForcedCallsRefused,
     MarathonError,
     ModelNotFound,
+    ServerToolsOff,
     ServerUnavailable,
     StreamInterrupted,
 )
@@ -401,7 +402,7 @@ def _output_over_window(answer: ErrorAnswer, match: re.Match[str]) -> MarathonEr
 
 
 def _no_auto_tool_choice(answer: ErrorAnswer, _: re.Match[str]) -> MarathonError:
-    return ConfigurationError(
+    return ServerToolsOff(
         f"the server cannot let the model choose tools ({answer.message}). Start vLLM with "
         f"{AUTO_TOOL_FLAGS} (gemma4 for Gemma 4, hermes for Qwen2.5, qwen3_coder for "
         "Qwen3-Coder); in a brain profile set enable_auto_tool_choice: true and "
