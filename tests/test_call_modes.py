@@ -25,6 +25,7 @@ from pilot_harness import (
 )
 from pilot_harness import write_workflow as harness_workflow
 
+from brain.bench.replay.files import load_replay
 from brain.sim.config import SimConfig
 from brain.sim.policy import SimChatRequest, SimTurn
 from brain.sim.script_policy import ScriptPolicy
@@ -32,6 +33,7 @@ from brain.sim.server import running_sim
 from pilot import events as ev
 from pilot.agent import call_modes
 from pilot.errors import WorkflowError
+from pilot.front.replay_export import export_run, write_replay
 from pilot.model.errors import SAME_500_LIMIT
 from pilot.store.event_store import EventStore
 from pilot.workflow import load_workflow
@@ -236,6 +238,34 @@ def test_auto_moves_to_text_when_calls_only_ever_come_as_text(tmp_path: Path) ->
     assert len(text) == 1 and text[0].counts["text"] == switch and "native" not in text[0].counts
     assert answers(events) == ["text"] * switch + ["none", "forced", "text"]
     assert ("code", "block", "pilot") in chosen(events), "in text mode code travels as blocks"
+
+
+def test_replay_export_rebuilds_each_request_as_its_call_mode_sent_it(tmp_path: Path) -> None:
+    """``pilot replay-export`` (for ``brain bench --replay``) gives, request by request, what
+    the server received: native with tools, then text mode's syntax and text history and no
+    tools, and the one forced request's tools and ``tool_choice``."""
+    read = '```json\n{"name": "read_file", "arguments": {"path": "calc.py"}}\n```'
+    turns = [{"content": read}] * call_modes.TEXT_SWITCH_AFTER + [
+        {"content": "The bug is in add."},
+        {"tool_calls": [call("replace_definition", code=FIXED)]},
+        {"content": '```json\n{"name": "finish", "arguments": {"summary": "Fixed calc.py."}}\n```'},
+    ]
+    outcome, policy, _ = run_turns(tmp_path, turns, None)
+    assert outcome.status == "succeeded", outcome.reason
+    path = tmp_path / "replay.jsonl"
+    write_replay(export_run(EventStore(f"sqlite:///{tmp_path / 'm.db'}"), outcome.run_id), path)
+    replayed = [r for r in load_replay(path).requests if r.kind == "step"]
+    assert len(replayed) == len(policy.requests)
+
+    def strip(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+    for got, sent in zip(replayed, policy.requests, strict=True):
+        assert strip(got.messages) == sent.message_dicts()
+        assert (got.tools is None) == (sent.tools is None)
+        if sent.tools is not None:
+            assert got.tool_choice == sent.tool_choice
+    assert [r.tool_choice for r in replayed if r.tools] == ["auto"] * 3 + ["required"]
 
 
 def test_auto_stops_forcing_a_server_that_refuses_it(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import ast
 import json
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -427,6 +428,46 @@ def answer_fields(reading: Any, asking: Ask) -> dict[str, Any]:
         "code_json_unparsed": bad,
         "code_block": blocks,
     }
+
+
+@dataclass(frozen=True)
+class Shaped:
+    """A request's messages and tools as one ``Ask`` sends them."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    tool_choice: str | dict[str, Any] | None
+
+
+def shape_request(
+    history: list[dict[str, Any]],
+    schemas: list[dict[str, Any]] | None,
+    asking: Ask | None,
+    tactics: Any,
+    *,
+    text_mode: bool,
+    as_sent: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+) -> Shaped:
+    """What a request sends under ``asking``: the tools or none (code arguments optional where
+    code travels as blocks), the history as text where the model writes its calls so
+    (``text_mode``) or the mode sends no tools, the syntax the mode needs added to the system
+    prompt. The loop and ``pilot replay-export`` both build requests here. ``tactics``:
+    ``pilot.agent.seams.Tactics``; ``as_sent``: the messages as the wire gets them (images)."""
+    tools = schemas
+    if asking is not None and not asking.send_tools:
+        tools = None
+    elif tools and asking is not None and asking.code_blocks:
+        tools = optional_code(tools)
+    if asking is not None and asking.text_history:
+        history = tactics.as_text_turns(history, every=True)
+    elif text_mode:
+        history = tactics.as_text_turns(history)
+    messages = as_sent(history) if as_sent is not None else history
+    if asking is not None and schemas and (asking.syntax or asking.code_blocks):
+        told = tactics.call_syntax(schemas, text=asking.syntax, code_blocks=asking.code_blocks)
+        messages = with_system(messages, told)
+    choice = asking.tool_choice if asking is not None and tools else None
+    return Shaped(messages, tools, choice)
 
 
 def with_system(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:

@@ -240,26 +240,18 @@ class AgentLoop:
         for choice in call_modes.due_choices(state.call_book, model, setting):
             self.emit(choice, commit=False)
         asking = call_modes.ask(state.call_book, model, setting, phase.tools)
-        schemas = self.tools.schemas(phase.tools) or None
-        tools = schemas
-        if asking is not None and not asking.send_tools:
-            tools = None
-        elif tools and asking is not None and asking.code_blocks:
-            tools = call_modes.optional_code(tools)
+        shaped = call_modes.shape_request(
+            state.messages,
+            self.tools.schemas(phase.tools) or None,
+            asking,
+            self.tactics,
+            text_mode=self.text_mode(),
+            as_sent=self.request_messages,
+        )
+        messages, tools = shaped.messages, shaped.tools
         count: PromptCount | None = None
         max_tokens = self.plan.model.max_tokens
         budget = window.budget()
-        history = state.messages
-        if asking is not None and asking.text_history:
-            history = self.tactics.as_text_turns(history, every=True)
-        elif self.text_mode():
-            history = self.tactics.as_text_turns(history)
-        messages = self.request_messages(history)
-        if asking is not None and schemas and (asking.syntax or asking.code_blocks):
-            told = self.tactics.call_syntax(
-                schemas, text=asking.syntax, code_blocks=asking.code_blocks
-            )
-            messages = call_modes.with_system(messages, told)
         if budget is not None:
             count = await window.fits_without_counting(budget, model, messages, tools)
             if count is not None:
@@ -295,7 +287,7 @@ class AgentLoop:
             model=model,
             messages=messages,
             tools=tools,
-            tool_choice=asking.tool_choice if asking is not None and tools else None,
+            tool_choice=shaped.tool_choice,
             **sampling,
             max_tokens=max_tokens,
             extra_body=self.plan.model.extra_body,

@@ -2,12 +2,13 @@
 
 The store keeps events, not request bodies, so the requests are rebuilt the way the loop built
 them: the events are folded in order and, at each ``model_request``, the folded messages are
-the prompt the pilot sent (with the phase's tool schemas); at each ``compaction`` whose summary
-the model wrote (runs recorded before summaries were built from the events, which send no
-request) the summary request is rebuilt from the replaced turns with
-:func:`pilot.agent.compaction.summary_request`. The
-answer's recorded length (``usage.completion_tokens``) becomes the replayed ``max_tokens``, and
-the time between an answer and the next request (tools, checks, the pilot) the think time.
+shaped as the loop shaped them (``pilot.agent.call_modes.shape_request``: the call mode in
+force then, its tools or none, the history as text, the syntax it adds); at each
+``compaction`` whose summary the model wrote (runs recorded before summaries were built from
+the events, which send no request) the summary request is rebuilt from the replaced turns with
+:func:`pilot.agent.compaction.summary_request`. The answer's recorded length
+(``usage.completion_tokens``) becomes the replayed ``max_tokens``, and the time between an
+answer and the next request (tools, checks, the pilot) the think time.
 
 The file is JSONL (gzip when its name ends in ``.gz``): every distinct message once, and each
 request as spans of message ids, so a 200-step run is not 200 copies of its history. The format
@@ -18,8 +19,10 @@ is written and read without ``pilot`` on the reading side (``brain`` never impor
 * ``{"type": "msg", "id": 7, "m": {...}}``: a message as sent;
 * ``{"type": "req", "n": 0, "kind": "step"|"summary", "step": 1, "spans": [[0, 3]],
   "tools": 0, "max_tokens": 2048, "out": 57, "prompt": 912, "think": 0.012}``: ``spans`` are
-  half-open id ranges, concatenated; ``out`` the answer's recorded tokens, ``prompt`` the
-  prompt tokens the server counted then, ``think`` seconds before this request was sent.
+  half-open id ranges, concatenated; ``choice`` (only when not ``auto``) the request's
+  ``tool_choice`` (a forced answer: ``required`` or the named form); ``out`` the answer's
+  recorded tokens, ``prompt`` the prompt tokens the server counted then, ``think`` seconds
+  before this request was sent.
 """
 
 from __future__ import annotations
@@ -97,10 +100,12 @@ class _Writer:
 def export_run(store: EventStore, run_id: str, *, source: str = "") -> list[dict[str, Any]]:
     """The replay lines of one stored run (see the module docstring for the format)."""
     from pilot import events as ev
+    from pilot.agent import call_modes
     from pilot.agent.compaction import summary_request
     from pilot.agent.context import SUMMARY_MAX_TOKENS, Budget
     from pilot.agent.state import RunState
     from pilot.run.launch import load_stored
+    from pilot.tactics.small_models import SmallModelTactics
     from tools.registry import default_registry
 
     record = store.find_run(run_id)
@@ -113,19 +118,36 @@ def export_run(store: EventStore, run_id: str, *, source: str = "") -> list[dict
     answered_at: Any = None
     phase_prompt = ""
     compactions = 0
+    tactics = SmallModelTactics()  # the runner's own
+    text_mode = False  # sticky, as the loop's: once a call came as text
     for event in store.load_events(record.id):
         compactions += isinstance(event, ev.Compaction)
         if isinstance(event, ev.PhaseStarted):
             phase_prompt = event.prompt
         elif isinstance(event, ev.ModelRequest):
             phase = state.phase.index if state.phase is not None else 0
-            tools = registry.openai_tools(workflow.phase_tools(phase)) or None
+            names = workflow.phase_tools(phase)
+            history = state.messages[: event.messages]
+            model = state.model or workflow.model.name
+            text_mode = text_mode or tactics.writes_calls_as_text(history)
+            shaped = call_modes.shape_request(
+                history,
+                registry.openai_tools(names) or None,
+                call_modes.ask(state.call_book, model, workflow.model.tool_calls, names),
+                tactics,
+                text_mode=text_mode,
+            )
             think = (event.at - answered_at).total_seconds() if answered_at is not None else 0.0
             last = out.request(
                 kind="step",
                 step=event.step,
-                spans=_spans(out.message_ids(state.messages[: event.messages])),
-                tools=out.tools_id(tools),
+                spans=_spans(out.message_ids(shaped.messages)),
+                tools=out.tools_id(shaped.tools),
+                **(
+                    {"choice": shaped.tool_choice}
+                    if shaped.tool_choice not in (None, "auto")
+                    else {}
+                ),
                 max_tokens=event.max_tokens,
                 out=None,
                 prompt=None,

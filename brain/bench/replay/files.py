@@ -29,6 +29,9 @@ class ReplayRequest(BaseModel):
     step: int = 0
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    """How the request asked for calls (``required`` or a named function when the run forced
+    them); files written before it was recorded say nothing: ``auto``."""
     max_tokens: int | None = None
     out: int | None = None
     """The recorded answer's tokens (None when the server sent no usage)."""
@@ -98,6 +101,7 @@ def load_replay(path: Path) -> ReplayRun:
                         step=int(line.get("step") or 0),
                         messages=resolved,
                         tools=tools[int(tool_id)] if tool_id is not None else None,
+                        tool_choice=line.get("choice") or "auto",
                         max_tokens=line.get("max_tokens"),
                         out=line.get("out"),
                         prompt=line.get("prompt"),

@@ -105,7 +105,7 @@ def request_body(
     }
     if request.tools:
         body["tools"] = request.tools
-        body["tool_choice"] = "auto"
+        body["tool_choice"] = request.tool_choice
     if config.ignore_eos:
         body["ignore_eos"] = True
     return body
