@@ -248,3 +248,35 @@ def test_a_method_written_with_its_class_indentation_is_a_call() -> None:
     [(name, arguments)] = extract_text_tool_calls(content, DEFINITION_SCHEMAS).calls
     assert name == "replace_definition"
     assert arguments["code"].startswith("def popitem(self):\n    if not self.items:")
+
+
+def test_code_as_a_python_triple_quoted_string_in_json_is_taken_with_its_docstring() -> None:
+    """Qwen2.5-Coder-1.5B (llama.cpp, the task suite, 2026-12-07) and the 0.5B on the GPU
+    wrote a call's code as a Python triple-quoted string inside the JSON, docstring included:
+    the value ends at the triple quote before the next key, not at the docstring's."""
+    content = (
+        '```json\n{\n    "name": "replace_definition",\n    "arguments": {\n'
+        '        "code": """\n            def ordinal(number: int) -> str:\n'
+        '                """\n                Return the suffix.\n\n'
+        "                    >>> ordinal(1)\n                    'st'\n"
+        '                """\n                number = abs(int(number))\n'
+        "                if number % 100 in (11, 12, 13):\n"
+        '                    return "th"\n                return {1: "st"}.get(number % 10, "th")\n'
+        '        """,\n        "path": "inflection/__init__.py",\n        "line": 204\n    }\n}\n```'
+    )
+    schemas = {
+        t["function"]["name"]: t["function"]["parameters"]
+        for t in REGISTRY.openai_tools(["replace_definition", "finish"])
+    }
+    result = extract_text_tool_calls(content, schemas)
+    [(name, arguments)] = result.calls
+    assert name == "replace_definition" and arguments["path"] == "inflection/__init__.py"
+    code = arguments["code"]
+    assert code.startswith('def ordinal(number: int) -> str:\n    """\n    Return the suffix.')
+    assert code.endswith('return {1: "st"}.get(number % 10, "th")')
+    compile(code, "<code>", "exec")
+    # a JSON string holding an escaped docstring is left as it is
+    plain = '{"name": "finish", "arguments": {"summary": "kept \\"\\"\\"as is\\"\\"\\""}}'
+    assert extract_text_tool_calls(plain, schemas).calls == [
+        ("finish", {"summary": 'kept """as is"""'})
+    ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +103,38 @@ def _strip_fences(text: str) -> str:
     if m:
         return text[m.end() :].strip()
     return text
+
+
+_TRIPLE_OPEN_RE = re.compile(r"(?<=:)\s*(?<!\\)(\"\"\"|''')")
+_TRIPLE_CLOSE_AFTER = r"(?=\s*(?:,\s*[\"']?\w+[\"']?\s*:|[}\]]|$))"
+
+
+def _triple_quoted_strings(text: str) -> str:
+    """A value written as a Python triple-quoted string (code in JSON, as small models write
+    it) as a JSON string. The value ends at the triple quote followed by the next key or a
+    closer, so the code's own docstring stays inside it."""
+    out: list[str] = []
+    pos = 0
+    while (opened := _TRIPLE_OPEN_RE.search(text, pos)) is not None:
+        quote = opened.group(1)
+        closer = re.compile(re.escape(quote) + _TRIPLE_CLOSE_AFTER)
+        closed = closer.search(text, opened.end())
+        if closed is None:
+            break
+        value = _block_value(text[opened.end() : closed.start()])
+        out += [text[pos : opened.start(1)], json.dumps(value, ensure_ascii=False)]
+        pos = closed.end()
+    return "".join(out) + text[pos:] if out else text
+
+
+def _block_value(content: str) -> str:
+    """A triple-quoted value's text: its blank edge lines dropped, dedented."""
+    lines = content.split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return textwrap.dedent("\n".join(lines)).strip()
 
 
 _GEMMA_PAIR_RE = re.compile(r'"?<\|"\|>(.*?)<\|"\|>"?', re.DOTALL)
@@ -221,6 +254,7 @@ def _balance(text: str) -> str:
 
 _REPAIRS: list[tuple[str, Callable[[str], str]]] = [
     ("code fence removed", _strip_fences),
+    ("Python triple-quoted strings converted to JSON strings", _triple_quoted_strings),
     ('Gemma <|"|> string delimiters replaced by quotes', _strip_gemma_delimiters),
     ("trailing commas removed", _strip_trailing_commas),
     ("single quotes replaced by double quotes", _single_to_double_quotes),
