@@ -262,7 +262,8 @@ def test_code_as_a_python_triple_quoted_string_in_json_is_taken_with_its_docstri
         '                """\n                number = abs(int(number))\n'
         "                if number % 100 in (11, 12, 13):\n"
         '                    return "th"\n                return {1: "st"}.get(number % 10, "th")\n'
-        '        """,\n        "path": "inflection/__init__.py",\n        "line": 204\n    }\n}\n```'
+        '        """,\n        "path": "inflection/__init__.py",\n'
+        '        "line": 204\n    }\n}\n```'
     )
     schemas = {
         t["function"]["name"]: t["function"]["parameters"]
