@@ -281,3 +281,22 @@ def test_code_as_a_python_triple_quoted_string_in_json_is_taken_with_its_docstri
     assert extract_text_tool_calls(plain, schemas).calls == [
         ("finish", {"summary": 'kept """as is"""'})
     ]
+
+
+@pytest.mark.parametrize("finish_first", [False, True])
+def test_a_fix_shown_as_a_block_beside_finish_is_run_before_the_finish(finish_first: bool) -> None:
+    """The 1.5B (llama.cpp, 2026-12-07) answered with its rewritten function as a Python block
+    and a finish call: the block is the edit, run first, so the check judges it."""
+    block = '```python\ndef ordinal(number):\n    return "th"\n```'
+    finish = '```json\n{"name": "finish", "arguments": {"summary": "Fixed ordinal."}}\n```'
+    content = f"{finish}\n\n{block}" if finish_first else f"Here is the fix:\n{block}\n{finish}"
+    schemas = {
+        t["function"]["name"]: t["function"]["parameters"]
+        for t in REGISTRY.openai_tools(["replace_definition", "finish"])
+    }
+    result = extract_text_tool_calls(content, schemas)
+    assert [name for name, _ in result.calls] == ["replace_definition", "finish"]
+    assert result.calls[0][1]["code"].startswith("def ordinal(number):")
+    # without the tool the block stays text
+    alone = {"finish": schemas["finish"]}
+    assert [name for name, _ in extract_text_tool_calls(content, alone).calls] == ["finish"]

@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pilot.agent.call_modes import CODE_ARGUMENTS, optional_code
-
-_BLOCK_RE = re.compile(r"```([\w+-]*)[^\S\n]*\n(.*?)\n?[^\S\n]*```", re.DOTALL)
+from pilot.tactics.dialects import FENCE_RE
 
 
 def _is_json_call(language: str, body: str) -> bool:
@@ -37,7 +36,7 @@ def code_block(content: str) -> tuple[str, str] | None:
     """The one fenced block of ``content`` that is not a JSON call, and the text without it;
     None when there is none or more than one."""
     blocks = [
-        m for m in _BLOCK_RE.finditer(content or "") if not _is_json_call(m.group(1), m.group(2))
+        m for m in FENCE_RE.finditer(content or "") if not _is_json_call(m.group(1), m.group(2))
     ]
     if len(blocks) != 1:
         return None

@@ -52,7 +52,9 @@ _GEMMA_CALL_RE = re.compile(r"<\|tool_call>\s*(call)?\s*:\s*([\w\-.]+)\s*\{")
 _GEMMA_END = "<tool_call|>"
 _QWEN_XML_FUNC_RE = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", re.DOTALL)
 _QWEN_XML_PARAM_RE = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|$)", re.DOTALL)
-_FENCED_BLOCK_RE = re.compile(r"```[\w+-]*[^\S\n]*\n(.*?)\n?[^\S\n]*```", re.DOTALL)
+FENCE_RE = re.compile(r"```([\w+-]*)[^\S\n]*\n(.*?)\n?[^\S\n]*```", re.DOTALL)
+"""A fenced block: its language and body. Scanned with ``finditer``, each match consumes its
+closing fence, so a block's close is never taken for the next block's opening."""
 
 
 @dataclass
@@ -253,15 +255,15 @@ def _find_gemma(content: str, known: _Tools) -> list[_Found]:
 
 def _find_fenced(content: str, known: _Tools) -> list[_Found]:
     found: list[_Found] = []
-    for m in _FENCED_BLOCK_RE.finditer(content):
-        parsed = _calls_from_json_text(m.group(1), known, where="a fenced code block")
+    for m in FENCE_RE.finditer(content):
+        parsed = _calls_from_json_text(m.group(2), known, where="a fenced code block")
         if parsed:
             found.append(_Found(m.start(), m.end(), *parsed))
     return found
 
 
 DEFINITION_TOOL = ReplaceDefinition.name
-_PYTHON_FENCE_RE = re.compile(r"```(python|py|python3)?[^\S\n]*\n(.*?)\n?[^\S\n]*```", re.DOTALL)
+_PYTHON_LANGUAGES = ("", "python", "py", "python3")
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -340,7 +342,9 @@ def _find_definition(content: str, known: _Tools) -> list[_Found]:
     if DEFINITION_TOOL not in known:
         return []
     blocks = []
-    for m in _PYTHON_FENCE_RE.finditer(content):
+    for m in FENCE_RE.finditer(content):
+        if m.group(1).lower() not in _PYTHON_LANGUAGES:
+            continue
         parsed = _block_definition(m.group(2))
         if parsed is not None:
             blocks.append((m, parsed))
@@ -466,7 +470,9 @@ def extract_text_tool_calls(
     template always do). Recognised: Hermes/Qwen ``<tool_call>{...}</tool_call>`` (and
     Qwen3-Coder's ``<function=...>`` XML inside it), Gemma 4 ``<|tool_call>call:name{...}``,
     fenced code blocks, bare JSON ``{"name": ..., "arguments"|"parameters": {...}}`` or a list
-    of them, and a tool's name followed by its arguments object. Only names of
+    of them, and a tool's name followed by its arguments object; a fenced Python block
+    defining one function, as a ``replace_definition``, when it is the answer's only call or
+    stands beside ``finish`` (then before it). Only names of
     ``known_tools`` count (or one unique close spelling of one); anything else stays in
     ``remaining_content`` untouched.
 
@@ -491,9 +497,13 @@ def extract_text_tool_calls(
             found.append(f)
     if not found:
         found = _find_definition(content, known)
+    elif all(name == "finish" for f in found for name, _ in f.calls):
+        # The fix shown as a block beside finish: the block is the edit the answer reports,
+        # run before the finish (a block identical to the code is refused, the finish with it).
+        found += [f for f in _find_definition(content, known) if not _overlaps(f, found)]
     if not found:
         return TextCallsResult([], content, [], known.unknown, known.errors)
-    found.sort(key=lambda f: f.start)
+    found.sort(key=lambda f: (f.calls[0][0] == "finish", f.start) if f.calls else (False, f.start))
     pieces: list[str] = []
     pos = 0
     calls: list[tuple[str, dict[str, Any]]] = []
