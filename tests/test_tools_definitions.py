@@ -312,3 +312,19 @@ def test_a_qualified_name_the_file_lacks_is_refused_with_what_it_has(
     bad = call(ctx, code="def popitem(self):\n    return 0\n", qualified_name="LRU Cache")
     assert bad.is_error and "not a qualified name" in bad.output, bad.output
     assert caches.read_text() == CACHES
+
+
+def test_a_new_method_with_no_class_named_is_refused_not_added_at_module_level(
+    ctx: ToolContext, caches: Path
+) -> None:
+    """Qwen2.5-Coder-1.5B (2026-12-07) wrote `def __popitem(self)` for cachetools: added at
+    the module's end it fixed nothing and broke nothing the check could see."""
+    before = caches.read_text()
+    result = call(ctx, code="def __popitem(self):\n    return None\n", path="pkg/caches.py")
+    assert result.is_error
+    assert "__popitem takes self or cls first: it is a method" in result.output
+    assert "LRUCache" in result.output and "FIFOCache" in result.output
+    assert caches.read_text() == before
+    # with its class named it goes into that class
+    added = call(ctx, code="def __popitem(self):\n    return None\n", qualified_name="LRUCache")
+    assert added.output.startswith("Added function LRUCache.__popitem"), added.output

@@ -376,6 +376,17 @@ class ReplaceDefinition:
             verb = "Added"
             if last <= at:
                 at += len(body)
+        elif new.method:
+            # A def taking self added at module level is never what was meant.
+            classes = [d.name for d in definitions if isinstance(d.node, ast.ClassDef)]
+            shown = ", ".join(classes[:8]) + (", ..." if len(classes) > 8 else "")
+            where = f"the classes of {rel}: {shown}" if classes else f"{rel} defines no class"
+            raise ToolError(
+                f"{new.name} takes self or cls first: it is a method, and no {new.name} is "
+                f"defined in {rel}; nothing was changed. Give "
+                f'qualified_name="Class.{new.name}" with its class, or write it inside its '
+                f"class line, or use the name of the method you mean ({where})."
+            )
         else:
             qualified = new.name
             while lines and not lines[-1].strip():
