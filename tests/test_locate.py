@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pilot.tactics.locate import (
     called_as_method,
     definition_block,
@@ -15,6 +17,9 @@ from pilot.tactics.locate import (
     first_hit,
     focus,
     frame_hit,
+    method_hit,
+    method_search,
+    prompt_names,
 )
 
 MODULE = '''def double(x):
@@ -137,3 +142,32 @@ def test_a_method_several_classes_define_is_taken_where_the_failure_ran(tmp_path
     block = definition_block(sh("sed -n '13,53p' pkg/caches.py", tmp_path))
     assert 'raise KeyError("empty")' in block
     assert frame_hit("no traceback here", found) is None
+
+
+def test_the_prompt_names_definitions_in_backticks_and_as_class_dot_method() -> None:
+    prompt = (
+        "A full LRUCache evicts the wrong item. Fix `LRUCache.popitem` in src/x.py; add "
+        "`count_if(pred, seq)` beside `dasherize`, then Version.parse. Keep `test_peek` and "
+        "run `python -m pytest -q`; os.path stays."
+    )
+    assert prompt_names(prompt) == ["LRUCache.popitem", "count_if", "dasherize", "Version.parse"]
+
+
+def test_a_method_the_prompt_names_is_found_in_its_class_not_the_first_of_its_name(
+    tmp_path: Path,
+) -> None:
+    """grep meets FIFOCache.popitem first; the prompt names LRUCache.popitem, and with no
+    failure calling it (cachetools' tests fail in __getitem__), its class decides."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "caches.py").write_text(CACHES + "\n\nclass Other:\n    pass\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_caches.py").write_text(
+        "class LRUCache:\n    def popitem(self):\n        pass\n"
+    )
+    found = sh(method_search("LRUCache", "popitem"), tmp_path)
+    assert method_hit(found, "LRUCache", "popitem") == ("pkg/caches.py", 13)
+    assert method_hit(found, "FIFOCache", "popitem") == ("pkg/caches.py", 5)
+    assert method_hit(found, "Other", "popitem") is None
+    assert method_hit(found, "LRUCache", "clear") is None
+    with pytest.raises(ValueError):
+        method_search("LRU Cache", "popitem")

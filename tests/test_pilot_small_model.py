@@ -262,6 +262,33 @@ def test_locate_shows_the_function_a_failing_test_calls(tmp_path: Path, repo: Pa
     assert "VALUE" not in started.prompt
 
 
+def test_locate_shows_the_method_the_prompt_names_before_the_failures_callees(
+    tmp_path: Path, repo: Path
+) -> None:
+    """The prompt names `Stack.pop`; the failure's line calls only `size`, and another class
+    defines a pop first: the named class's method is shown first, then the callee."""
+    commit_calc(
+        repo,
+        "class Queue:\n    def pop(self):\n        return 0\n\n\n"
+        "class Stack:\n    def pop(self):\n        return self.items.pop(0)\n\n\n"
+        "def size(s):\n    return 0\n",
+    )
+    failing = "printf '>       assert size(s) == 1\\nE   assert 0 == 1\\n'; exit 1"
+    outcome, events = run_script(
+        tmp_path,
+        repo,
+        "locate-named",
+        [finish("seen")],
+        {"context": [failing], "locate": True, "prompt": "Fix `Stack.pop` in calc.py."},
+    )
+    assert outcome.status == "succeeded", outcome.reason
+    [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
+    named = "The code of Stack.pop (calc.py, line 7):\n```python\n    def pop(self):\n"
+    assert named in started.prompt
+    assert "return 0\n```" not in started.prompt.split("The code of size")[0], "not Queue's"
+    assert started.prompt.index("Stack.pop") < started.prompt.index("The code of size")
+
+
 def test_build_artefacts_alone_are_no_change(tmp_path: Path, repo: Path) -> None:
     subprocess.run(["git", "rm", "-q", ".gitignore"], cwd=repo, check=True)  # none, as in sdists
     subprocess.run(["git", "commit", "-qm", "no ignore"], cwd=repo, check=True, env=GIT_ENV)

@@ -1,8 +1,9 @@
 """Where a failure points: the functions named on a test run's failing lines.
 
 A phase with ``locate: true`` shows the model, before its first step, the source of the
-functions its ``context:`` commands' failures call (pytest's ``>`` lines, doctest's "Failed
-example:" lines), found by their ``def`` outside the tests. A small model that is told
+definitions its prompt names (``Class.method``, a name in backticks) and of the functions its
+``context:`` commands' failures call (pytest's ``>`` lines, doctest's "Failed example:"
+lines), found by their ``def`` outside the tests. A small model that is told
 "the tests fail" rarely reads the right code on its own; with the function in front of it,
 the fix is one edit away. Pure text functions: the loop runs the searches with its tools.
 """
@@ -72,6 +73,63 @@ def focus(names: list[str], prompt: str) -> list[str]:
     which function is at fault."""
     named = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}\b", prompt)]
     return named or names
+
+
+_BACKTICKED_RE = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)(?:\([^`]*\))?`")
+_QUALIFIED_RE = re.compile(r"(?<![\w.`])([A-Z]\w*)\.([A-Za-z_]\w*)\b(?![.(]?\w)")
+
+
+def prompt_names(prompt: str) -> list[str]:
+    """The definitions the phase's prompt names: ``Class.method`` written anywhere, and a
+    name between backticks (with or without its arguments), in order. What the user names is
+    what they want looked at; a name the workspace does not define is dropped by the search."""
+    found: list[tuple[int, str]] = []
+    for m in _BACKTICKED_RE.finditer(prompt):
+        found.append((m.start(), m.group(1)))
+    for m in _QUALIFIED_RE.finditer(prompt):
+        found.append((m.start(), f"{m.group(1)}.{m.group(2)}"))
+    names: list[str] = []
+    for _, name in sorted(found):
+        if name.rpartition(".")[2].startswith("test") or name in names:
+            continue
+        names.append(name)
+    return names
+
+
+def method_search(cls: str, name: str) -> str:
+    """The shell command listing every ``class`` line and each ``def name(`` in the
+    workspace's Python files outside the tests, for :func:`method_hit`."""
+    for part in (cls, name):
+        if not re.fullmatch(r"[A-Za-z_]\w*", part):
+            raise ValueError(f"not a Python name: {part!r}")
+    return (
+        "grep -rnE --include='*.py' '^[[:space:]]*(class[[:space:]]+[A-Za-z_]"
+        f"|(async[[:space:]]+)?def[[:space:]]+{name}[[:space:]]*\\()' ."
+        " | grep -v -e '/tests\\?/' -e '/test_' | head -400"
+    )
+
+
+def method_hit(grep_output: str, cls: str, name: str) -> tuple[str, int] | None:
+    """(path, line) of ``def name`` inside ``class cls`` from :func:`method_search`'s output:
+    the def whose nearest class line above it, less indented, in the same file, is ``cls``."""
+    classes: list[tuple[str, int, int, str]] = []
+    defs: list[tuple[str, int, int]] = []
+    for line in grep_output.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[1].isdigit():
+            continue
+        path, number, text = parts[0].removeprefix("./"), int(parts[1]), parts[2]
+        indent = len(text) - len(text.lstrip())
+        head = re.match(r"\s*class\s+([A-Za-z_]\w*)", text)
+        if head:
+            classes.append((path, number, indent, head.group(1)))
+        elif re.match(rf"\s*(async\s+)?def\s+{re.escape(name)}\s*\(", text):
+            defs.append((path, number, indent))
+    for path, number, indent in defs:
+        around = [c for c in classes if c[0] == path and c[1] < number and c[2] < indent]
+        if around and max(around, key=lambda c: c[1])[3] == cls:
+            return path, number
+    return None
 
 
 def definition_search(name: str) -> str:

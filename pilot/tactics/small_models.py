@@ -198,14 +198,24 @@ class SmallModelTactics:
     async def code_to_show(
         self, output: str, prompt: str, tools: list[str], run: RunCommand
     ) -> tuple[list[str], list[str]]:
-        """The source of each function the failures in ``output`` call (``locate``), those
-        the phase's prompt names when it names any; and what to say after the task."""
+        """The source of the definitions the phase's prompt names, then of the functions the
+        failures in ``output`` call (``locate``; those the prompt mentions when it mentions
+        any); and what to say after the task."""
         sections = []
-        for k, name in enumerate(locate.focus(locate.failing_names(output), prompt)):
-            found = await run(locate.definition_search(name), 60, f"locate-{k}")
-            hit = locate.frame_hit(output, found.output) or locate.first_hit(
-                found.output, method=locate.called_as_method(output, name)
-            )
+        named = locate.prompt_names(prompt)
+        failing = locate.focus(locate.failing_names(output), prompt)
+        bare = {n.rpartition(".")[2] for n in named}
+        names = (named + [n for n in failing if n not in bare])[: locate.MAX_NAMES]
+        for k, name in enumerate(names):
+            cls, _, short = name.rpartition(".")
+            if cls:
+                found = await run(locate.method_search(cls, short), 60, f"locate-{k}")
+                hit = locate.method_hit(found.output, cls, short)
+            else:
+                found = await run(locate.definition_search(name), 60, f"locate-{k}")
+                hit = locate.frame_hit(output, found.output) or locate.first_hit(
+                    found.output, method=locate.called_as_method(output, name)
+                )
             if hit is None:
                 continue
             path, line = hit
