@@ -15,7 +15,7 @@ from pilot_harness import call, make_repo, run_in_process, write_script, write_w
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
-from pilot.agent.evidence import PhaseFacts, change_guard, files_named, judge
+from pilot.agent.evidence import PhaseFacts, change_guard, files_named, judge, prose_test_files
 from pilot.store.event_store import EventStore
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -43,6 +43,15 @@ FEATURE = {
     "check_after_edit": True,
     "max_attempts": 2,
 }
+FEATURE_WITH_TEST = {
+    **FEATURE,
+    "prompt": "Add mul(a, b) to calc/__init__.py. Add a test of it to tests/test_calc.py. "
+    "Test command: `pytest -q tests/test_calc.py`.",
+}
+MUL = "def mul(a, b):\n    return a * b\n\n\ndef sub(a, b):"
+MUL_WITH_DOCTEST = (
+    'def mul(a, b):\n    """>>> mul(2, 3)\n    6\n    """\n    return a * b\n\n\ndef sub(a, b):'
+)
 SURVEY = {
     "name": "survey",
     "prompt": "Survey the package and name its modules.",
@@ -166,6 +175,26 @@ CASES: dict[str, tuple[dict[str, Any], str, list[dict[str, Any]]]] = {
             {"tool_calls": [call("finish", summary="Tests pass in tests/test_calc.py.")]},
         ],
     ),
+    # The 1.5B on inflection-feature-separator (2026-12-07): the feature and a doctest, no
+    # test in the test file the task named; the check passed from the start.
+    "feature_without_the_test_the_task_names": (
+        FEATURE_WITH_TEST,
+        FIXED,
+        [
+            {
+                "tool_calls": [
+                    call(
+                        "edit_file",
+                        path="calc/__init__.py",
+                        old="def sub(a, b):",
+                        new=MUL_WITH_DOCTEST,
+                    )
+                ]
+            },
+            {"tool_calls": [call("finish", summary="Added mul to calc/__init__.py.")]},
+            {"tool_calls": [call("finish", summary="Added mul to calc/__init__.py.")]},
+        ],
+    ),
     "survey_that_read_nothing": (
         SURVEY,
         BUGGY,
@@ -204,6 +233,25 @@ CONTROLS: dict[str, tuple[dict[str, Any], str, list[dict[str, Any]]]] = {
                 ]
             },
             {"tool_calls": [call("finish", summary="Added mul to calc/__init__.py.")]},
+        ],
+    ),
+    "a_real_feature_with_its_test": (
+        FEATURE_WITH_TEST,
+        FIXED,
+        [
+            {
+                "tool_calls": [
+                    call("edit_file", path="calc/__init__.py", old="def sub(a, b):", new=MUL),
+                    call(
+                        "edit_file",
+                        path="tests/test_calc.py",
+                        old="from calc import add, sub",
+                        new="from calc import add, mul, sub\n\n\ndef test_mul():\n"
+                        "    assert mul(2, 3) == 6",
+                    ),
+                ]
+            },
+            {"tool_calls": [call("finish", summary="Added mul and test_mul.")]},
         ],
     ),
     "a_real_survey": (
@@ -324,3 +372,13 @@ def test_show_and_the_report_list_each_phases_evidence(tmp_path: Path) -> None:
     markdown = render_markdown(report)
     assert "### Evidence" in markdown and "changed: calc/__init__.py" in markdown
     assert "check failed before any change" in render_html(report)
+
+
+def test_the_test_files_a_prompt_names_are_those_outside_code_spans() -> None:
+    prompt = (
+        "Add `peek` to src/cachetools/__init__.py. Add a test method to tests/test_lru.py and "
+        "one to ./test_extra.py.\nRun `python -m pytest tests/test_other.py` and\n"
+        "```\npytest tests/test_block.py\n```"
+    )
+    assert prose_test_files(prompt) == ("tests/test_lru.py", "test_extra.py")
+    assert prose_test_files("Refactor calc.py; run `pytest -q tests/test_calc.py`.") == ()

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from pilot import events as ev
 from pilot.agent.endings import end_phase
-from pilot.agent.evidence import PhaseFacts, Verdict, judge
+from pilot.agent.evidence import PhaseFacts, Verdict, judge, prose_test_files
 from pilot.agent.seams import EventSink, ToolExecutor, WorkspaceOps
 from pilot.agent.state import PhaseProgress, RunState
 from pilot.workflow.plan import PhasePlan
@@ -106,6 +106,7 @@ def facts_of(checks: Checks, phase: PhasePlan, *, check_passed: bool) -> PhaseFa
         diff=diff,
         files_read=tuple(state.files_read),
         survey=is_survey(checks.tools, phase),
+        named_tests=prose_test_files(phase.prompt),
     )
 
 

@@ -8,7 +8,8 @@ word alone (``workflows/README.md``, "When a phase succeeds"):
 - **A phase with a check** needs a change to the workspace and the check passing on it. When
   the check failed before any change (its ``check_baseline``), that is enough: failed before,
   passes after. When it passed from the start, passing proves nothing, so the model's
-  ``finish`` is needed too (``check_after_edit`` does not end such a phase).
+  ``finish`` is needed too (``check_after_edit`` does not end such a phase), and every test
+  file the phase's prompt names outside code spans must be among the changed files.
 - **A phase with ``require_change`` and no check** needs a change and the model's finish.
 - **A survey** (a phase whose tools change nothing and can read) needs the model's finish
   with a summary that names a file the run read (or changed).
@@ -26,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+
+from tools.definitions import is_test_path
 
 SKIP_MARKERS = (
     "pytest.mark.skip",
@@ -61,6 +64,8 @@ class PhaseFacts:
     """Files the run read or changed, as the calls named them."""
     survey: bool = False
     """The phase's tools change nothing and can read: its work is its summary."""
+    named_tests: tuple[str, ...] = ()
+    """Test files the phase's prompt names in its prose (:func:`prose_test_files`)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,19 @@ def judge(facts: PhaseFacts) -> Verdict:
         if not facts.check_passed:
             return Verdict(False, rule, items, "the check does not pass")
         items.append("check passes after the change")
+        if facts.baseline_passed:
+            left = [t for t in facts.named_tests if t not in files]
+            if left:
+                return Verdict(
+                    False,
+                    rule,
+                    items,
+                    f"the task names {', '.join(left)}, and the change leaves it as it was: the "
+                    "check passed before any change, so it cannot show the work is done; the "
+                    "test the task asks for there can",
+                )
+            if facts.named_tests:
+                items.append(f"named tests changed: {', '.join(facts.named_tests)}")
         if facts.baseline_passed is not False and not facts.finish_called:
             return Verdict(
                 False,
@@ -149,6 +167,23 @@ def files_named(summary: str, files: tuple[str, ...] | list[str]) -> list[str]:
         if clean in summary or ("." in name and re.search(rf"\b{re.escape(name)}\b", summary)):
             named.append(clean)
     return named
+
+
+_CODE_SPAN = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+_PY_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.py)\b")
+
+
+def prose_test_files(prompt: str) -> tuple[str, ...]:
+    """The test files a phase's prompt names outside code spans ("Add a test of it to
+    test_x.py"): the change the phase asks for includes them. A path inside backticks is a
+    command's argument (the test run), not a file to change."""
+    prose = _CODE_SPAN.sub(" ", prompt)
+    found: list[str] = []
+    for m in _PY_PATH.finditer(prose):
+        path = m.group(1).removeprefix("./")
+        if is_test_path(path) and path not in found:
+            found.append(path)
+    return tuple(found)
 
 
 def changed_files(diff: str) -> list[str]:
