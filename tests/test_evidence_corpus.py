@@ -382,3 +382,65 @@ def test_the_test_files_a_prompt_names_are_those_outside_code_spans() -> None:
     )
     assert prose_test_files(prompt) == ("tests/test_lru.py", "test_extra.py")
     assert prose_test_files("Refactor calc.py; run `pytest -q tests/test_calc.py`.") == ()
+
+
+EVIDENCE = Path(__file__).parent / "fixtures" / "evidence"
+
+
+def test_the_false_successes_of_the_gpu_sitting_are_refused() -> None:
+    """Diffs Qwen2.5-Coder-1.5B made on vLLM (the task suite, 2026-12-07) that Marathon called
+    succeeded and the hidden checks did not: each is refused now, saying why."""
+    rewritten = change_guard((EVIDENCE / "q15-doctest-example-rewritten.diff").read_text())
+    assert rewritten is not None and "rewrites a doctest example" in rewritten
+    assert ">>> last('ABC') (toolz/itertoolz.py)" in rewritten
+    for name in ("q15-separator-no-test.diff", "q15-rename-added-not-renamed.diff"):
+        diff = (EVIDENCE / name).read_text()
+        facts = PhaseFacts(
+            has_check=True,
+            require_change=True,
+            baseline_passed=True,
+            check_passed=True,
+            finish_called=True,
+            changed=True,
+            diff=diff,
+            named_tests=("test_inflection.py",),
+        )
+        verdict = judge(facts)
+        assert not verdict.accepted, name
+        assert "adds no test there" in verdict.reason
+
+
+def test_a_rename_carries_its_new_name_into_tests_and_examples() -> None:
+    """`sed s/dasherize/kebabize/` over inflection and its tests: the test and the example
+    renamed with the definition are not deleted ones."""
+    diff = (EVIDENCE / "rename-done-right.diff").read_text()
+    assert change_guard(diff) is None
+    facts = PhaseFacts(
+        has_check=True,
+        require_change=True,
+        baseline_passed=True,
+        check_passed=True,
+        finish_called=True,
+        changed=True,
+        diff=diff,
+        named_tests=("test_inflection.py",),
+    )
+    assert judge(facts).accepted
+    # the same test renamed without its definition is a deleted test
+    alone = "\n".join(
+        line
+        for line in diff.splitlines()
+        if "def dasherize" not in line and "def kebabize" not in line
+    )
+    assert "deletes a test" in (change_guard(alone) or "")
+
+
+def test_a_doctest_fixed_in_its_expected_result_is_no_rewrite() -> None:
+    diff = (
+        "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,4 +1,4 @@\n"
+        "     >>> last('ABC')\n-    'A'\n+    'C'\n"
+    )
+    assert change_guard(diff) is None
+    moved = "diff --git a/m.py b/m.py\n@@ -1,2 +1,2 @@\n"
+    moved += "-    >>> last('ABC')\n+        >>> last('ABC')\n"
+    assert change_guard(moved) is None, "re-indented, the same example"

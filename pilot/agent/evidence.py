@@ -9,14 +9,15 @@ word alone (``workflows/README.md``, "When a phase succeeds"):
   the check failed before any change (its ``check_baseline``), that is enough: failed before,
   passes after. When it passed from the start, passing proves nothing, so the model's
   ``finish`` is needed too (``check_after_edit`` does not end such a phase), and every test
-  file the phase's prompt names outside code spans must be among the changed files.
+  file the phase's prompt names outside code spans must gain a test function or class.
 - **A phase with ``require_change`` and no check** needs a change and the model's finish.
 - **A survey** (a phase whose tools change nothing and can read) needs the model's finish
   with a summary that names a file the run read (or changed).
 - **Any other phase** (tools that may change files, and neither a check nor
   ``require_change``) needs the model's finish: give it a check for more.
-- **Never evidence:** no change where one is needed; a change that deletes or skips a test or
-  a doctest, or one that only touches comments (``change_guard``).
+- **Never evidence:** no change where one is needed; a change that deletes or skips a test,
+  deletes or rewrites a doctest example (a renamed definition may carry its new name into
+  them), or only touches comments (``change_guard``).
 
 The verdict is recorded as a ``phase_evidence`` event with the facts it rests on, so
 ``pilot show`` and the report say what each success stands on.
@@ -103,19 +104,19 @@ def judge(facts: PhaseFacts) -> Verdict:
         if not facts.check_passed:
             return Verdict(False, rule, items, "the check does not pass")
         items.append("check passes after the change")
-        if facts.baseline_passed:
-            left = [t for t in facts.named_tests if t not in files]
+        if facts.baseline_passed and facts.named_tests:
+            read = read_diff(facts.diff)
+            left = [t for t in facts.named_tests if not read.gains_a_test(t)]
             if left:
                 return Verdict(
                     False,
                     rule,
                     items,
-                    f"the task names {', '.join(left)}, and the change leaves it as it was: the "
-                    "check passed before any change, so it cannot show the work is done; the "
-                    "test the task asks for there can",
+                    f"the task names {', '.join(left)}, and the change adds no test there: the "
+                    "check passed before any change, so it cannot show the work is done; a "
+                    "test of the change, in that file, can",
                 )
-            if facts.named_tests:
-                items.append(f"named tests changed: {', '.join(facts.named_tests)}")
+            items.append(f"a test added to {', '.join(facts.named_tests)}")
         if facts.baseline_passed is not False and not facts.finish_called:
             return Verdict(
                 False,
@@ -197,13 +198,51 @@ def changed_files(diff: str) -> list[str]:
     return out
 
 
-def change_guard(diff: str) -> str | None:
-    """Why a change cannot count as the phase's work, or None: it deletes or skips a test or a
-    doctest, or every line it changes is a comment or blank."""
-    removed_tests: list[tuple[str, str]] = []
-    added_tests: set[str] = set()
-    removed_doctests = added_doctests = 0
-    code_lines = 0
+@dataclass
+class DiffFacts:
+    """What a unified diff does to tests, doctests and definitions (:func:`read_diff`)."""
+
+    removed_tests: list[tuple[str, str]] = field(default_factory=list)
+    """(name, path) of each ``def test_*`` / ``class Test*`` line removed."""
+    added_tests: dict[str, set[str]] = field(default_factory=dict)
+    """Per path, the test names added."""
+    removed_examples: list[tuple[str, str]] = field(default_factory=list)
+    """(example, path) of each doctest ``>>>`` line removed, stripped."""
+    added_examples: dict[str, set[str]] = field(default_factory=dict)
+    """Per path, the doctest ``>>>`` lines added, stripped."""
+    renames: list[tuple[str, str]] = field(default_factory=list)
+    """(old, new) for each definition whose ``def``/``class`` line lost one name and gained
+    another: a rename the whole change may carry into tests and examples."""
+    skipped: str | None = None
+    """The first added line that skips a test, with its path."""
+    code_lines: int = 0
+
+    def tests_added(self) -> set[str]:
+        return set().union(*self.added_tests.values()) if self.added_tests else set()
+
+    def examples_added(self) -> set[str]:
+        return set().union(*self.added_examples.values()) if self.added_examples else set()
+
+    def renamed(self, text: str, kept: set[str]) -> bool:
+        """Whether ``text`` (a removed test name or example) is in ``kept`` once a rename the
+        change made is applied to it."""
+        return any(old in text and text.replace(old, new) in kept for old, new in self.renames)
+
+    def gains_a_test(self, path: str) -> bool:
+        """Whether the test file ``path`` gains a test function or class it did not have (a
+        docstring example there is copied code, not a test the runner collects)."""
+        removed = {name for name, where in self.removed_tests if where == path}
+        return bool(self.added_tests.get(path, set()) - removed)
+
+
+_DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)")
+
+
+def read_diff(diff: str) -> DiffFacts:
+    """The tests, doctest examples and definitions a unified diff removes and adds."""
+    facts = DiffFacts()
+    removed_defs: list[str] = []
+    added_defs: list[str] = []
     path = ""
     for line in diff.splitlines():
         if line.startswith("diff --git"):
@@ -215,27 +254,62 @@ def change_guard(diff: str) -> str | None:
             continue
         sign, text = line[0], line[1:]
         if text.strip() and not text.strip().startswith("#"):
-            code_lines += 1
+            facts.code_lines += 1
         match = _TEST_DEF.match(text)
         if match:
             name = match.group(1) or match.group(2)
             if sign == "-":
-                removed_tests.append((name, path))
+                facts.removed_tests.append((name, path))
             else:
-                added_tests.add(name)  # a test moved to another file is no deletion
+                facts.added_tests.setdefault(path, set()).add(name)
+        elif (defined := _DEFINITION.match(text)) is not None:
+            (removed_defs if sign == "-" else added_defs).append(defined.group(1))
         if _DOCTEST.match(text):
+            example = text.strip()
             if sign == "-":
-                removed_doctests += 1
+                facts.removed_examples.append((example, path))
             else:
-                added_doctests += 1
+                facts.added_examples.setdefault(path, set()).add(example)
         lowered = text.lower()
-        if sign == "+" and any(marker.lower() in lowered for marker in SKIP_MARKERS):
-            return f"the change skips a test instead of passing it ({path}: {text.strip()})"
-    gone = [f"{name} ({path})" for name, path in removed_tests if name not in added_tests]
+        if (
+            sign == "+"
+            and facts.skipped is None
+            and any(marker.lower() in lowered for marker in SKIP_MARKERS)
+        ):
+            facts.skipped = f"{path}: {text.strip()}"
+    lost = [name for name in removed_defs if name not in added_defs]
+    gained = [name for name in added_defs if name not in removed_defs]
+    if len(lost) == len(gained):
+        facts.renames = list(zip(lost, gained, strict=True))
+    return facts
+
+
+def change_guard(diff: str) -> str | None:
+    """Why a change cannot count as the phase's work, or None: it deletes or skips a test, it
+    deletes or rewrites a doctest example (a check that runs the example it changed proves
+    nothing), or every line it changes is a comment or blank. A definition renamed by the
+    change may carry its new name into tests and examples."""
+    facts = read_diff(diff)
+    if facts.skipped is not None:
+        return f"the change skips a test instead of passing it ({facts.skipped})"
+    tests, examples = facts.tests_added(), facts.examples_added()
+    gone = [
+        f"{name} ({path})"
+        for name, path in facts.removed_tests
+        if name not in tests and not facts.renamed(name, tests)
+    ]
     if gone:
         return f"the change deletes a test it should satisfy: {', '.join(gone[:4])}"
-    if removed_doctests > added_doctests:
-        return f"the change deletes {removed_doctests - added_doctests} doctest line(s)"
-    if diff.strip() and code_lines == 0:
+    rewritten = [
+        f"{text} ({path})"
+        for text, path in facts.removed_examples
+        if text not in examples and not facts.renamed(text, examples)
+    ]
+    if rewritten:
+        return (
+            "the change deletes or rewrites a doctest example instead of satisfying it: "
+            f"{', '.join(rewritten[:3])}; fix the code or the expected result, not the example"
+        )
+    if diff.strip() and facts.code_lines == 0:
         return "the change only touches comments or blank lines"
     return None
