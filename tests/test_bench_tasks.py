@@ -535,3 +535,17 @@ def test_mini_swe_agent_is_skipped_with_the_reason_when_absent(
     assert "skipping mini: MARATHON_BENCH_MINI=" in err and "mini-requirements.txt" in err
     assert main(["--agents", "mini", "--endpoint", "http://127.0.0.1:9/v1"]) == 2
     assert "error: no agent left to run" in capsys.readouterr().err
+
+
+def test_marathons_check_adds_the_package_tests_a_doctest_command_leaves_out() -> None:
+    """A docstring "fixed" by rewriting the code it documents passed the doctests and broke
+    the package's tests (the 1.5B on the GPU): Marathon's check runs both."""
+    from bench.tasks.agents import marathon_check
+
+    tasks = {t.id: t for t in load_catalog()}
+    doctest = tasks["toolz-doctest-last"]
+    assert marathon_check(doctest) == (
+        f"{doctest.test} && python -m pytest -q -p no:cacheprovider toolz/tests/test_itertoolz.py"
+    )
+    plain = tasks["toolz-frequencies-count"]
+    assert marathon_check(plain) == plain.test

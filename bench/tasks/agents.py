@@ -2,7 +2,8 @@
 mini-swe-agent (``bench.tasks.mini``, a real peer run as it ships).
 
 ``run_marathon`` drives the pilot in-process on a one-phase workflow: the task's test
-command is the phase's check (run after each file edit too, ``check_after_edit``; a failed
+command (with the package's tests, when it does not run them) is the phase's check (run after
+each file edit too, ``check_after_edit``; a failed
 try undone and asked again from the prompt, ``retry_fresh``),
 ``require_change`` refuses a finish on an unchanged tree, the failing tests' output and the
 functions they call open the prompt (``context``, ``locate``), a function rewritten in a
@@ -127,7 +128,7 @@ def marathon_workflow(
                 "context": [task.test],
                 # ... and show the functions its failures call.
                 "locate": True,
-                "check": task.test,
+                "check": marathon_check(task),
                 "check_timeout": 300,
                 "require_change": True,
                 # Done at the edit that makes the tests pass: a small model rarely calls
@@ -140,6 +141,17 @@ def marathon_workflow(
             }
         ],
     }
+
+
+def marathon_check(task: Task) -> str:
+    """The phase's check: the task's test command, and the package's tests beside it when that
+    command does not run them (a doctest task), as a user's check would: on the GPU a 1.5B
+    model "fixed" a docstring by rewriting the code it documents, the doctests passed, the
+    package's tests did not, and the run said succeeded."""
+    files = [f for f in task.tests if f.endswith(".py") and not f.endswith("__init__.py")]
+    if not files or all(f in task.test for f in files):
+        return task.test
+    return f"{task.test} && python -m pytest -q -p no:cacheprovider {' '.join(files)}"
 
 
 def run_marathon(
