@@ -549,3 +549,27 @@ def test_marathons_check_adds_the_package_tests_a_doctest_command_leaves_out() -
     )
     plain = tasks["toolz-frequencies-count"]
     assert marathon_check(plain) == plain.test
+
+
+def test_a_kept_try_has_its_timeline_beside_its_database(tmp_path: Path) -> None:
+    """A sitting brings every try's ``show.txt`` back (its databases stay on the device)."""
+    from pilot_harness import call, make_repo, run_in_process, write_script, write_workflow
+
+    from bench.tasks.trial import timeline
+    from brain.sim.config import SimConfig
+    from brain.sim.server import running_sim
+
+    repo = make_repo(tmp_path / "repo", {"a.py": "x = 1\n"})
+    turns = [{"tool_calls": [call("finish", summary="a.py holds x.")]}]
+    script = write_script(tmp_path / "s.yaml", "keep", turns)
+    with running_sim(SimConfig(model="m", max_model_len=8192, policy=f"script:{script}")) as sim:
+        flow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="keep",
+            endpoint=sim.openai_base_url,
+            phases=[{"name": "look", "prompt": "Look at a.py."}],
+        )
+        outcome = run_in_process(flow, repo, tmp_path / "runs.db")
+    text = timeline(tmp_path / "runs.db")
+    assert f"run-{outcome.run_id}" in text and "phase 1: look" in text
+    assert "-> finish" in text and text.count("\n") >= 5

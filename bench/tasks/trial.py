@@ -79,6 +79,23 @@ def _keep(spec: TrySpec, work: Path, repo: Path) -> None:
             shutil.copy(work / name, keep / name)
     diff = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True)
     (keep / "diff.patch").write_text(diff.stdout)
+    if (keep / "runs.db").exists():
+        (keep / "show.txt").write_text(timeline(keep / "runs.db"))
+
+
+def timeline(db: Path) -> str:
+    """The run's timeline as ``pilot show`` prints it (160 columns): small beside its database,
+    so a sitting can bring every try's back when the databases stay on the device."""
+    from pilot.front.ui import event_line
+    from pilot.store.event_store import EventStore
+
+    store = EventStore(f"sqlite:///{db}")
+    lines = [
+        event_line(event, width=160).plain
+        for record in store.list_runs()
+        for _seq, event in store.iter_events(record.id)
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def base_row(spec: TrySpec, task: Task) -> dict[str, Any]:
