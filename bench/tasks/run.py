@@ -192,7 +192,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keep",
         type=Path,
-        help="keep each try's trace here (runs.db, its timeline show.txt, transcript, trajectory, diff)",
+        help="keep each try's trace here (runs.db, show.txt, transcript, trajectory, diff)",
     )
     p.add_argument("--report", type=Path, nargs="+", help="no run: summarize these results files")
     p.add_argument("--summary", type=Path, help="also write the summary as Markdown here")
