@@ -300,3 +300,22 @@ def test_a_fix_shown_as_a_block_beside_finish_is_run_before_the_finish(finish_fi
     # without the tool the block stays text
     alone = {"finish": schemas["finish"]}
     assert [name for name, _ in extract_text_tool_calls(content, alone).calls] == ["finish"]
+
+
+def test_a_fix_block_followed_by_a_test_block_is_the_fix() -> None:
+    """The 1.5B (llama.cpp, 2026-12-07) showed its function, then "you can run the following
+    test" in a second block: the test block is no second edit."""
+    content = (
+        '```python\ndef dasherize(word: str) -> str:\n    return word.replace("_", "-")\n```\n\n'
+        "To verify it, run the following test:\n\n```python\nimport inflection\n\n"
+        'def test_dasherize():\n    assert inflection.dasherize("a_b") == "a-b"\n\n'
+        "test_dasherize()\n```"
+    )
+    schemas = {
+        t["function"]["name"]: t["function"]["parameters"]
+        for t in REGISTRY.openai_tools(["replace_definition", "finish"])
+    }
+    [(name, arguments)] = extract_text_tool_calls(content, schemas).calls
+    assert name == "replace_definition" and arguments["code"].startswith("def dasherize(")
+    two_fixes = content.replace("def test_dasherize", "def other")
+    assert extract_text_tool_calls(two_fixes.replace("test_dasherize()", ""), schemas).calls == []

@@ -338,7 +338,8 @@ def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
 def _find_definition(content: str, known: _Tools) -> list[_Found]:
     """A fenced Python block that defines one function or class, as a replace_definition
     call: what a coder model writes when it shows its fix. Only one such block per answer
-    (two are ambiguous) and only when the phase has the tool; the tool finds the file."""
+    (two are ambiguous; a block defining a test beside it is not counted) and only when the
+    phase has the tool; the tool finds the file."""
     if DEFINITION_TOOL not in known:
         return []
     blocks = []
@@ -348,6 +349,10 @@ def _find_definition(content: str, known: _Tools) -> list[_Found]:
         parsed = _block_definition(m.group(2))
         if parsed is not None:
             blocks.append((m, parsed))
+    if len(blocks) > 1:
+        # A block that defines a test beside one that defines the fix is the model showing
+        # how to check it, not a second edit.
+        blocks = [b for b in blocks if not b[1][0].startswith("test")] or blocks
     if len(blocks) != 1:
         return []
     m, (name, code, left_out) = blocks[0]
