@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,43 @@ def test_the_wall_time_limit_stops_the_run_with_its_status(tmp_path: Path, repo:
     assert outcome.status == "limit"
     assert outcome.reason == "run wall-time limit reached (1 s)"
     assert outcome.state.steps < 20
+
+
+def test_a_hung_check_ends_at_the_wall_time_limit_not_at_its_own_timeout(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A check that hangs (the model's endless generator under pytest) gets the wall time
+    the run has left, not its 600 s: the try ends inside its limit."""
+    script = write_script(
+        tmp_path / "s.yaml",
+        "e2e-hung-check",
+        [{"tool_calls": [call("write_file", path="app.py", content="VALUE = 2\n")]}],
+    )
+    with running_sim(sim_for(script)) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="e2e-hung-check",
+            endpoint=sim.openai_base_url,
+            phases=[
+                {
+                    "name": "fix",
+                    "prompt": "Fix app.py.",
+                    "check": "test -f started && sleep 120; touch started; exit 1",
+                    "check_after_edit": True,
+                    "check_timeout": 600,
+                }
+            ],
+            limits={"max_wall_time": 4},
+        )
+        started = time.monotonic()
+        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+        took = time.monotonic() - started
+    assert outcome.status == "limit", outcome.reason
+    assert outcome.reason == "run wall-time limit reached (4 s)"
+    events = EventStore(f"sqlite:///{tmp_path / 'm.db'}").load_events(outcome.run_id)
+    hung = [e for e in events if isinstance(e, ev.CheckFinished) and e.timed_out]
+    assert hung and hung[0].duration_s < 10, hung
+    assert took < 30
 
 
 def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Path) -> None:

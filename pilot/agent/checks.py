@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pilot import events as ev
 from pilot.agent.conclude import conclude, conclude_after_edit
-from pilot.agent.endings import end_phase
+from pilot.agent.endings import bounded_timeout, end_phase
 from pilot.agent.seams import CheckOutcome, EventSink, Tactics, ToolExecutor, WorkspaceOps
 from pilot.agent.state import RunState, check_failed_message
 from pilot.workflow.plan import PhasePlan
@@ -45,6 +45,12 @@ class PhaseChecks:
     workspace: WorkspaceOps
     tactics: Tactics
     take_due_snapshot: Callable[[], Awaitable[None]]
+    time_left: Callable[[], float | None] = lambda: None
+    """Seconds the run's and the phase's wall-time limits leave (``endings.wall_left``)."""
+
+    def check_timeout(self, phase: PhasePlan) -> float:
+        """The phase's ``check_timeout``, cut to the wall time left."""
+        return bounded_timeout(phase.check_timeout, self.time_left())
 
     async def close_phase(self, phase: PhasePlan) -> None:
         """``finish`` was called: end the phase if its check passes (or it has none)."""
@@ -112,7 +118,7 @@ class PhaseChecks:
         )
         started = time.monotonic()
         outcome = await asyncio.to_thread(
-            self.tools.run_check, phase.check, phase.check_timeout, call_id
+            self.tools.run_check, phase.check, self.check_timeout(phase), call_id
         )
         return outcome, time.monotonic() - started
 

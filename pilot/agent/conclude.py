@@ -33,6 +33,8 @@ class Checks(Protocol):
 
     def changed(self, since: str | None, now: str) -> bool: ...
 
+    def check_timeout(self, phase: PhasePlan) -> float: ...
+
     async def refuse_attempt(
         self,
         phase: PhasePlan,
@@ -63,7 +65,10 @@ async def run_baseline(checks: Checks, phase: PhasePlan) -> None:
     assert progress is not None and phase.check is not None
     started = time.monotonic()
     outcome = await asyncio.to_thread(
-        checks.tools.run_check, phase.check, phase.check_timeout, f"check-{progress.index}-baseline"
+        checks.tools.run_check,
+        phase.check,
+        checks.check_timeout(phase),
+        f"check-{progress.index}-baseline",
     )
     duration = time.monotonic() - started
     snapshot, head = await asyncio.to_thread(

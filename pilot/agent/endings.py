@@ -85,6 +85,29 @@ def wall_time_reason(
     return None
 
 
+def wall_left(
+    phase_limits: Limits | None, run_limits: Limits, state: RunState, now: datetime
+) -> float | None:
+    """Seconds the run's and the phase's wall-time limits leave (None: neither has one): a
+    check or a context command gets no more, so a hung test cannot carry a run past its
+    limit (a 1.5B's endless generator held a 300 s try for 397 s)."""
+    progress = state.phase
+    elapsed = state.elapsed_active(now)
+    left = []
+    if run_limits.max_wall_time is not None:
+        left.append(run_limits.max_wall_time - elapsed)
+    if phase_limits is not None and phase_limits.max_wall_time is not None:
+        used = elapsed - (progress.active_at_start if progress else 0.0)
+        left.append(phase_limits.max_wall_time - used)
+    return min(left) if left else None
+
+
+def bounded_timeout(timeout: float, left: float | None) -> float:
+    """``timeout`` cut to the wall time left (at least one second, so the command still runs
+    and its timeout is what ends it)."""
+    return timeout if left is None else max(1.0, min(timeout, left))
+
+
 def success_reason(unchanged: bool) -> str:
     """Why a run succeeded, saying plainly when it left every file as it found it."""
     return f"all phases done; {NOTHING_CHANGED}" if unchanged else "all phases done"

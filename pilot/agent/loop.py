@@ -31,10 +31,12 @@ from pilot.agent.conclude import baseline_due, run_baseline
 from pilot.agent.context import PromptCount, ServerCounts
 from pilot.agent.cut import cut_reason, record_cut, refuse_pending
 from pilot.agent.endings import (
+    bounded_timeout,
     end_phase,
     limit_reason,
     stopped_by,
     success_reason,
+    wall_left,
     wall_time_reason,
 )
 from pilot.agent.images import Materializer
@@ -107,7 +109,13 @@ class AgentLoop:
             server_counts=server_counts,
         )
         self.checks = PhaseChecks(
-            state, emit, tools, workspace, tactics, take_due_snapshot=self.take_due_snapshot
+            state,
+            emit,
+            tools,
+            workspace,
+            tactics,
+            take_due_snapshot=self.take_due_snapshot,
+            time_left=self.wall_left,
         )
         self._fitted: tuple[Any, Any, dict[str, dict[str, Any] | None]] | None = None
         """The last phase's tool names and schema list, and the schemas by name built of them."""
@@ -197,7 +205,15 @@ class AgentLoop:
             self.emit(ev.RunFinished(status="succeeded", reason=success_reason(unchanged)))
             return
         phase = self.plan.phases[index]
-        prompt, images = await phase_prompt(self.plan, index, self.state, self.tools, self.tactics)
+        phase = self.plan.phases[index]
+        prompt, images = await phase_prompt(
+            self.plan,
+            index,
+            self.state,
+            self.tools,
+            self.tactics,
+            timeout=bounded_timeout(phase.check_timeout, self.wall_left(phase)),
+        )
         self.emit(ev.PhaseStarted(index=index, name=phase.name, prompt=prompt, images=images))
 
     def act_on_verdict(self) -> None:
@@ -357,6 +373,14 @@ class AgentLoop:
         endpoint = self.state.endpoint or self.plan.model.endpoint
         self.emit(call_modes.forcing_refused(model, endpoint, str(exc)[:300], self.state.call_book))
         return True
+
+    def wall_left(self, phase: PhasePlan | None = None) -> float | None:
+        """Seconds the run's and the current (or given) phase's wall-time limits leave."""
+        if phase is None and self.state.phase is not None:
+            phase = self.plan.phases[self.state.phase.index]
+        return wall_left(
+            phase.limits if phase is not None else None, self.plan.limits, self.state, self.clock()
+        )
 
     def temperature(self, base: float | None) -> float | None:
         """The request's temperature: the workflow's own (None), unless the model repeats

@@ -29,18 +29,30 @@ def output_end(output: str) -> str:
 
 
 async def phase_prompt(
-    plan: RunPlan, index: int, state: RunState, tools: ToolExecutor, tactics: Tactics
+    plan: RunPlan,
+    index: int,
+    state: RunState,
+    tools: ToolExecutor,
+    tactics: Tactics,
+    *,
+    timeout: float | None = None,
 ) -> tuple[str, list[ImageRef]]:
-    """The prompt phase ``index`` opens with, and the images attached to it."""
+    """The prompt phase ``index`` opens with, and the images attached to it; ``timeout``:
+    each context command's (the phase's ``check_timeout`` cut to the wall time left)."""
     phase = plan.phases[index]
     prompt = f"{plan.phase_header(index)}\n\n{phase.prompt}"
     images, notes = await phase_images(plan, index, state, tools)
-    notes += await phase_context(index, phase, tools, tactics)
+    notes += await phase_context(index, phase, tools, tactics, timeout=timeout)
     return "\n\n".join([prompt, *notes]), images
 
 
 async def phase_context(
-    index: int, phase: PhasePlan, tools: ToolExecutor, tactics: Tactics
+    index: int,
+    phase: PhasePlan,
+    tools: ToolExecutor,
+    tactics: Tactics,
+    *,
+    timeout: float | None = None,
 ) -> list[str]:
     """The phase's ``context:`` commands, run now; each one's status and output (its end:
     a test run's summary and last failure are there) as a section of the prompt."""
@@ -48,7 +60,7 @@ async def phase_context(
     outputs = []
     for k, command in enumerate(phase.context):
         outcome = await asyncio.to_thread(
-            tools.run_check, command, phase.check_timeout, f"phase-{index}-context-{k}"
+            tools.run_check, command, timeout or phase.check_timeout, f"phase-{index}-context-{k}"
         )
         status = "timed out" if outcome.timed_out else f"exit code {outcome.exit_code}"
         output = outcome.output.strip() or "(no output)"
