@@ -59,6 +59,27 @@ def test_same_failing_test_run_three_times_is_nudged_then_stuck() -> None:
     assert "after being told" in stuck.message
 
 
+def test_a_long_read_again_is_a_repetition_though_its_kept_page_is_new_each_time() -> None:
+    """A result cut for the window keeps its whole text in a file named by its call: the
+    1.5B's re-reads of one long module (toolz/itertoolz.py, 14 in a row on the GPU) differed
+    only there, and the loop guard never fired."""
+    tracker = ProgressTracker()
+    read = args(path="toolz/_signatures.py")
+
+    def page(step: int) -> str:
+        return (
+            '     1\t"""Internal module.\n[... lines 30-717 of 784 not shown. The full output '
+            f"is kept as .marathon/outputs/text-{step}-0.txt: read the hidden part with "
+            f'read_file (path=".marathon/outputs/text-{step}-0.txt", offset=30)]\n'
+            "   784\t    return None"
+        )
+
+    assert turn_with_call(tracker, "read_file", read, page(2)).action == "ok"
+    assert turn_with_call(tracker, "read_file", read, page(3)).action == "ok"
+    nudge = turn_with_call(tracker, "read_file", read, page(4))
+    assert (nudge.action, nudge.kind) == ("nudge", "repeat")
+
+
 def test_same_call_with_a_different_result_is_not_a_repetition() -> None:
     tracker = ProgressTracker()
     command = args(command="pytest -q")
