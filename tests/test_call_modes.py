@@ -90,12 +90,22 @@ def workflow(path: Path, url: str, mode: str | None, tools: list[str] | None = N
     )
 
 
+NO_TOOL_FLAGS = SimConfig(
+    model="test-model", max_model_len=32768, enable_auto_tool_choice=False, tool_call_parser=None
+)
+"""vLLM served without ``--enable-auto-tool-choice --tool-call-parser``."""
+
+
 def run_turns(
-    tmp_path: Path, turns: list[dict[str, Any]], mode: str | None, tools: list[str] | None = None
+    tmp_path: Path,
+    turns: list[dict[str, Any]],
+    mode: str | None,
+    tools: list[str] | None = None,
+    config: SimConfig | None = None,
 ) -> tuple[Any, Recording, list[ev.Event]]:
     repo = make_repo(tmp_path / "repo", {"calc.py": "def add(a, b):\n    return a - b\n"})
     policy = Recording(write_script(tmp_path / "s.yaml", KEY, turns))
-    config = SimConfig(model="test-model", max_model_len=32768)
+    config = config or SimConfig(model="test-model", max_model_len=32768)
     with running_sim(config, policy=policy) as sim:
         flow = workflow(tmp_path / "wf.yaml", sim.openai_base_url, mode, tools)
         outcome = run_in_process(flow, repo, tmp_path / "m.db")
@@ -304,18 +314,7 @@ def test_auto_moves_to_text_on_a_server_without_tool_flags_and_stops_forcing_on_
         },
         {"content": '```json\n{"name": "finish", "arguments": {"summary": "Fixed calc.py."}}\n```'},
     ]
-    repo = make_repo(tmp_path / "repo", {"calc.py": "def add(a, b):\n    return a - b\n"})
-    policy = Recording(write_script(tmp_path / "s.yaml", KEY, turns))
-    config = SimConfig(
-        model="test-model",
-        max_model_len=32768,
-        enable_auto_tool_choice=False,
-        tool_call_parser=None,
-    )
-    with running_sim(config, policy=policy) as sim:
-        flow = workflow(tmp_path / "wf.yaml", sim.openai_base_url, None)
-        outcome = run_in_process(flow, repo, tmp_path / "m.db")
-    events = events_of(tmp_path / "m.db", outcome.run_id)
+    outcome, policy, events = run_turns(tmp_path, turns, None, config=NO_TOOL_FLAGS)
     assert outcome.status == "succeeded", outcome.reason
     # The refused requests never reach the model: every answered request sent no tools.
     assert all(r.tools is None for r in policy.requests), policy.choices
@@ -337,17 +336,7 @@ def test_auto_moves_to_text_on_a_server_without_tool_flags_and_stops_forcing_on_
 def test_a_pinned_mode_on_a_server_without_tool_flags_stops_with_the_flags_to_add(
     tmp_path: Path,
 ) -> None:
-    repo = make_repo(tmp_path / "repo", {"calc.py": "def add(a, b):\n    return a - b\n"})
-    policy = Recording(write_script(tmp_path / "s.yaml", KEY, FIX_TURNS))
-    config = SimConfig(
-        model="test-model",
-        max_model_len=32768,
-        enable_auto_tool_choice=False,
-        tool_call_parser=None,
-    )
-    with running_sim(config, policy=policy) as sim:
-        flow = workflow(tmp_path / "wf.yaml", sim.openai_base_url, "native")
-        outcome = run_in_process(flow, repo, tmp_path / "m.db")
+    outcome, policy, _ = run_turns(tmp_path, FIX_TURNS, "native", config=NO_TOOL_FLAGS)
     assert outcome.status == "failed"
     assert "--enable-auto-tool-choice --tool-call-parser" in outcome.reason
     assert policy.requests == []

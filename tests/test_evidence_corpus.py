@@ -387,35 +387,10 @@ def test_the_test_files_a_prompt_names_are_those_outside_code_spans() -> None:
 EVIDENCE = Path(__file__).parent / "fixtures" / "evidence"
 
 
-def test_the_false_successes_of_the_gpu_sitting_are_refused() -> None:
-    """Diffs Qwen2.5-Coder-1.5B made on vLLM (the task suite, 2026-12-07) that Marathon called
-    succeeded and the hidden checks did not: each is refused now, saying why."""
-    rewritten = change_guard((EVIDENCE / "q15-doctest-example-rewritten.diff").read_text())
-    assert rewritten is not None and "rewrites a doctest example" in rewritten
-    assert ">>> last('ABC') (toolz/itertoolz.py)" in rewritten
-    for name in ("q15-separator-no-test.diff", "q15-rename-added-not-renamed.diff"):
-        diff = (EVIDENCE / name).read_text()
-        facts = PhaseFacts(
-            has_check=True,
-            require_change=True,
-            baseline_passed=True,
-            check_passed=True,
-            finish_called=True,
-            changed=True,
-            diff=diff,
-            named_tests=("test_inflection.py",),
-        )
-        verdict = judge(facts)
-        assert not verdict.accepted, name
-        assert "adds no test there" in verdict.reason
-
-
-def test_a_rename_carries_its_new_name_into_tests_and_examples() -> None:
-    """`sed s/dasherize/kebabize/` over inflection and its tests: the test and the example
-    renamed with the definition are not deleted ones."""
-    diff = (EVIDENCE / "rename-done-right.diff").read_text()
-    assert change_guard(diff) is None
-    facts = PhaseFacts(
+def finished_feature(diff: str) -> PhaseFacts:
+    """A phase whose check passed from the start and passes after ``diff``, finished, whose
+    prompt names test_inflection.py."""
+    return PhaseFacts(
         has_check=True,
         require_change=True,
         baseline_passed=True,
@@ -425,7 +400,26 @@ def test_a_rename_carries_its_new_name_into_tests_and_examples() -> None:
         diff=diff,
         named_tests=("test_inflection.py",),
     )
-    assert judge(facts).accepted
+
+
+def test_the_false_successes_of_the_gpu_sitting_are_refused() -> None:
+    """Diffs Qwen2.5-Coder-1.5B made on vLLM (the task suite, 2026-12-07) that Marathon called
+    succeeded and the hidden checks did not: each is refused now, saying why."""
+    rewritten = change_guard((EVIDENCE / "q15-doctest-example-rewritten.diff").read_text())
+    assert rewritten is not None and "rewrites a doctest example" in rewritten
+    assert ">>> last('ABC') (toolz/itertoolz.py)" in rewritten
+    for name in ("q15-separator-no-test.diff", "q15-rename-added-not-renamed.diff"):
+        verdict = judge(finished_feature((EVIDENCE / name).read_text()))
+        assert not verdict.accepted, name
+        assert "adds no test there" in verdict.reason
+
+
+def test_a_rename_carries_its_new_name_into_tests_and_examples() -> None:
+    """`sed s/dasherize/kebabize/` over inflection and its tests: the test and the example
+    renamed with the definition are not deleted ones."""
+    diff = (EVIDENCE / "rename-done-right.diff").read_text()
+    assert change_guard(diff) is None
+    assert judge(finished_feature(diff)).accepted
     # the same test renamed without its definition is a deleted test
     alone = "\n".join(
         line

@@ -14,6 +14,14 @@ PHASE = ["read_file", "list_dir", "find_files", "grep", "git_status", "finish"]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in REGISTRY.openai_tools(PHASE)}
 
 
+def schemas_for(*names: str) -> dict:
+    """The parameter schemas of ``names``, as the pilot reads calls against them."""
+    return {
+        t["function"]["name"]: t["function"]["parameters"]
+        for t in REGISTRY.openai_tools(list(names))
+    }
+
+
 def test_flat_arguments_beside_the_name_in_a_fence_are_recovered() -> None:
     content = '```json\n{"name": "finish", "summary": "The survey is done: 3 modules."}\n```'
     result = extract_text_tool_calls(content, SCHEMAS)
@@ -265,10 +273,7 @@ def test_code_as_a_python_triple_quoted_string_in_json_is_taken_with_its_docstri
         '        """,\n        "path": "inflection/__init__.py",\n'
         '        "line": 204\n    }\n}\n```'
     )
-    schemas = {
-        t["function"]["name"]: t["function"]["parameters"]
-        for t in REGISTRY.openai_tools(["replace_definition", "finish"])
-    }
+    schemas = schemas_for("replace_definition", "finish")
     result = extract_text_tool_calls(content, schemas)
     [(name, arguments)] = result.calls
     assert name == "replace_definition" and arguments["path"] == "inflection/__init__.py"
@@ -290,10 +295,7 @@ def test_a_fix_shown_as_a_block_beside_finish_is_run_before_the_finish(finish_fi
     block = '```python\ndef ordinal(number):\n    return "th"\n```'
     finish = '```json\n{"name": "finish", "arguments": {"summary": "Fixed ordinal."}}\n```'
     content = f"{finish}\n\n{block}" if finish_first else f"Here is the fix:\n{block}\n{finish}"
-    schemas = {
-        t["function"]["name"]: t["function"]["parameters"]
-        for t in REGISTRY.openai_tools(["replace_definition", "finish"])
-    }
+    schemas = schemas_for("replace_definition", "finish")
     result = extract_text_tool_calls(content, schemas)
     assert [name for name, _ in result.calls] == ["replace_definition", "finish"]
     assert result.calls[0][1]["code"].startswith("def ordinal(number):")
@@ -311,10 +313,7 @@ def test_a_fix_block_followed_by_a_test_block_is_the_fix() -> None:
         'def test_dasherize():\n    assert inflection.dasherize("a_b") == "a-b"\n\n'
         "test_dasherize()\n```"
     )
-    schemas = {
-        t["function"]["name"]: t["function"]["parameters"]
-        for t in REGISTRY.openai_tools(["replace_definition", "finish"])
-    }
+    schemas = schemas_for("replace_definition", "finish")
     [(name, arguments)] = extract_text_tool_calls(content, schemas).calls
     assert name == "replace_definition" and arguments["code"].startswith("def dasherize(")
     two_fixes = content.replace("def test_dasherize", "def other")
