@@ -189,3 +189,27 @@ def test_a_huge_tool_result_is_cut_and_kept_readable(tmp_path: Path, repo: Path)
     result = next(e for e in events if isinstance(e, ev.ToolFinished) and e.name == "run")
     assert result.truncated and len(result.output) < 8192 * 0.15 * 4
     assert outcome.status == "succeeded"
+
+
+def test_a_long_file_read_is_cut_to_a_page_that_says_where_to_read_on(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A head and tail with the middle kept in another file read, to Qwen2.5-Coder-1.5B, as
+    a file not yet seen: it read toolz/_signatures.py again and again. A read is cut to its
+    first lines and the offset of the next, in the file itself; following it reads on."""
+    big = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(600))
+    repo = make_repo(tmp_path / "paged", {"big.py": big})
+    turns = [
+        {"tool_calls": [call("read_file", path="big.py")]},
+        {"tool_calls": [call("finish", summary="big.py defines f0..f599")]},
+    ]
+    outcome, events = go(tmp_path, repo, "robust-page", turns, window=8192)
+    assert outcome.status == "succeeded", outcome.reason
+    result = next(e for e in events if isinstance(e, ev.ToolFinished) and e.name == "read_file")
+    assert result.truncated and len(result.output) < 8192 * 0.15 * 4
+    assert result.output.startswith("     1\tdef f0(x):")
+    note = result.output.rstrip().splitlines()[-1]
+    shown = max(int(line.split("\t")[0]) for line in result.output.splitlines()[:-1])
+    assert f'read on with read_file (path="big.py", offset={shown + 1})' in note
+    assert f"lines {shown + 1}-1200 of this read not shown" in note
+    assert not (Path(outcome.state.started.workspace) / ".marathon" / "outputs").exists()

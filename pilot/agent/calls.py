@@ -11,10 +11,13 @@ import json
 from typing import Any
 
 from pilot import events as ev
-from pilot.agent.compaction import cut_tool_output
+from pilot.agent.compaction import cut_file_page, cut_tool_output
 from pilot.agent.seams import ToolExecutor
 from pilot.model.types import ModelResponse
 from pilot.workflow.plan import PhasePlan
+
+READ_TOOL = "read_file"
+"""The tool whose long result is cut to a page of the file (``cut_file_page``)."""
 
 TOOL_RESULT_SHARE = 0.15
 """The largest share of the window one tool result may take in the conversation."""
@@ -124,17 +127,26 @@ def failed_in_this_answer(messages: list[dict[str, Any]]) -> str | None:
 
 
 def fit_result(
-    finished: ev.ToolFinished, call_id: str, window: int | None, tools: ToolExecutor
+    finished: ev.ToolFinished,
+    call_id: str,
+    window: int | None,
+    tools: ToolExecutor,
+    arguments: dict[str, Any] | None = None,
 ) -> ev.ToolFinished:
     """A tool result larger than its share of the window is cut before it enters the
-    context; the full text stays readable as a file (see ToolExecutor.keep_full_output)."""
+    context; the full text stays readable as a file (see ToolExecutor.keep_full_output), or,
+    for a file read, in the file itself from the next offset."""
     if not window:
         return finished
     budget = int(window * TOOL_RESULT_SHARE)
     if len(finished.output) <= budget * 3:  # cheap test first: under 3 chars a token
         return finished
-    path = tools.keep_full_output(call_id, finished.output)
-    text, cut = cut_tool_output(finished.output, budget, artifact=path)
+    read = (arguments or {}).get("path")
+    if finished.name == READ_TOOL and not finished.is_error and isinstance(read, str):
+        text, cut = cut_file_page(finished.output, budget, read)
+    else:
+        kept = tools.keep_full_output(call_id, finished.output)
+        text, cut = cut_tool_output(finished.output, budget, artifact=kept)
     if not cut:
         return finished
     return finished.model_copy(update={"output": text, "truncated": True})

@@ -618,6 +618,44 @@ def _cost(text: str) -> float:
     return len(text.encode("utf-8")) / 3
 
 
+_NUMBERED_LINE = re.compile(r"^\s*(\d+)\t")
+
+
+def cut_file_page(text: str, budget_tokens: int, path: str) -> tuple[str, bool]:
+    """A ``read_file`` result cut to about ``budget_tokens``: its first whole lines, and how to
+    read on in the file itself (the next offset). A head and tail with the middle kept in
+    another file reads, to a small model, as a file it has not seen yet: it read the same
+    file again and again. Falls back to :func:`cut_tool_output` when the lines are not
+    numbered."""
+    if _cost(text) <= budget_tokens:
+        return text, False
+    lines = text.splitlines(keepends=True)
+    usable = max(budget_tokens - 60, 16)
+    shown: list[str] = []
+    used = 0.0
+    for line in lines:
+        if used + _cost(line) > usable:
+            break
+        shown.append(line)
+        used += _cost(line)
+    numbers = [int(m.group(1)) for line in lines if (m := _NUMBERED_LINE.match(line))]
+    last_shown = next(
+        (int(m.group(1)) for line in reversed(shown) if (m := _NUMBERED_LINE.match(line))), None
+    )
+    if not shown or last_shown is None or not numbers:
+        return cut_tool_output(text, budget_tokens)
+    body = "".join(shown)
+    if not body.endswith("\n"):
+        body += "\n"
+    quoted = json.dumps(path)
+    return (
+        f"{body}[... lines {last_shown + 1}-{max(numbers)} of this read not shown (too long "
+        f"for the context): read on with read_file (path={quoted}, offset={last_shown + 1}), "
+        "or grep for what you look for.]\n",
+        True,
+    )
+
+
 def cut_tool_output(
     text: str, budget_tokens: int, *, artifact: str | None = None
 ) -> tuple[str, bool]:

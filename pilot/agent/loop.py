@@ -586,7 +586,9 @@ class AgentLoop:
             finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
         else:
             finished = self.tools.invoke(call.name, arguments, call.id)
-        finished = call_rules.fit_result(finished, call.id, self.state.max_model_len, self.tools)
+        finished = call_rules.fit_result(
+            finished, call.id, self.state.max_model_len, self.tools, arguments
+        )
         finished = place_images(finished, self.state, self.plan.media)
         # A read-only call's result is committed with the next event (the next step's
         # model_request, most often), or once the loop has waited a moment on something.
