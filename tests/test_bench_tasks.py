@@ -573,3 +573,13 @@ def test_a_kept_try_has_its_timeline_beside_its_database(tmp_path: Path) -> None
     text = timeline(tmp_path / "runs.db")
     assert f"run-{outcome.run_id}" in text and "phase 1: look" in text
     assert "-> finish" in text and text.count("\n") >= 5
+
+
+def test_the_summary_counts_cut_answers_and_their_calls_run(tmp_path: Path) -> None:
+    rows = [_row(cut=[2, 0]), _row(task="b", cut=[1, 0]), _row(agent="mini", call_mode="auto")]
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = markdown(load_rows([results]))
+    assert "| 3 (0 run) |" in text
+    mini = next(line for line in text.splitlines() if line.startswith("| mini |"))
+    assert "| - |" in mini, "an agent that records no cut says so"

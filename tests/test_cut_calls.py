@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pilot_harness import call, make_repo, run_in_process, write_script, write_workflow
 
+from bench.tasks.callmodes import cut_answers
 from brain.sim.config import SimConfig
 from brain.sim.server import running_sim
 from pilot import events as ev
@@ -69,6 +70,11 @@ def test_a_streamed_call_cut_at_max_tokens_is_never_run(tmp_path: Path, version:
     refused = next(e for e in events if isinstance(e, ev.ToolFinished))
     assert not refused.executed and "cut off" in refused.output
     assert (Path(outcome.state.started.workspace) / "pkg/__init__.py").read_text() == MODULE
+    # the task suite's figure reads the same events: one answer cut, none of its calls run
+    dumped = [e.model_dump(mode="json") for e in events]
+    assert cut_answers(dumped) == (1, 0)
+    forged = [{**e, "executed": True} if e["type"] == "tool_finished" else e for e in dumped]
+    assert cut_answers(forged) == (1, 1), "a cut call that ran is counted"
 
 
 def test_the_last_answers_calls_run_before_the_step_limit_stops_the_run(tmp_path: Path) -> None:

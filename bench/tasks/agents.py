@@ -31,7 +31,7 @@ from typing import Any
 import openai
 import yaml
 
-from bench.tasks.callmodes import counts_json, marathon_modes, plain_modes
+from bench.tasks.callmodes import counts_json, cut_answers, marathon_modes, plain_modes
 from bench.tasks.suite import Task, task_env
 
 SYSTEM_MARATHON = """You fix bugs in Python code in a repository, alone: nobody answers \
@@ -74,6 +74,8 @@ class AgentResult:
     claimed: bool = False
     """The agent said the task is done (Marathon: succeeded; the others: submitted)."""
     answers: dict[str, int] = field(default_factory=dict)
+    cut: tuple[int, int] | None = None
+    """Marathon: (answers cut at the output limit, their calls that ran); None elsewhere."""
     """Answers per call mode (``bench.tasks.callmodes``)."""
 
 
@@ -212,6 +214,7 @@ def run_marathon(
         wall_s=time.monotonic() - started,
         claimed=outcome.status == "succeeded",
         answers=counts_json(marathon_modes(events)),
+        cut=cut_answers(events),
     )
 
 

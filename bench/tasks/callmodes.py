@@ -88,6 +88,24 @@ def mini_usage(messages: Iterable[dict[str, Any]]) -> tuple[int, int]:
     return prompt, completion
 
 
+def cut_answers(events: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """(answers cut at the output limit, calls of those answers that ran anyway) over a run's
+    events: the second must be 0 (issue 38: no cut call is ever run)."""
+    cut_steps = {e["step"] for e in events if e.get("type") == "answer_cut"}
+    cut_calls = {
+        call["id"]
+        for e in events
+        if e.get("type") == "assistant_message" and e.get("step") in cut_steps
+        for call in e.get("tool_calls") or []
+    }
+    ran = sum(
+        1
+        for e in events
+        if e.get("type") == "tool_finished" and e.get("call_id") in cut_calls and e.get("executed")
+    )
+    return len(cut_steps), ran
+
+
 def counts_json(counts: Counter[str]) -> dict[str, int]:
     """Every mode, zeros included, in a fixed order (a results row's ``answers``)."""
     return {mode: int(counts.get(mode, 0)) for mode in MODES}

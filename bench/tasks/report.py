@@ -5,8 +5,9 @@ chooses; ``text`` for the plain loop's bash blocks; a mode Marathon was pinned t
 group: pass@1 (each task's share of passing tries, averaged over tasks), pass^k (the chance
 that k tries of a task all pass, C(c,k)/C(n,k), averaged over tasks: pass^3, and pass^n
 over all the tries run), false successes (the agent said it succeeded or submitted, the
-hidden check says no), crashes, and the call mode of every answer (native, text, forced,
-none). Then each task's passes per group, and why the failed tries failed.
+hidden check says no), crashes, the call mode of every answer (native, text, forced,
+none), and Marathon's answers cut at the output limit with how many of their calls ran (must
+be 0). Then each task's passes per group, and why the failed tries failed.
 """
 
 from __future__ import annotations
@@ -95,11 +96,21 @@ def group_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "false_successes": sum(bool(r["false_success"]) for r in rows),
         "crashes": sum(bool(r["crashed"]) for r in rows),
         "answers": answers,
+        "cut": _cut(rows),
         "steps": sum(r["steps"] for r in rows) / len(rows),
         "tokens": sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows) / len(rows),
         "estimated": any(r.get("tokens_estimated") for r in rows),
         "wall_s": sum(r["wall_s"] for r in rows) / len(rows),
     }
+
+
+def _cut(rows: list[dict[str, Any]]) -> str:
+    """``answers cut (their calls run)`` over the rows that recorded it; ``-`` where none did
+    (other agents, results from before it was kept)."""
+    kept = [r["cut"] for r in rows if r.get("cut") is not None]
+    if not kept:
+        return "-"
+    return f"{sum(c[0] for c in kept)} ({sum(c[1] for c in kept)} run)"
 
 
 def _pct(value: float | None) -> str:
@@ -111,9 +122,9 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
     names = sorted(groups)
     lines = [
         "| agent | model | call mode | tries | passed | pass@1 | pass^3 | pass^k (k) "
-        "| false successes | crashes | answers native/text/forced/none | mean steps "
-        "| mean tokens | mean wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| false successes | crashes | answers native/text/forced/none "
+        "| cut answers (their calls run) | mean steps | mean tokens | mean wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for group in names:
         s = group_stats(groups[group])
@@ -122,7 +133,8 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
             f"| {group[0]} | {group[1]} | {group[2]} | {s['tries']} | {s['passed']} | "
             f"{_pct(s['pass@1'])} | {_pct(s['pass^3'])} | {_pct(s['pass^k'])} ({s['k']}) | "
             f"{s['false_successes']} of {s['claims']} claims | {s['crashes']} | "
-            f"{a['native']}/{a['text']}/{a['forced']}/{a['none']} | {s['steps']:.1f} | "
+            f"{a['native']}/{a['text']}/{a['forced']}/{a['none']} | {s['cut']} | "
+            f"{s['steps']:.1f} | "
             f"{'~' if s['estimated'] else ''}{s['tokens']:.0f} | {s['wall_s']:.0f} |"
         )
     return "\n".join(lines)

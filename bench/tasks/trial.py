@@ -161,6 +161,7 @@ def one_try(spec: TrySpec, task: Task) -> dict[str, Any]:
         "tokens_estimated": result.tokens_estimated,
         "wall_s": round(result.wall_s, 1),
         "answers": result.answers,
+        **({"cut": list(result.cut)} if result.cut is not None else {}),
     }
 
 
