@@ -405,6 +405,9 @@ def finished_feature(diff: str) -> PhaseFacts:
 def test_the_false_successes_of_the_gpu_sitting_are_refused() -> None:
     """Diffs Qwen2.5-Coder-1.5B made on vLLM (the task suite, 2026-12-07) that Marathon called
     succeeded and the hidden checks did not: each is refused now, saying why."""
+    # The code "fixed" instead of the docstring keeps the example: no guard can tell; the
+    # package's tests in the suite's check do (tests/test_bench_tasks.py).
+    assert change_guard((EVIDENCE / "q15-doctest-code-changed.diff").read_text()) is None
     rewritten = change_guard((EVIDENCE / "q15-doctest-example-rewritten.diff").read_text())
     assert rewritten is not None and "rewrites a doctest example" in rewritten
     assert ">>> last('ABC') (toolz/itertoolz.py)" in rewritten
