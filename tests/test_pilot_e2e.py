@@ -242,6 +242,33 @@ def test_a_hung_check_ends_at_the_wall_time_limit_not_at_its_own_timeout(
     assert took < 30
 
 
+def test_a_hung_command_ends_at_the_wall_time_limit_not_at_its_timeout(
+    tmp_path: Path, repo: Path
+) -> None:
+    """`run` with a 600 s timeout gets the wall time the run has left."""
+    script = write_script(
+        tmp_path / "s.yaml",
+        "e2e-hung-run",
+        [{"tool_calls": [call("run", command="sleep 120", timeout=600)]}],
+    )
+    with running_sim(sim_for(script)) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key="e2e-hung-run",
+            endpoint=sim.openai_base_url,
+            phases=[{"name": "wait", "prompt": "Wait."}],
+            limits={"max_wall_time": 3},
+        )
+        started = time.monotonic()
+        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+        took = time.monotonic() - started
+    assert outcome.status == "limit", outcome.reason
+    events = EventStore(f"sqlite:///{tmp_path / 'm.db'}").load_events(outcome.run_id)
+    ran = next(e for e in events if isinstance(e, ev.ToolFinished) and e.name == "run")
+    assert ran.is_error and "the run's wall-time limit leaves no longer" in ran.output
+    assert took < 30
+
+
 def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Path) -> None:
     script = write_script(
         tmp_path / "s.yaml",

@@ -85,6 +85,9 @@ class ToolContext:
     run_id: str | None = None  # with call_id, the idempotency key commands get (MARATHON_CALL_ID)
     hidden: Sequence[Path] = ()
     """The pilot's own state (database, checkpoints, artifacts): not mounted in the sandbox."""
+    time_left: float | None = None
+    """Seconds the run's wall-time limit leaves as the call starts (None: no limit): a tool
+    that waits on a command (run) waits no longer."""
 
     def tool_settings(self, tool_name: str) -> dict:
         """The workflow's settings for one tool (empty when none were given)."""

@@ -320,6 +320,9 @@ class Run:
         if timeout > max_timeout:
             capped_note = f" (timeout capped at {max_timeout:.0f} s)"
             timeout = max_timeout
+        if ctx.time_left is not None and ctx.time_left < timeout:
+            capped_note = " (the run's wall-time limit leaves no longer)"
+            timeout = max(1.0, ctx.time_left)
         result = run_command(args.command, ctx, timeout=timeout, settings=settings)
         text, truncated, artifacts = result.output, result.truncated, result.artifacts
         if result.timed_out:

@@ -582,10 +582,13 @@ class AgentLoop:
             commit=mutates,
         )
         started = time.monotonic()
+        left = self.wall_left()
         if self.tools.blocks(call.name):
-            finished = await asyncio.to_thread(self.tools.invoke, call.name, arguments, call.id)
+            finished = await asyncio.to_thread(
+                self.tools.invoke, call.name, arguments, call.id, left
+            )
         else:
-            finished = self.tools.invoke(call.name, arguments, call.id)
+            finished = self.tools.invoke(call.name, arguments, call.id, left)
         finished = call_rules.fit_result(
             finished, call.id, self.state.max_model_len, self.tools, arguments
         )

@@ -48,7 +48,17 @@ class ToolExecutor(Protocol):
         event loop, where it costs less than the hop to a thread."""
         ...
 
-    def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished: ...
+    def invoke(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        call_id: str,
+        time_left: float | None = None,
+    ) -> ev.ToolFinished:
+        """Run one call; ``time_left``: the wall time the run has left (a command waits no
+        longer)."""
+        ...
+
     def run_check(self, command: str, timeout: float, call_id: str) -> CheckOutcome: ...
     def keep_full_output(self, call_id: str, text: str) -> str | None:
         """Keep a long result where the model can page through it; returns its path."""

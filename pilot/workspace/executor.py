@@ -55,7 +55,7 @@ class RegistryExecutor:
         written, self._written = self._written, None
         return written
 
-    def context(self, call_id: str | None) -> ToolContext:
+    def context(self, call_id: str | None, time_left: float | None = None) -> ToolContext:
         return ToolContext(
             workspace=self._workspace,
             artifacts_dir=self.artifacts_dir,
@@ -67,6 +67,7 @@ class RegistryExecutor:
             base_commit=self.base_commit,
             run_id=self.run_id,
             hidden=self.hidden,
+            time_left=time_left,
         )
 
     def schemas(self, names: list[str]) -> list[dict[str, Any]]:
@@ -85,10 +86,17 @@ class RegistryExecutor:
     def blocks(self, name: str) -> bool:
         return tool_blocks(self.registry.get(name))
 
-    def invoke(self, name: str, arguments: dict[str, Any], call_id: str) -> ev.ToolFinished:
+    def invoke(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        call_id: str,
+        time_left: float | None = None,
+    ) -> ev.ToolFinished:
         self._written = None
         self._workspace.written.clear()
-        result: ToolResult = self.registry.invoke(name, arguments, self.context(call_id))
+        context = self.context(call_id, time_left)
+        result: ToolResult = self.registry.invoke(name, arguments, context)
         if name in self.registry and tool_known_writes(self.registry.get(name)):
             self._written = list(self._workspace.written)
         self._keep_private(result)
