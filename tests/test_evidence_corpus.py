@@ -382,6 +382,9 @@ def test_the_test_files_a_prompt_names_are_those_outside_code_spans() -> None:
     )
     assert prose_test_files(prompt) == ("tests/test_lru.py", "test_extra.py")
     assert prose_test_files("Refactor calc.py; run `pytest -q tests/test_calc.py`.") == ()
+    # a test file named where no test is asked for is no file the phase must add one to
+    assert prose_test_files("Refactor tests/test_utils.py into small helpers.") == ()
+    assert prose_test_files("Fix it. Test command: python -m pytest -q test_x.py") == ()
 
 
 EVIDENCE = Path(__file__).parent / "fixtures" / "evidence"

@@ -9,7 +9,7 @@ word alone (``workflows/README.md``, "When a phase succeeds"):
   the check failed before any change (its ``check_baseline``), that is enough: failed before,
   passes after. When it passed from the start, passing proves nothing, so the model's
   ``finish`` is needed too (``check_after_edit`` does not end such a phase), and every test
-  file the phase's prompt names outside code spans must gain a test function or class.
+  file the phase's prompt asks a test to be added to must gain a test function or class.
 - **A phase with ``require_change`` and no check** needs a change and the model's finish.
 - **A survey** (a phase whose tools change nothing and can read) needs the model's finish
   with a summary that names a file the run read (or changed).
@@ -174,16 +174,26 @@ _CODE_SPAN = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
 _PY_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.py)\b")
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+_ASKS_FOR_A_TEST = re.compile(
+    r"\b(?:add|write|create|put)\b.*\btests?\b", re.IGNORECASE | re.DOTALL
+)
+
+
 def prose_test_files(prompt: str) -> tuple[str, ...]:
-    """The test files a phase's prompt names outside code spans ("Add a test of it to
-    test_x.py"): the change the phase asks for includes them. A path inside backticks is a
-    command's argument (the test run), not a file to change."""
+    """The test files a phase's prompt asks a test to be added to, outside code spans ("Add a
+    test of it to test_x.py"): the change the phase asks for includes one there. A path in a
+    sentence that asks for no test ("refactor tests/test_x.py") is not counted, nor one inside
+    backticks (a command's argument: the test run)."""
     prose = _CODE_SPAN.sub(" ", prompt)
     found: list[str] = []
-    for m in _PY_PATH.finditer(prose):
-        path = m.group(1).removeprefix("./")
-        if is_test_path(path) and path not in found:
-            found.append(path)
+    for sentence in _SENTENCE_END.split(prose):
+        if not _ASKS_FOR_A_TEST.search(sentence):
+            continue
+        for m in _PY_PATH.finditer(sentence):
+            path = m.group(1).removeprefix("./")
+            if is_test_path(path) and path not in found:
+                found.append(path)
     return tuple(found)
 
 
