@@ -28,7 +28,6 @@ from pilot.agent.compaction import (
     SUMMARY_HEADER,
     PhaseFacts,
     apply_compaction,
-    cut_tool_output,
     events_summary,
     is_summary_message,
     plan_compaction,
@@ -44,6 +43,7 @@ from pilot.agent.context import (
     estimate_message_tokens,
     message_key,
 )
+from pilot.agent.result_cut import cut_tool_output
 from pilot.errors import BadRequest, ContextOverflow, ServerUnavailable
 from pilot.model.client import OpenAIModelClient
 from pilot.model.settings import ClientSettings

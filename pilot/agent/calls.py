@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from pilot import events as ev
-from pilot.agent.compaction import cut_file_page, cut_tool_output
+from pilot.agent.result_cut import cut_file_page, cut_tool_output
 from pilot.agent.seams import ToolExecutor
 from pilot.model.types import ModelResponse
 from pilot.workflow.plan import PhasePlan
