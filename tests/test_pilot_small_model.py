@@ -266,7 +266,8 @@ def test_locate_shows_the_method_the_prompt_names_before_the_failures_callees(
     tmp_path: Path, repo: Path
 ) -> None:
     """The prompt names `Stack.pop`; the failure's line calls only `size`, and another class
-    defines a pop first: the named class's method is shown first, then the callee."""
+    defines a pop first: the named class's method is shown first, then the callee; names the
+    workspace does not define (`__all__`) take no place of the three."""
     commit_calc(
         repo,
         "class Queue:\n    def pop(self):\n        return 0\n\n\n"
@@ -279,7 +280,7 @@ def test_locate_shows_the_method_the_prompt_names_before_the_failures_callees(
         repo,
         "locate-named",
         [finish("seen")],
-        {"context": [failing], "locate": True, "prompt": "Fix `Stack.pop` in calc.py."},
+        {"context": [failing], "locate": True, "prompt": "Keep `__all__` and `VALUE_X`; fix `Stack.pop` in calc.py."},
     )
     assert outcome.status == "succeeded", outcome.reason
     [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]

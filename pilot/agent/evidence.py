@@ -80,7 +80,8 @@ class Verdict:
 
 def judge(facts: PhaseFacts) -> Verdict:
     """The phase's verdict under the rules of the module docstring."""
-    guard = change_guard(facts.diff) if facts.changed else None
+    read = read_diff(facts.diff)
+    guard = guard_of(read, bool(facts.diff.strip())) if facts.changed else None
     files = changed_files(facts.diff)
     changed_item = f"changed: {', '.join(files[:6]) or 'the workspace'}"
     if facts.has_check:
@@ -105,7 +106,6 @@ def judge(facts: PhaseFacts) -> Verdict:
             return Verdict(False, rule, items, "the check does not pass")
         items.append("check passes after the change")
         if facts.baseline_passed and facts.named_tests:
-            read = read_diff(facts.diff)
             left = [t for t in facts.named_tests if not read.gains_a_test(t)]
             if left:
                 return Verdict(
@@ -299,7 +299,11 @@ def change_guard(diff: str) -> str | None:
     deletes or rewrites a doctest example (a check that runs the example it changed proves
     nothing), or every line it changes is a comment or blank. A definition renamed by the
     change may carry its new name into tests and examples."""
-    facts = read_diff(diff)
+    return guard_of(read_diff(diff), bool(diff.strip()))
+
+
+def guard_of(facts: DiffFacts, changed_lines: bool) -> str | None:
+    """:func:`change_guard` on a diff already read (``changed_lines``: it is not empty)."""
     if facts.skipped is not None:
         return f"the change skips a test instead of passing it ({facts.skipped})"
     tests, examples = facts.tests_added(), facts.examples_added()
@@ -320,6 +324,6 @@ def change_guard(diff: str) -> str | None:
             "the change deletes or rewrites a doctest example instead of satisfying it: "
             f"{', '.join(rewritten[:3])}; fix the code or the expected result, not the example"
         )
-    if diff.strip() and facts.code_lines == 0:
+    if changed_lines and facts.code_lines == 0:
         return "the change only touches comments or blank lines"
     return None

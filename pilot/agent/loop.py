@@ -205,7 +205,6 @@ class AgentLoop:
             self.emit(ev.RunFinished(status="succeeded", reason=success_reason(unchanged)))
             return
         phase = self.plan.phases[index]
-        phase = self.plan.phases[index]
         prompt, images = await phase_prompt(
             self.plan,
             index,
@@ -350,9 +349,8 @@ class AgentLoop:
             # The server cannot parse calls: the model writes them as text, which the pilot
             # reads (forcing is left to be tried: a server with a parser but without
             # --enable-auto-tool-choice still forces).
-            endpoint = self.state.endpoint or self.plan.model.endpoint
             for choice in call_modes.server_without_tools(
-                model, endpoint, str(exc)[:300], self.state.call_book
+                model, self.endpoint(), str(exc)[:300], self.state.call_book
             ):
                 self.emit(choice)
             return
@@ -370,9 +368,14 @@ class AgentLoop:
         keeps the error: the workflow asked for it."""
         if setting != "auto" or not call_modes.is_forced(request.tool_choice):
             return False
-        endpoint = self.state.endpoint or self.plan.model.endpoint
-        self.emit(call_modes.forcing_refused(model, endpoint, str(exc)[:300], self.state.call_book))
+        self.emit(
+            call_modes.forcing_refused(model, self.endpoint(), str(exc)[:300], self.state.call_book)
+        )
         return True
+
+    def endpoint(self) -> str:
+        """The server this run talks to now (the one it stuck to, or the workflow's)."""
+        return self.state.endpoint or self.plan.model.endpoint
 
     def wall_left(self, phase: PhasePlan | None = None) -> float | None:
         """Seconds the run's and the current (or given) phase's wall-time limits leave."""

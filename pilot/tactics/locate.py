@@ -13,6 +13,9 @@ from __future__ import annotations
 import re
 
 MAX_NAMES = 3
+"""Definitions shown at most."""
+MAX_SEARCHES = 6
+"""Names searched at most (the prompt's first): some name no definition."""
 MAX_LINES = 40
 FRAME_REACH = 200
 """How far below a ``def`` a traceback's line may be and still be taken as inside it."""

@@ -205,8 +205,10 @@ class SmallModelTactics:
         named = locate.prompt_names(prompt)
         failing = locate.focus(locate.failing_names(output), prompt)
         bare = {n.rpartition(".")[2] for n in named}
-        names = (named + [n for n in failing if n not in bare])[: locate.MAX_NAMES]
+        names = (named + [n for n in failing if n not in bare])[: locate.MAX_SEARCHES]
         for k, name in enumerate(names):
+            if len(sections) == locate.MAX_NAMES:
+                break  # a name the workspace does not define (`__all__`) takes no place
             cls, _, short = name.rpartition(".")
             if cls:
                 found = await run(locate.method_search(cls, short), 60, f"locate-{k}")
