@@ -280,7 +280,11 @@ def test_locate_shows_the_method_the_prompt_names_before_the_failures_callees(
         repo,
         "locate-named",
         [finish("seen")],
-        {"context": [failing], "locate": True, "prompt": "Keep `__all__` and `VALUE_X`; fix `Stack.pop` in calc.py."},
+        {
+            "context": [failing],
+            "locate": True,
+            "prompt": "Keep `__all__` and `VALUE_X`; fix `Stack.pop` in calc.py.",
+        },
     )
     assert outcome.status == "succeeded", outcome.reason
     [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]

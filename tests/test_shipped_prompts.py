@@ -32,21 +32,27 @@ def test_a_shipped_prompt_says_nothing_about_call_syntax(path: Path) -> None:
             assert mark not in text, f"{path.name} {where} holds {mark!r}"
 
 
-def test_the_survey_lists_the_package_before_licences_and_metadata(tmp_path: Path) -> None:
+def survey_listing(root: Path, files: list[str]) -> list[str]:
+    """What refactor_repo.yaml's survey context command lists in a git repository of
+    ``files``."""
     import subprocess
 
     data = yaml.safe_load((WORKFLOWS[0].parent / "refactor_repo.yaml").read_text())
     [command] = next(p for p in data["phases"] if p["name"] == "survey")["context"]
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    return subprocess.run(
+        command, shell=True, cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+
+
+def test_the_survey_lists_the_package_before_licences_and_metadata(tmp_path: Path) -> None:
     files = ["AUTHORS.md", "LICENSE", "versioneer.py", "setup.py", "docs/conf.py",
              "inflection/__init__.py", "inflection/core.py", "tests/test_core.py"]  # fmt: skip
-    for name in files:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("x\n")
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
-    listed = subprocess.run(
-        command, shell=True, cwd=tmp_path, capture_output=True, text=True, check=True
-    ).stdout.split()
+    listed = survey_listing(tmp_path, files)
     assert listed[:3] == ["inflection/__init__.py", "inflection/core.py", "tests/test_core.py"]
     assert sorted(listed) == sorted(files), "every file still listed, once"
 
@@ -54,21 +60,10 @@ def test_the_survey_lists_the_package_before_licences_and_metadata(tmp_path: Pat
 def test_the_survey_lists_the_largest_package_first(tmp_path: Path) -> None:
     """toolz's sdist holds ``tlz/`` (3 modules) beside ``toolz/``: the 0.5B model on the GPU
     read ``tlz/__init__.py``, the first entry, until the loop guard stopped it."""
-    import subprocess
-
-    data = yaml.safe_load((WORKFLOWS[0].parent / "refactor_repo.yaml").read_text())
-    [command] = next(p for p in data["phases"] if p["name"] == "survey")["context"]
     files = ["LICENSE.txt", "setup.py", "tlz/__init__.py", "tlz/_build_tlz.py",
              "toolz/__init__.py", "toolz/dicttoolz.py", "toolz/itertoolz.py",
              "toolz/functoolz.py", "toolz/tests/test_itertoolz.py"]  # fmt: skip
-    for name in files:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("x\n")
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
-    listed = subprocess.run(
-        command, shell=True, cwd=tmp_path, capture_output=True, text=True, check=True
-    ).stdout.split()
+    listed = survey_listing(tmp_path, files)
     assert listed[:6] == [
         "toolz/__init__.py", "toolz/dicttoolz.py", "toolz/functoolz.py", "toolz/itertoolz.py",
         "tlz/__init__.py", "tlz/_build_tlz.py",
