@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -231,15 +230,13 @@ def test_a_hung_check_ends_at_the_wall_time_limit_not_at_its_own_timeout(
             ],
             limits={"max_wall_time": 4},
         )
-        started = time.monotonic()
         outcome = run_in_process(workflow, repo, tmp_path / "m.db")
-        took = time.monotonic() - started
     assert outcome.status == "limit", outcome.reason
     assert outcome.reason == "run wall-time limit reached (4 s)"
     events = EventStore(f"sqlite:///{tmp_path / 'm.db'}").load_events(outcome.run_id)
-    hung = [e for e in events if isinstance(e, ev.CheckFinished) and e.timed_out]
-    assert hung and hung[0].duration_s < 10, hung
-    assert took < 30
+    # Killed: its own 600 s would have let the 120 s sleep end and the check fail normally.
+    hung = [e for e in events if isinstance(e, ev.CheckFinished) and e.after_edit]
+    assert hung and hung[0].timed_out, hung
 
 
 def test_a_hung_command_ends_at_the_wall_time_limit_not_at_its_timeout(
@@ -259,14 +256,11 @@ def test_a_hung_command_ends_at_the_wall_time_limit_not_at_its_timeout(
             phases=[{"name": "wait", "prompt": "Wait."}],
             limits={"max_wall_time": 3},
         )
-        started = time.monotonic()
         outcome = run_in_process(workflow, repo, tmp_path / "m.db")
-        took = time.monotonic() - started
     assert outcome.status == "limit", outcome.reason
     events = EventStore(f"sqlite:///{tmp_path / 'm.db'}").load_events(outcome.run_id)
     ran = next(e for e in events if isinstance(e, ev.ToolFinished) and e.name == "run")
     assert ran.is_error and "the run's wall-time limit leaves no longer" in ran.output
-    assert took < 30
 
 
 def test_malformed_and_unknown_calls_go_back_as_errors(tmp_path: Path, repo: Path) -> None:
