@@ -48,6 +48,7 @@ from chaos_common import (
 
 from brain.sim.config import SimConfig, Timing
 from brain.sim.server import running_sim
+from pilot.store.lock_wait import LOCK_WAIT_NOTE
 
 STORAGE_FULL_EXIT = 74
 """`pilot` exit code when the database's disk is full (EX_IOERR)."""
@@ -205,31 +206,38 @@ def locked_database(base: Path, endpoint: str, steps: int, hold: float) -> Stora
         text=True,
     )
     assert proc.stdout is not None
+    # The holder starts before the run reaches the chosen event and waits for a word on stdin,
+    # so the lock is taken within milliseconds of it, not after an interpreter's start (which
+    # under load let the run go on for most of the window before meeting the lock).
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3,sys,time;c=sqlite3.connect(sys.argv[1],isolation_level=None);"
+            "sys.stdin.readline();c.execute('BEGIN EXCLUSIVE');q='SELECT max(seq) FROM events';"
+            "print(c.execute(q).fetchone()[0],flush=True);time.sleep(float(sys.argv[2]));"
+            "print(c.execute(q).fetchone()[0],flush=True);c.execute('COMMIT')",
+            str(db),
+            str(hold),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
     window: tuple[float, float] | None = None
     written = -1
     for line in proc.stdout:
         if line.startswith("{") and json.loads(line).get("seq") == 8:
-            holder = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "import sqlite3,sys,time;c=sqlite3.connect(sys.argv[1],isolation_level=None);"
-                    "c.execute('BEGIN EXCLUSIVE');q='SELECT max(seq) FROM events';"
-                    "print(c.execute(q).fetchone()[0],flush=True);time.sleep(float(sys.argv[2]));"
-                    "print(c.execute(q).fetchone()[0],flush=True);c.execute('COMMIT')",
-                    str(db),
-                    str(hold),
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert holder.stdout is not None
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
             first_seq = int(holder.stdout.readline())
             locked_at = time.time()
             written = int(holder.stdout.readline()) - first_seq
             window = (locked_at, time.time())
-            holder.wait()
             break
+    holder.stdin.close()
+    holder.wait(timeout=60)
     _out, err = proc.communicate(timeout=300)
     run_id = run_id_of(db)
     events, state = load_run(db, run_id)
@@ -250,7 +258,7 @@ def locked_database(base: Path, endpoint: str, steps: int, hold: float) -> Stora
         and duplicated_lines(ledger) == 0
         and written == 0
         and after > 0
-        and gap >= hold * 0.8
+        and LOCK_WAIT_NOTE in err
     )
     status = state.finished.reason if state.finished else "not finished"
     return StorageResult(

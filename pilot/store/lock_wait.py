@@ -32,6 +32,8 @@ DEFAULT_LOCK_WAIT = 600.0
 GONE_WAIT = 5.0
 """Seconds a statement is tried again while the database cannot be reached (a restart's
 blip) before the run stops."""
+LOCK_WAIT_NOTE = "note: the database is locked by another process"
+"""The start of the one line a run prints on stderr once a lock has held it past a second."""
 FIRST_PAUSE = 0.02
 LONGEST_PAUSE = 1.0
 
@@ -146,8 +148,7 @@ def _retried(store: Waiter, action: Callable[[], _T], first: BaseException) -> _
         if not gone and not told.is_set() and time.monotonic() - started > 1.0:
             told.set()  # a lock held past a second is worth a word, once
             print(
-                f"note: the database is locked by another process; waiting up to "
-                f"{store.lock_wait:.0f} s (Ctrl-C pauses)",
+                f"{LOCK_WAIT_NOTE}; waiting up to {store.lock_wait:.0f} s (Ctrl-C pauses)",
                 file=sys.stderr,
                 flush=True,
             )
