@@ -583,3 +583,48 @@ def test_the_summary_counts_cut_answers_and_their_calls_run(tmp_path: Path) -> N
     assert "| 3 (0 run) |" in text
     mini = next(line for line in text.splitlines() if line.startswith("| mini |"))
     assert "| - |" in mini, "an agent that records no cut says so"
+
+
+def test_a_variants_settings_reach_the_try_and_the_report_keeps_it_apart(tmp_path: Path) -> None:
+    """``--set FIELD=VALUE`` reaches Marathon's workflow as ``pilot run --set`` does (here a
+    step limit of 1 stops a two-step script), and the report groups the variant's tries on
+    their own."""
+    from bench.tasks.agents import run_marathon
+    from bench.tasks.run import parser, plan
+    from bench.tasks.suite import GIT_ENV
+
+    args = parser().parse_args(
+        ["--set", "limits.max_steps=1", "--set", "phases.0.retry_fresh=false", "--tries", "1"]
+    )
+    [spec] = plan(args, [_bare_task("x")], {"m": "http://127.0.0.1:1/v1"})[:1]
+    assert spec.settings == ("limits.max_steps=1", "phases.0.retry_fresh=false")
+    assert spec.variant == "limits.max_steps=1 phases.0.retry_fresh=false"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("start\n")
+    env = {**__import__("os").environ, **GIT_ENV}
+    for git in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "start"]):
+        subprocess.run(["git", *git], cwd=repo, check=True, env=env)
+    write = {"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}
+    again = {"name": "write_file", "arguments": {"path": "b.txt", "content": "b\n"}}
+    script = write_script(
+        tmp_path / "s.yaml", "variant", [{"tool_calls": [write]}, {"tool_calls": [again]}]
+    )
+    task = _bare_task("Conversation variant.", test="test -f b.txt")
+    cache = tmp_path / "cache"
+    _sdist(cache, "p", "1", {"README": "start\n"})
+    task = dataclasses.replace(task, package=_package(cache, "p", "1"))
+    work = tmp_path / "work"
+    work.mkdir()
+    config = SimConfig(model="m", max_model_len=8192, policy=f"script:{script}")
+    with running_sim(config) as sim:
+        result = run_marathon(
+            task, repo, sim.openai_base_url, work, max_steps=5, settings=spec.settings
+        )
+    assert result.status == "limit" and result.steps == 1, result.reason
+    rows = [_row(), _row(variant="low temperature", success=True)]
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = markdown(load_rows([results]))
+    assert "| marathon | m | auto | 1 | 0 |" in text, text
+    assert "| marathon | m | auto [low temperature] | 1 | 1 |" in text, text

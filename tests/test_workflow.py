@@ -667,3 +667,23 @@ def test_a_text_without_template_syntax_renders_as_jinja_would_render_it() -> No
     for text in ("{{ params.x }}", "{% if x %}y{% endif %}", "a {# note #} b", "line\r\nend"):
         assert not is_literal(text)
     assert env.from_string("line\r\nend").render() != "line\r\nend"  # why \r goes to Jinja
+
+
+def test_set_reaches_a_phase_by_its_index_and_names_the_valid_ones(tmp_path: Path) -> None:
+    path = tmp_path / F
+    path.write_text(MINIMAL)
+    settings = ["phases.0.max_attempts=5", "model.temperature=0.4"]
+    loaded = load_workflow(path, {"repo": "/tmp/r"}, tool_names=TOOLS, settings=settings)
+    assert loaded.workflow.phases[0].max_attempts == 5
+    assert loaded.workflow.model.temperature == 0.4
+    for bad, said in (
+        (
+            "phases.1.max_attempts=5",
+            "`phases` is a list of 1 in " + str(path) + "; index it with 0 to 0",
+        ),
+        ("phases.one.max_attempts=5", "`phases` is a list of 1"),
+        ("name.x=1", "`name` is not a mapping in " + str(path) + ", so it has no field `x`"),
+    ):
+        with pytest.raises(WorkflowError, match="--set") as info:
+            load_workflow(path, {"repo": "/tmp/r"}, tool_names=TOOLS, settings=[bad])
+        assert said in str(info.value), str(info.value)

@@ -24,6 +24,7 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,7 @@ def run_marathon(
     context_window: int | None = None,
     call_mode: str = "auto",
     wall_s: float = 7200,
+    settings: Sequence[str] = (),
 ) -> AgentResult:
     from pilot.run.launch import load_for_run, start_run
     from pilot.run.runner import Runner
@@ -188,7 +190,7 @@ def run_marathon(
     started = time.monotonic()
     try:
         store = EventStore(f"sqlite:///{work / 'runs.db'}")
-        loaded = load_for_run(workflow, [f"repo={repo}"])
+        loaded = load_for_run(workflow, [f"repo={repo}"], settings=settings)
         runner = Runner(store)
 
         async def drive() -> Any:

@@ -1,7 +1,8 @@
 """The suite's results (JSON lines, one row a try) as the tables a reader wants.
 
 Groups are (agent, model, call mode): the call mode a try *asked for* (``auto``: the model
-chooses; ``text`` for the plain loop's bash blocks; a mode Marathon was pinned to). Per
+chooses; ``text`` for the plain loop's bash blocks; a mode Marathon was pinned to), with
+Marathon's variant in brackets when a try set workflow fields (``--set``, ``--variant``). Per
 group: pass@1 (each task's share of passing tries, averaged over tasks), pass^k (the chance
 that k tries of a task all pass, C(c,k)/C(n,k), averaged over tasks: pass^3, and pass^n
 over all the tries run), false successes (the agent said it succeeded or submitted, the
@@ -43,8 +44,14 @@ def load_rows(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def group_of(row: dict[str, Any]) -> Group:
+    """(agent, model, call mode), the call mode followed by the try's variant (its
+    ``--set`` fields) when it had one."""
     agent = row["agent"]
-    return (agent, row.get("model", "-"), row.get("call_mode") or _DEFAULT_MODE.get(agent, "auto"))
+    mode = row.get("call_mode") or _DEFAULT_MODE.get(agent, "auto")
+    variant = row.get("variant")
+    if variant and not mode.endswith(f"[{variant}]"):
+        mode = f"{mode} [{variant}]"
+    return (agent, row.get("model", "-"), mode)
 
 
 def label(group: Group, groups: Sequence[Group]) -> str:

@@ -113,6 +113,8 @@ def plan(args: argparse.Namespace, tasks: list[Task], models: dict[str, str]) ->
         cache=str(args.cache),
         keep=str(args.keep) if args.keep else None,
         timeout_s=args.try_timeout,
+        settings=tuple(args.set),
+        variant=args.variant or " ".join(args.set),
     )
     return [
         replace(base, task=task.id, agent=agent, model=label, endpoint=url, attempt=attempt)
@@ -181,6 +183,15 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="pin Marathon's call mode (model.tool_calls)",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="set a field of Marathon's workflow, as `pilot run --set` does "
+        "(phases.0.retry_fresh=false); repeatable; the results name the variant",
+    )
+    p.add_argument("--variant", default="", help="the name the results give the --set fields")
     p.add_argument(
         "--try-timeout",
         type=float,

@@ -43,6 +43,10 @@ class TrySpec:
     cache: str
     keep: str | None = None
     timeout_s: float = 1800
+    settings: tuple[str, ...] = ()
+    """Marathon's workflow fields set for this try (``pilot run --set FIELD=VALUE``)."""
+    variant: str = ""
+    """The name the results give those settings (a group of its own in the report)."""
 
 
 def _run_agent(task: Task, spec: TrySpec, repo: Path, work: Path) -> AgentResult:
@@ -56,6 +60,7 @@ def _run_agent(task: Task, spec: TrySpec, repo: Path, work: Path) -> AgentResult
             context_window=spec.context_window,
             call_mode=spec.call_mode,
             wall_s=spec.timeout_s,
+            settings=spec.settings,
             **budget,
         )
     if spec.agent == "mini":
@@ -106,6 +111,7 @@ def base_row(spec: TrySpec, task: Task) -> dict[str, Any]:
         "model": spec.model,
         "call_mode": REQUESTED_MODE.get(spec.agent, spec.call_mode),
         "try": spec.attempt,
+        **({"variant": spec.variant} if spec.variant and spec.agent == "marathon" else {}),
     }
 
 
@@ -194,7 +200,8 @@ def run_in_subprocess(spec: TrySpec, task: Task) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec = TrySpec(**json.loads((argv or sys.argv[1:])[0]))
+    fields = json.loads((argv or sys.argv[1:])[0])
+    spec = TrySpec(**{**fields, "settings": tuple(fields.get("settings", ()))})
     [task] = [t for t in load_catalog() if t.id == spec.task]
     print(json.dumps(one_try(spec, task)), flush=True)
     return 0

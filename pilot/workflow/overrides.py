@@ -1,8 +1,9 @@
 """``pilot run --set FIELD=VALUE``: a workflow field given on the command line.
 
-The value is read as a YAML scalar (as the file's own values are) and put at the dotted path in
-the workflow's data; the text that results is what the run loads, validates and stores, so a
-resume runs with it and a bad value is refused as the same value in the file would be
+The value is read as a YAML scalar (as the file's own values are) and put at the dotted path
+in the workflow's data (a number indexes a list: ``phases.0.max_attempts=5`` is the first
+phase's); the text that results is what the run loads, validates and stores, so a resume runs
+with it and a bad value is refused as the same value in the file would be
 (``model.tool_calls=json`` names the field and the values it takes).
 """
 
@@ -41,17 +42,37 @@ def apply_settings(text: str, filename: str, settings: Sequence[str]) -> str:
             value = read_yaml_scalar(raw) if raw.strip() else None
         except ValueError as exc:
             raise WorkflowError(f"--set {item!r}: the value is not valid YAML: {exc}") from None
-        node = data
-        for part in parts[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise WorkflowError(
-                    f"--set {item!r}: `{part}` is not a mapping in {filename}, so it has no "
-                    f"field `{parts[-1]}`"
-                )
-            node = child
-        node[parts[-1]] = value
+        _put(data, parts, value, item, filename)
     note = "".join("# pilot run --set " + item.replace("\n", " ") + "\n" for item in settings)
     return note + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _put(data: dict[str, Any], parts: list[str], value: Any, item: str, filename: str) -> None:
+    """``value`` at the dotted ``parts`` of ``data``: mappings made as needed, a list entry
+    only where it exists (a new phase has no name or prompt to be made from)."""
+    node: Any = data
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise WorkflowError(
+                    f"--set {item!r}: `{'.'.join(parts[:depth])}` is a list of {len(node)} in "
+                    f"{filename}; index it with 0 to {len(node) - 1}"
+                )
+            index = int(part)
+            if last:
+                node[index] = value
+            else:
+                node = node[index]
+            continue
+        if not isinstance(node, dict):
+            raise WorkflowError(
+                f"--set {item!r}: `{'.'.join(parts[:depth])}` is not a mapping in {filename}, "
+                f"so it has no field `{part}`"
+            )
+        if last:
+            node[part] = value
+        else:
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
