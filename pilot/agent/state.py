@@ -561,7 +561,7 @@ def restart_note(reason: str) -> str:
     """What a fresh try of a ``retry_fresh`` phase is told after its prompt."""
     return (
         f"A previous try of this task was undone (the workspace is back as it was) because "
-        f"{reason}. Do not repeat that answer: make a different change."
+        f"{reason.rstrip().rstrip('.')}. Do not repeat that answer: make a different change."
     )
 
 

@@ -57,7 +57,10 @@ def event_parts(event: ev.Event, *, width: int = 110) -> list[tuple[str, str]]:
         case ev.ModelRequest():
             text.append(f"step {event.step}: asking the model", style="dim")
             if event.temperature is not None:
-                text.append(f" (temperature {event.temperature}: it repeated itself)", style="dim")
+                text.append(
+                    f" (temperature {event.temperature}: hotter after a repeat or a fresh try)",
+                    style="dim",
+                )
         case ev.AssistantMessage():
             usage = event.usage
             tokens = f" [{usage.prompt_tokens}+{usage.completion_tokens} tok]" if usage else ""
