@@ -171,3 +171,49 @@ def test_a_method_the_prompt_names_is_found_in_its_class_not_the_first_of_its_na
     assert method_hit(found, "LRUCache", "clear") is None
     with pytest.raises(ValueError):
         method_search("LRU Cache", "popitem")
+
+
+BLACK_STYLE = '''def naturalsize(
+    value: float | str,
+    binary: bool = False,
+    gnu: bool = False,
+) -> str:
+    """Format a number of bytes like a human-readable filesize.
+
+Examples written at column 0 stay in the docstring.
+    """
+    if gnu:
+        pair = (1,
+2)
+    base = 1024 if gnu else 1000
+    return f"{value / base:.1f}"
+# a comment after it
+
+
+@decorated
+def other():
+    pass
+'''
+
+
+def test_a_black_style_signature_and_strings_at_column_0_stay_in_the_definition(
+    tmp_path: Path,
+) -> None:
+    """humanize's naturalsize on the GPU: its `) -> str:` at column 0 ended the block after
+    the signature, so the model was shown 5 lines and rewrote the body it never saw."""
+    (tmp_path / "size.py").write_text(BLACK_STYLE)
+    block = definition_block(sh("sed -n '1,121p' size.py", tmp_path))
+    assert block.startswith("def naturalsize(\n") and block.endswith('return f"{value / base:.1f}"')
+    assert "base = 1024 if gnu else 1000" in block and "@decorated" not in block
+    method = "    def m(\n        self,\n    ) -> int:\n        return 1\n\n    def n(self):\n"
+    assert definition_block(method) == "    def m(\n        self,\n    ) -> int:\n        return 1"
+    assert definition_block("def f(): return 1\ndef g(): pass\n") == "def f(): return 1"
+
+
+def test_a_definition_longer_than_the_lines_read_is_shown_as_far_as_it_was_read() -> None:
+    from pilot.tactics.locate import MAX_LINES
+
+    long = "def f():\n" + "".join(f"    x{i} = {i}\n" for i in range(MAX_LINES * 2))
+    assert len(definition_block(long).splitlines()) == MAX_LINES
+    cut_in_a_string = 'def f():\n    s = """never closed\n    more'
+    assert definition_block(cut_in_a_string) == cut_in_a_string

@@ -10,13 +10,19 @@ the fix is one edit away. Pure text functions: the loop runs the searches with i
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 
 MAX_NAMES = 3
 """Definitions shown at most."""
 MAX_SEARCHES = 6
 """Names searched at most (the prompt's first): some name no definition."""
-MAX_LINES = 40
+MAX_LINES = 120
+"""Lines of one definition shown at most: a function with its docstring, whole, since the model
+is asked to rewrite what it is shown."""
+TOTAL_LINES = 200
+"""Lines of all the definitions shown together: the rest of a small window is the task's."""
 FRAME_REACH = 200
 """How far below a ``def`` a traceback's line may be and still be taken as inside it."""
 
@@ -203,18 +209,58 @@ def _is_test_path(path: str) -> bool:
 
 
 def definition_block(text: str) -> str:
-    """The function starting on ``text``'s first line, up to the next statement at its
-    indentation (or ``MAX_LINES``)."""
-    lines = text.splitlines()
+    """The definition starting on ``text``'s first line, to its last line (at most
+    ``MAX_LINES``), as Python's tokenizer sees it: a signature over several lines whose ``)``
+    is at the ``def``'s column (black's style) and a string's lines at any column stay inside."""
+    lines = text.splitlines()[:MAX_LINES]
     if not lines:
         return ""
     indent = len(lines[0]) - len(lines[0].lstrip())
-    block = [lines[0]]
-    for line in lines[1:MAX_LINES]:
-        stripped = line.strip()
-        if stripped and len(line) - len(line.lstrip()) <= indent:
-            break
-        block.append(line)
+    dedented = [line[indent:] if not line[:indent].strip() else line for line in lines]
+    block = lines[: _definition_end(dedented)]
     while block and not block[-1].strip():
         block.pop()
     return "\n".join(block)
+
+
+def _definition_end(lines: list[str]) -> int:
+    """How many of ``lines`` (the first a ``def`` or ``class`` at column 0) the definition
+    takes: to the last line of its body, seen when a statement comes back to column 0; all of
+    them when they end first (the cut is inside it) or do not tokenize."""
+    depth = 0
+    entered = False
+    last = 0  # the last line a token of the definition ends on
+    source = "\n".join(lines) + "\n"
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type not in _LAYOUT and (depth > 0 or not entered):
+                last = token.end[0]
+            if token.type == tokenize.INDENT:
+                depth += 1
+                entered = True
+            elif token.type == tokenize.DEDENT:
+                depth -= 1
+            elif token.type == tokenize.NEWLINE and not entered and token.start[0] > 0:
+                # A body on the def's own line (``def f(): return 1``) ends with it, unless an
+                # indented body follows (then INDENT comes next).
+                nxt = _next_code_line(lines, token.start[0])
+                if nxt is None or not lines[nxt][:1].isspace():
+                    return token.start[0]
+            elif entered and depth == 0 and token.type not in _LAYOUT:
+                return last
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return len(lines)
+
+
+_LAYOUT = frozenset(
+    {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.DEDENT, tokenize.ENDMARKER}
+)
+
+
+def _next_code_line(lines: list[str], after: int) -> int | None:
+    """The index of the first non-blank line after line number ``after`` (1-based)."""
+    for index in range(after, len(lines)):
+        if lines[index].strip():
+            return index
+    return None

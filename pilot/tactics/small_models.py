@@ -202,6 +202,7 @@ class SmallModelTactics:
         failures in ``output`` call (``locate``; those the prompt mentions when it mentions
         any); and what to say after the task."""
         sections = []
+        shown_lines = 0
         named = locate.prompt_names(prompt)
         failing = locate.focus(locate.failing_names(output), prompt)
         bare = {n.rpartition(".")[2] for n in named}
@@ -225,10 +226,14 @@ class SmallModelTactics:
                 f"sed -n '{line},{line + locate.MAX_LINES}p' {shlex.quote(path)}", 60, f"show-{k}"
             )
             block = locate.definition_block(shown.output)
-            if block:
-                sections.append(
-                    f"The code of {name} ({path}, line {line}):\n```python\n{block}\n```"
-                )
+            size = len(block.splitlines())
+            if not block or (sections and shown_lines + size > locate.TOTAL_LINES):
+                continue  # the first is shown whole; a later one only where it fits
+            shown_lines += size
+            cut = f", its first {size} lines" if size >= locate.MAX_LINES else ""
+            sections.append(
+                f"The code of {name} ({path}, line {line}{cut}):\n```python\n{block}\n```"
+            )
         self._located[prompt] = "\n".join(sections)
         last = []
         if sections and DEFINITION_TOOL in tools:
