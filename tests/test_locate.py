@@ -151,6 +151,8 @@ def test_the_prompt_names_definitions_in_backticks_and_as_class_dot_method() -> 
         "run `python -m pytest -q`; os.path stays."
     )
     assert prompt_names(prompt) == ["LRUCache.popitem", "count_if", "dasherize", "Version.parse"]
+    example = 'Version.parse("1.2.3").bump_minor() must be 1.3.0. Fix the bug in version.py.'
+    assert prompt_names(example) == [], "a call in an example is how to reach the bug"
 
 
 def test_a_method_the_prompt_names_is_found_in_its_class_not_the_first_of_its_name(
