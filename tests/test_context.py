@@ -43,7 +43,7 @@ from pilot.agent.context import (
     estimate_message_tokens,
     message_key,
 )
-from pilot.agent.result_cut import cut_tool_output
+from pilot.agent.result_cut import cut_file_page, cut_tool_output
 from pilot.errors import BadRequest, ContextOverflow, ServerUnavailable
 from pilot.model.client import OpenAIModelClient
 from pilot.model.settings import ClientSettings
@@ -801,3 +801,18 @@ def test_an_edit_is_summarised_with_where_it_changed_the_file_and_a_check_after_
         "30, in popitem, `return (key, self.data[key])` -> `del self.order[key]`)"
     ) in text, text
     assert "- `pytest -q` failed after an edit (exit code 1): E  KeyError | 1 failed" in text
+
+
+def test_a_cut_python_page_names_the_definitions_past_it_by_line_and_class() -> None:
+    source = (
+        "class Version:\n"
+        + "".join(f"    x{i} = {i}\n" for i in range(300))
+        + "    def bump_minor(self):\n        return 1\n\n"
+        + "    async def bump_patch(self):\n        pass\n\ndef top():\n    pass\n"
+    )
+    numbered = "".join(f"{n:6d}\t{line}\n" for n, line in enumerate(source.splitlines(), 1))
+    page, cut = cut_file_page(numbered, 800, "src/semver/version.py")
+    assert cut and page.startswith("     1\tclass Version:")
+    assert "offset=LINE: Version.bump_minor: 302, Version.bump_patch: 305, top: 308.]" in page, page
+    text, _ = cut_file_page(numbered, 800, "notes.txt")
+    assert "Definitions further on" not in text, "only a Python file is outlined"

@@ -212,4 +212,8 @@ def test_a_long_file_read_is_cut_to_a_page_that_says_where_to_read_on(
     shown = max(int(line.split("\t")[0]) for line in result.output.splitlines()[:-1])
     assert f'read on with read_file (path="big.py", offset={shown + 1})' in note
     assert f"lines {shown + 1}-1200 of this read not shown" in note
+    # ... and the definitions past the page, by line, to read from (as many as fit).
+    first_hidden = (shown + 1) // 2
+    assert f"offset=LINE: f{first_hidden}: {2 * first_hidden + 1}, " in note, note
+    assert note.rstrip(".]").split(" and ")[-1].endswith(" more")
     assert not (Path(outcome.state.started.workspace) / ".marathon" / "outputs").exists()

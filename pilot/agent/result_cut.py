@@ -21,15 +21,22 @@ _NUMBERED_LINE = re.compile(r"^\s*(\d+)\t")
 
 
 def cut_file_page(text: str, budget_tokens: int, path: str) -> tuple[str, bool]:
-    """A ``read_file`` result cut to about ``budget_tokens``: its first whole lines, and how to
-    read on in the file itself (the next offset). A head and tail with the middle kept in
-    another file reads, to a small model, as a file it has not seen yet: it read the same
-    file again and again. Falls back to :func:`cut_tool_output` when the lines are not
-    numbered."""
+    """A ``read_file`` result cut to about ``budget_tokens``: its first whole lines, how to
+    read on in the file itself (the next offset), and the definitions in the lines not shown
+    with their line numbers, so a model looking for one reads from there. A head and tail
+    with the middle kept in another file reads, to a small model, as a file it has not seen
+    yet: it read the same file again and again; with only the next offset, the 1.5B read the
+    first page of a 700-line module four times and never reached the method it was to fix.
+    Falls back to :func:`cut_tool_output` when the lines are not numbered."""
     if _cost(text) <= budget_tokens:
         return text, False
     lines = text.splitlines(keepends=True)
-    usable = max(budget_tokens - 60, 16)
+    numbered = [(int(m.group(1)), line) for line in lines if (m := _NUMBERED_LINE.match(line))]
+    if not numbered:
+        return cut_tool_output(text, budget_tokens)
+    outline_budget = budget_tokens / 3
+    python = path.endswith((".py", ".pyi"))
+    usable = max(budget_tokens - 60 - (outline_budget if python else 0), 16)
     shown: list[str] = []
     used = 0.0
     for line in lines:
@@ -37,22 +44,66 @@ def cut_file_page(text: str, budget_tokens: int, path: str) -> tuple[str, bool]:
             break
         shown.append(line)
         used += _cost(line)
-    numbers = [int(m.group(1)) for line in lines if (m := _NUMBERED_LINE.match(line))]
     last_shown = next(
         (int(m.group(1)) for line in reversed(shown) if (m := _NUMBERED_LINE.match(line))), None
     )
-    if not shown or last_shown is None or not numbers:
+    if not shown or last_shown is None:
         return cut_tool_output(text, budget_tokens)
     body = "".join(shown)
     if not body.endswith("\n"):
         body += "\n"
     quoted = json.dumps(path)
+    outline = (
+        definitions_outline(numbered, after=last_shown, budget_tokens=outline_budget)
+        if python
+        else ""
+    )
+    further = (
+        f" Definitions further on (name: line), to read from with offset=LINE: {outline}."
+        if outline
+        else ""
+    )
     return (
-        f"{body}[... lines {last_shown + 1}-{max(numbers)} of this read not shown (too long "
-        f"for the context): read on with read_file (path={quoted}, offset={last_shown + 1}), "
-        "or grep for what you look for.]\n",
+        f"{body}[... lines {last_shown + 1}-{numbered[-1][0]} of this read not shown (too "
+        f"long for the context): read on with read_file (path={quoted}, "
+        f"offset={last_shown + 1}), or grep for what you look for.{further}]\n",
         True,
     )
+
+
+_DEFINITION = re.compile(r"^(\s*)(?:async\s+def|def|class)\s+([A-Za-z_]\w*)")
+
+
+def definitions_outline(
+    numbered: list[tuple[int, str]], *, after: int, budget_tokens: float
+) -> str:
+    """``name: line`` for each ``def`` and ``class`` of numbered Python lines past line
+    ``after``, a method named with its class (``Version.bump_minor: 280``), as many as
+    ``budget_tokens`` holds, then how many more."""
+    classes: list[tuple[int, str]] = []  # (indent, name) of the classes a line is inside
+    entries: list[str] = []
+    for number, line in numbered:
+        code = _NUMBERED_LINE.sub("", line, count=1)
+        m = _DEFINITION.match(code)
+        if m is None:
+            continue
+        indent = len(m.group(1).expandtabs())
+        while classes and classes[-1][0] >= indent:
+            classes.pop()
+        name = ".".join([c for _, c in classes] + [m.group(2)])
+        if code.lstrip().startswith("class"):
+            classes.append((indent, m.group(2)))
+        if number > after:
+            entries.append(f"{name}: {number}")
+    kept: list[str] = []
+    used = 0.0
+    for entry in entries:
+        if used + _cost(entry) + 1 > budget_tokens:
+            break
+        kept.append(entry)
+        used += _cost(entry) + 1
+    more = len(entries) - len(kept)
+    return ", ".join(kept) + (f" and {more} more" if more else "")
 
 
 def cut_tool_output(
