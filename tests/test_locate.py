@@ -219,3 +219,16 @@ def test_a_definition_longer_than_the_lines_read_is_shown_as_far_as_it_was_read(
     assert len(definition_block(long).splitlines()) == MAX_LINES
     cut_in_a_string = 'def f():\n    s = """never closed\n    more'
     assert definition_block(cut_in_a_string) == cut_in_a_string
+
+
+def test_a_long_functions_docstring_is_left_out_unless_the_task_is_about_docstrings() -> None:
+    from pilot.tactics.locate import LONG_DEFINITION, about_docs, without_long_docstring
+
+    doc = "".join(f"    line {i} of the docstring\n" for i in range(LONG_DEFINITION))
+    long = f'    def size(self):\n        """Size.\n{doc}        """\n        return 1\n'
+    shown, left_out = without_long_docstring(long)
+    assert shown == "    def size(self):\n        return 1" and left_out == LONG_DEFINITION + 2
+    short = 'def size():\n    """Size.\n\n    >>> size()\n    1\n    """\n    return 1'
+    assert without_long_docstring(short) == (short, 0), "a short one keeps its examples"
+    assert about_docs("one example in the docstring of humanize shows the wrong output")
+    assert about_docs("Failed example:\n    intword(12400)") and not about_docs("Fix `size`.")

@@ -419,3 +419,27 @@ def test_retry_fresh_undoes_a_failed_try_and_asks_again_from_the_prompt(
     edits = [e for e in events if isinstance(e, ev.ToolFinished) and e.name != "finish"]
     assert "nothing changed" in edits[1].output, "the first try's edit was undone"
     assert "-    return a - b\n+    return a + b" in edits[2].output
+
+
+def test_a_long_function_is_shown_without_its_docstring_and_its_rewrite_keeps_it(
+    tmp_path: Path, repo: Path
+) -> None:
+    """humanize's naturalsize (73 lines, 38 of docstring) copied whole was cut at a 512-token
+    answer: shown without its docstring, rewritten without one, the file keeps it."""
+    from pilot.tactics.locate import LONG_DEFINITION
+
+    doc = "".join(f"    Line {i} of what add does.\n" for i in range(LONG_DEFINITION))
+    commit_calc(repo, f'def add(a, b):\n    """Add.\n\n{doc}    """\n    return a - b\n')
+    failing = "printf '>       assert add(1, 2) == 3\\nE   assert -1 == 3\\n'; exit 1"
+    rewrite = {"content": "```python\ndef add(a, b):\n    return a + b\n```"}
+    phase = {"context": [failing], "locate": True, "check": CALC_TEST, "require_change": True}
+    tools = ["read_file", "replace_definition", "finish"]
+    outcome, events = run_script(tmp_path, repo, "nodoc", [rewrite, finish("fixed")], phase, tools)
+    assert outcome.status == "succeeded", outcome.reason
+    [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
+    assert "line 1; its docstring of" in started.prompt
+    assert "```python\ndef add(a, b):\n    return a - b\n```" in started.prompt
+    [done] = [e for e in events if isinstance(e, ev.ToolFinished) and e.name != "finish"]
+    assert "(its docstring kept: the code sent had none)" in done.output, done.output
+    assert "-    return a - b\n+    return a + b" in done.output
+    assert '-    """Add.' not in done.output, "the docstring stays"

@@ -328,3 +328,46 @@ def test_a_new_method_with_no_class_named_is_refused_not_added_at_module_level(
     # with its class named it goes into that class
     added = call(ctx, code="def __popitem(self):\n    return None\n", qualified_name="LRUCache")
     assert added.output.startswith("Added function LRUCache.__popitem"), added.output
+
+
+DOCUMENTED = '''class Size:
+    def natural(
+        self,
+        value: int,
+    ) -> str:
+        """Format a size.
+
+        >>> Size().natural(3000)
+        '3.0 kB'
+        """
+        # the base
+        base = 100
+        return f"{value / base:.1f} kB"
+'''
+
+
+def test_a_rewrite_without_a_docstring_keeps_the_one_it_replaces(ctx: ToolContext) -> None:
+    """A long function shown or cut without its docstring comes back without it: the rewrite
+    keeps the file's docstring (and its doctest), and says so; one with a docstring of its own
+    replaces it."""
+    path = ctx.workspace.root / "pkg" / "size.py"
+    path.write_text(DOCUMENTED)
+    fixed = (
+        "def natural(\n    self,\n    value: int,\n) -> str:\n\n    # the base\n"
+        '    base = 1000\n    return f"{value / base:.1f} kB"\n'
+    )
+    result = call(ctx, code=fixed, qualified_name="Size.natural")
+    assert not result.is_error, result.output
+    assert "(its docstring kept: the code sent had none)" in result.output.splitlines()[0]
+    text = path.read_text()
+    signature_end = text.index(") -> str:\n") + len(") -> str:\n")
+    assert text[signature_end:].startswith('        """Format a size.\n\n        >>> Size()'), text
+    assert text.index('\'3.0 kB\'\n        """') < text.index("# the base") < text.index("= 1000")
+    namespace: dict = {}
+    exec(compile(text, "size.py", "exec"), namespace)
+    assert namespace["Size"]().natural(3000) == "3.0 kB"
+    assert namespace["Size"].natural.__doc__.startswith("Format a size.")
+    own = 'def natural(self, value):\n    """Its own."""\n    return "x"\n'
+    replaced = call(ctx, code=own, qualified_name="Size.natural")
+    assert "docstring kept" not in replaced.output and '"""Its own."""' in path.read_text()
+    assert "Format a size" not in path.read_text()

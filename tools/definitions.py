@@ -361,7 +361,10 @@ class ReplaceDefinition:
             qualified = found[0].name
             first, last = _first_line(node), node.end_lineno or node.lineno
             indent = re.match(r"\s*", lines[first - 1]).group(0)  # type: ignore[union-attr]
-            body = [indent + line if line.strip() else line for line in new.lines]
+            written = _with_docstring_of(new.lines, node, lines)
+            if written is not new.lines:
+                qualified += " (its docstring kept: the code sent had none)"
+            body = [indent + line if line.strip() else line for line in written]
             lines[first - 1 : last] = body
             verb = "Replaced"
             if first <= at:  # a definition above the imports: they move down with it
@@ -403,6 +406,48 @@ class ReplaceDefinition:
                 f"{exc.lineno}: {exc.msg}); nothing was changed."
             ) from None
         return updated, verb, qualified
+
+
+def _docstring(node: ast.AST) -> ast.Expr | None:
+    body = getattr(node, "body", None)
+    first = body[0] if body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return first
+    return None
+
+
+def _with_docstring_of(new_lines: list[str], old: ast.stmt, file_lines: list[str]) -> list[str]:
+    """``new_lines`` (a function, dedented) with the docstring of the function ``old`` put back
+    when they have none: a model rewriting a long function leaves the docstring out to fit
+    its answer (shown without it, or cut at its output limit), and losing the documentation
+    and its doctests is never the fix asked for. The same list when nothing is added."""
+    if not isinstance(old, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return new_lines
+    kept = _docstring(old)
+    try:
+        tree = ast.parse("\n".join(new_lines))
+    except SyntaxError:
+        return new_lines
+    fresh = tree.body[0] if tree.body else None
+    if kept is None or not isinstance(fresh, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return new_lines
+    if _docstring(fresh) is not None or fresh.body[0].lineno == fresh.lineno:
+        return new_lines  # it has one, or its body is on the def line
+    old_indent = " " * kept.col_offset
+    new_indent = " " * fresh.body[0].col_offset
+    text = file_lines[kept.lineno - 1 : kept.end_lineno or kept.lineno]
+    moved = [
+        new_indent + line[len(old_indent) :] if line.startswith(old_indent) else line
+        for line in text
+    ]
+    at = fresh.body[0].lineno - 1
+    while at > 0 and (not new_lines[at - 1].strip() or new_lines[at - 1].lstrip()[:1] == "#"):
+        at -= 1  # after the signature, before the blank lines and comments the body starts with
+    return new_lines[:at] + moved + new_lines[at:]
 
 
 def _partial_class(text: str, new: NewDefinition, target: str) -> list[NewDefinition] | None:

@@ -10,8 +10,10 @@ the fix is one edit away. Pure text functions: the loop runs the searches with i
 
 from __future__ import annotations
 
+import ast
 import io
 import re
+import textwrap
 import tokenize
 
 MAX_NAMES = 3
@@ -23,6 +25,12 @@ MAX_LINES = 120
 is asked to rewrite what it is shown."""
 TOTAL_LINES = 200
 """Lines of all the definitions shown together: the rest of a small window is the task's."""
+LONG_DEFINITION = 36
+"""Lines from which a function is shown without its docstring (when the task is not about
+docstrings): at about 12 tokens a line, its rewrite whole would take most of a 512-token
+answer (naturalsize, 73 lines with 38 of docstring, was copied whole and cut at the limit);
+the rewrite keeps the file's docstring. A shorter one keeps its docstring: its examples say
+what the function should do."""
 FRAME_REACH = 200
 """How far below a ``def`` a traceback's line may be and still be taken as inside it."""
 
@@ -266,3 +274,36 @@ def _next_code_line(lines: list[str], after: int) -> int | None:
         if lines[index].strip():
             return index
     return None
+
+
+_ABOUT_DOCS_RE = re.compile(r"docstring|doctest|>>>|\bexamples?\b", re.IGNORECASE)
+
+
+def about_docs(text: str) -> bool:
+    """Whether a task (or its failures) is about a docstring: its docstrings stay shown."""
+    return bool(_ABOUT_DOCS_RE.search(text))
+
+
+def without_long_docstring(block: str) -> tuple[str, int]:
+    """``block`` (one function as :func:`definition_block` gives it) without its docstring
+    when it has ``LONG_DEFINITION`` lines or more, and how many lines were left out (0: the
+    block as it was)."""
+    if len(block.splitlines()) < LONG_DEFINITION:
+        return block, 0
+    try:
+        tree = ast.parse(textwrap.dedent(block))
+    except SyntaxError:
+        return block, 0
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or len(node.body) < 2:
+        return block, 0
+    first = node.body[0]
+    if not (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return block, 0
+    start, end = first.lineno, first.end_lineno or first.lineno
+    lines = block.splitlines()
+    return "\n".join(lines[: start - 1] + lines[end:]), end - start + 1

@@ -203,6 +203,7 @@ class SmallModelTactics:
         any); and what to say after the task."""
         sections = []
         shown_lines = 0
+        docs_asked = locate.about_docs(prompt) or locate.about_docs(output)
         named = locate.prompt_names(prompt)
         failing = locate.focus(locate.failing_names(output), prompt)
         bare = {n.rpartition(".")[2] for n in named}
@@ -226,11 +227,19 @@ class SmallModelTactics:
                 f"sed -n '{line},{line + locate.MAX_LINES}p' {shlex.quote(path)}", 60, f"show-{k}"
             )
             block = locate.definition_block(shown.output)
+            left_out = 0
+            if not docs_asked:
+                block, left_out = locate.without_long_docstring(block)
             size = len(block.splitlines())
             if not block or (sections and shown_lines + size > locate.TOTAL_LINES):
                 continue  # the first is shown whole; a later one only where it fits
             shown_lines += size
             cut = f", its first {size} lines" if size >= locate.MAX_LINES else ""
+            if left_out:
+                cut += (
+                    f"; its docstring of {left_out} lines not shown: a rewrite without a "
+                    "docstring keeps it"
+                )
             sections.append(
                 f"The code of {name} ({path}, line {line}{cut}):\n```python\n{block}\n```"
             )
