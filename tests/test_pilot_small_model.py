@@ -443,3 +443,31 @@ def test_a_long_function_is_shown_without_its_docstring_and_its_rewrite_keeps_it
     assert "(its docstring kept: the code sent had none)" in done.output, done.output
     assert "-    return a - b\n+    return a + b" in done.output
     assert '-    """Add.' not in done.output, "the docstring stays"
+
+
+def test_a_restarted_try_is_told_the_failed_tests_not_an_assertion_diffs_markers() -> None:
+    """semver's check ended in pytest's diff markers (``?   ^``): the last lines told a
+    restarted try nothing; its FAILED lines and count, or doctest's example, are what failed."""
+    from pilot.agent.state import check_gist
+
+    pytest_out = (
+        "E   assert 1 == 2\n=== short test summary info ===\n"
+        "FAILED tests/test_bump.py::test_bump_minor - AssertionError: assert Version(minor=5, "
+        "patch=6) == Version(minor=5, patch=0)\n  \n  - Version(minor=5, patch=0)\n"
+        "  ?                 ^\n  + Version(minor=5, patch=6)\n  ?                 ^\n"
+        "1 failed, 22 passed in 0.23s\n"
+    )
+    assert check_gist(pytest_out) == (
+        "FAILED tests/test_bump.py::test_bump_minor - AssertionError: assert Version(minor=5, "
+        "patch=6) == Version(minor=5, patch=0) | 1 failed, 22 passed in 0.23s"
+    )
+    doctest_out = (
+        'File "inflection/__init__.py", line 190, in inflection.humanize\nFailed example:\n'
+        "    humanize(\"employee_salary\")\nExpected:\n    'Employee Salary'\nGot:\n"
+        "    'Employee salary'\n***Test Failed*** 1 failures.\n"
+    )
+    assert check_gist(doctest_out) == (
+        "Failed example: | humanize(\"employee_salary\") | Expected: | 'Employee Salary' | "
+        "Got: | 'Employee salary'"
+    )
+    assert check_gist("a\nb\nc\nd\ne\n") == "b | c | d | e"

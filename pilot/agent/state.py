@@ -10,6 +10,7 @@ report read them from here.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -354,7 +355,7 @@ class RunState:
                     self.phase.check_passed = ev.passed
                     if not ev.passed:
                         self.phase.failed_try = (
-                            f"`{ev.command}` failed after the edit: {gist(ev.output, last=True)}"
+                            f"`{ev.command}` failed after the edit: {check_gist(ev.output)}"
                         )
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
@@ -366,7 +367,7 @@ class RunState:
                     self.phase.check_passed = ev.passed
                     if not ev.passed:
                         self.phase.failed_try = (
-                            f"the check ({ev.command}) failed: {gist(ev.output, last=True)}"
+                            f"the check ({ev.command}) failed: {check_gist(ev.output)}"
                         )
                         self.phase.finish_called = False
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
@@ -554,6 +555,29 @@ def gist(output: str, *, last: bool = False) -> str:
     if last:
         lines = lines[-4:]
     text = " | ".join(lines[:4]).removeprefix("Error: ")
+    return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
+
+
+_FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) \S+")
+
+
+def check_gist(output: str) -> str:
+    """A failed check's output in brief: pytest's ``FAILED``/``ERROR`` summary lines (three
+    at most) and its count, or doctest's first failed example with what it expected and got,
+    else the last lines. Its last four lines were an assertion's diff markers (``?   ^``) on
+    semver's tests: a restarted try was told nothing it could use."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    failed = [line[:160] for line in lines if _FAILED_LINE.match(line)]
+    if failed:
+        return _brief([*failed[:3], lines[-1]])
+    if "Failed example:" in lines:
+        at = lines.index("Failed example:")
+        return _brief(lines[at : at + 6])
+    return gist(output, last=True)
+
+
+def _brief(lines: list[str]) -> str:
+    text = " | ".join(lines)
     return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
 
 
