@@ -416,6 +416,9 @@ def test_retry_fresh_undoes_a_failed_try_and_asks_again_from_the_prompt(
     told = [m["content"] for m in state.messages if "was undone" in str(m["content"])]
     assert len(told) == 1 and "replace_definition was refused" in told[0]
     assert ".." not in told[0], "the refusal's own full stop is not doubled"
+    assert told[0].endswith(
+        "first say in one sentence which line is wrong and why, then make a different change."
+    )
     edits = [e for e in events if isinstance(e, ev.ToolFinished) and e.name != "finish"]
     assert "nothing changed" in edits[1].output, "the first try's edit was undone"
     assert "-    return a - b\n+    return a + b" in edits[2].output

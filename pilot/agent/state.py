@@ -582,10 +582,14 @@ def _brief(lines: list[str]) -> str:
 
 
 def restart_note(reason: str) -> str:
-    """What a fresh try of a ``retry_fresh`` phase is told after its prompt."""
+    """What a fresh try of a ``retry_fresh`` phase is told after its prompt. It asks for the
+    wrong line first: told only "do not repeat", the 1.5B copied the function it was shown,
+    unchanged, again and again; asked to name the line first, it changed the faulty one in
+    some of its answers (bench/README.md, "What the 1.5B was shown")."""
     return (
         f"A previous try of this task was undone (the workspace is back as it was) because "
-        f"{reason.rstrip().rstrip('.')}. Do not repeat that answer: make a different change."
+        f"{reason.rstrip().rstrip('.')}. Do not repeat that answer: first say in one sentence "
+        "which line is wrong and why, then make a different change."
     )
 
 
