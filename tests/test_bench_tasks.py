@@ -83,36 +83,24 @@ def test_plain_loop_runs_one_command_per_answer_and_stops_on_submit(tmp_path: Pa
 def test_marathons_changes_are_where_the_hidden_check_looks(tmp_path: Path) -> None:
     from bench.tasks.agents import run_marathon
     from bench.tasks.hidden import hidden_check
-    from bench.tasks.suite import GIT_ENV
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "README").write_text("start\n")
-    env = {**__import__("os").environ, **GIT_ENV}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "start"]):
-        subprocess.run(["git", *args], cwd=repo, check=True, env=env)
     write = {"name": "write_file", "arguments": {"path": "fixed.txt", "content": "ok\n"}}
     turns = [
         {"tool_calls": [write]},
         {"tool_calls": [{"name": "finish", "arguments": {"summary": "wrote it"}}]},
     ]
-    script = write_script(tmp_path / "s.yaml", "marathon-in-place", turns)
-    task = _bare_task(
-        "Conversation marathon-in-place.",
+    task, repo, work, config = _marathon_try(
+        tmp_path,
+        "marathon-in-place",
+        turns,
         test="test -f fixed.txt",
         hidden="import os\nassert os.path.exists('fixed.txt')",
     )
-    cache = tmp_path / "cache"
-    _sdist(cache, "p", "1", {"README": "start\n"})
-    task = dataclasses.replace(task, package=_package(cache, "p", "1"))
-    work = tmp_path / "work"
-    work.mkdir()
-    config = SimConfig(model="m", max_model_len=8192, policy=f"script:{script}")
     with running_sim(config) as sim:
         result = run_marathon(task, repo, sim.openai_base_url, work, max_steps=5)
     assert result.status == "succeeded", result.reason
     assert result.claimed and result.answers["native"] == 1, "done at the edit that passes"
-    assert hidden_check(task, repo, cache).passed, "the run's change is in the checked repository"
+    assert hidden_check(task, repo, tmp_path / "cache").passed, "the change is where it looks"
 
 
 def test_a_marathon_try_pins_its_call_mode_and_counts_its_answers_by_mode(tmp_path: Path) -> None:
@@ -120,29 +108,17 @@ def test_a_marathon_try_pins_its_call_mode_and_counts_its_answers_by_mode(tmp_pa
     ``model.tool_calls``; the try's answers are counted by how their calls came."""
     from bench.tasks.agents import run_marathon
     from bench.tasks.run import parser
-    from bench.tasks.suite import GIT_ENV
 
     assert parser().parse_args(["--tool-calls", "forced"]).call_mode == "forced"
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "README").write_text("start\n")
-    env = {**__import__("os").environ, **GIT_ENV}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "start"]):
-        subprocess.run(["git", *args], cwd=repo, check=True, env=env)
     # The forced answer names the file; its content comes as a block on the unforced turn.
     turns = [
         {"tool_calls": [{"name": "write_file", "arguments": {"path": "fixed.txt"}}]},
         {"content": "```\nok\n```"},
         {"tool_calls": [{"name": "finish", "arguments": {"summary": "wrote fixed.txt"}}]},
     ]
-    script = write_script(tmp_path / "s.yaml", "marathon-forced", turns)
-    task = _bare_task("Conversation marathon-forced.", test="test -f fixed.txt", hidden="pass")
-    cache = tmp_path / "cache"
-    _sdist(cache, "p", "1", {"README": "start\n"})
-    task = dataclasses.replace(task, package=_package(cache, "p", "1"))
-    work = tmp_path / "work"
-    work.mkdir()
-    config = SimConfig(model="m", max_model_len=8192, policy=f"script:{script}")
+    task, repo, work, config = _marathon_try(
+        tmp_path, "marathon-forced", turns, test="test -f fixed.txt"
+    )
     with running_sim(config) as sim:
         result = run_marathon(
             task, repo, sim.openai_base_url, work, max_steps=5, call_mode="forced"
@@ -200,6 +176,30 @@ def _sdist(cache: Path, name: str, version: str, files: dict[str, str]) -> None:
 def _package(cache: Path, name: str, version: str) -> Package:
     digest = hashlib.sha256((cache / f"{name}-{version}.tar.gz").read_bytes()).hexdigest()
     return Package(name=name, version=version, sha256=digest)
+
+
+def _marathon_try(
+    tmp_path: Path, key: str, turns: list[dict], *, test: str, hidden: str = "pass"
+) -> tuple[Task, Path, Path, SimConfig]:
+    """A committed one-file repo, a task on a one-file sdist, a work dir and a sim config
+    answering ``turns`` for the prompt ``Conversation {key}.``: one Marathon try over the
+    sim."""
+    from bench.tasks.suite import GIT_ENV
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("start\n")
+    env = {**__import__("os").environ, **GIT_ENV}
+    for git in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "start"]):
+        subprocess.run(["git", *git], cwd=repo, check=True, env=env)
+    script = write_script(tmp_path / "s.yaml", key, turns)
+    task = _bare_task(f"Conversation {key}.", test=test, hidden=hidden)
+    cache = tmp_path / "cache"
+    _sdist(cache, "p", "1", {"README": "start\n"})
+    task = dataclasses.replace(task, package=_package(cache, "p", "1"))
+    work = tmp_path / "work"
+    work.mkdir()
+    return task, repo, work, SimConfig(model="m", max_model_len=8192, policy=f"script:{script}")
 
 
 @pytest.fixture
@@ -591,7 +591,6 @@ def test_a_variants_settings_reach_the_try_and_the_report_keeps_it_apart(tmp_pat
     their own."""
     from bench.tasks.agents import run_marathon
     from bench.tasks.run import parser, plan
-    from bench.tasks.suite import GIT_ENV
 
     args = parser().parse_args(
         ["--set", "limits.max_steps=1", "--set", "phases.0.retry_fresh=false", "--tries", "1"]
@@ -599,24 +598,10 @@ def test_a_variants_settings_reach_the_try_and_the_report_keeps_it_apart(tmp_pat
     [spec] = plan(args, [_bare_task("x")], {"m": "http://127.0.0.1:1/v1"})[:1]
     assert spec.settings == ("limits.max_steps=1", "phases.0.retry_fresh=false")
     assert spec.variant == "limits.max_steps=1 phases.0.retry_fresh=false"
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "README").write_text("start\n")
-    env = {**__import__("os").environ, **GIT_ENV}
-    for git in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "start"]):
-        subprocess.run(["git", *git], cwd=repo, check=True, env=env)
     write = {"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}
     again = {"name": "write_file", "arguments": {"path": "b.txt", "content": "b\n"}}
-    script = write_script(
-        tmp_path / "s.yaml", "variant", [{"tool_calls": [write]}, {"tool_calls": [again]}]
-    )
-    task = _bare_task("Conversation variant.", test="test -f b.txt")
-    cache = tmp_path / "cache"
-    _sdist(cache, "p", "1", {"README": "start\n"})
-    task = dataclasses.replace(task, package=_package(cache, "p", "1"))
-    work = tmp_path / "work"
-    work.mkdir()
-    config = SimConfig(model="m", max_model_len=8192, policy=f"script:{script}")
+    turns = [{"tool_calls": [write]}, {"tool_calls": [again]}]
+    task, repo, work, config = _marathon_try(tmp_path, "variant", turns, test="test -f b.txt")
     with running_sim(config) as sim:
         result = run_marathon(
             task, repo, sim.openai_base_url, work, max_steps=5, settings=spec.settings
