@@ -8,6 +8,7 @@ source "$(dirname "$0")/common.sh"
 if [ "$SUITE_KIND" = q15 ]; then  # the second model's suite: its own knobs (env.sh), port and folder
   LABEL=q15 PM=$PM15 SUITE=$R/suite15 TASKS=${TASKS15-} TRIES=${TRIES15:-10} AGENTS=${AGENTS15:-marathon,mini}
   PAR=${PAR15:-30} PAR_FORCED=${PAR_FORCED15:-10} FORCED_TRIES=${FORCED_TRIES15:-3} TASKS2=
+  VARIANT_SET=${VARIANT_SET15-} VARIANT_NAME=${VARIANT_NAME15-} VARIANT_TRIES=${VARIANT_TRIES15:-3}
 fi
 cd $REPO
 mkdir -p $SUITE
@@ -21,12 +22,19 @@ NA=$(echo $AGENTS | tr ',' '\n' | wc -l)
 if $PY -c "import sys; from pilot.workflow.schema import ModelSettings as M; sys.exit('tool_calls' not in M.model_fields)" 2>/dev/null \
    && [ -z "$NO_FORCED" ]; then FORCED=1; fi
 NT2=0; [ -n "$TASKS2" ] && NT2=$(echo $TASKS2 | tr ',' '\n' | wc -l)
-echo $(( NT * ${TRIES:-10} * NA + NT * ${FORCED_TRIES:-${TRIES:-10}} * ${FORCED:-0} + NT2 * ${TRIES2:-3} * NA )) > $SUITE/planned
+NV=0; [ -n "$VARIANT_SET" ] && NV=1  # Marathon with workflow fields set (--set), a group of its own
+echo $(( NT * ${TRIES:-10} * NA + NT * ${FORCED_TRIES:-${TRIES:-10}} * ${FORCED:-0} + NT2 * ${TRIES2:-3} * NA + NT * ${VARIANT_TRIES:-3} * NV )) > $SUITE/planned
 ts "suite: $NT tasks x ${TRIES:-10} tries x agents $AGENTS${FORCED:+ + marathon forced}; $(cat $SUITE/planned) tries"
 date +%s > $SUITE/t_start
 if [ -n "$FORCED" ]; then
   $PY -m bench.tasks.run ${ARGS/--tries ${TRIES:-10}/--tries ${FORCED_TRIES:-${TRIES:-10}}} --agents marathon --call-mode forced --parallel ${PAR_FORCED:-10} \
     --out $SUITE/forced.jsonl --keep $SUITE/keep_forced > $SUITE/forced.log 2>&1 &
+fi
+if [ -n "$VARIANT_SET" ]; then  # VARIANT_SET="phases.0.retry_fresh=false ..." (space-separated)
+  VSETS=""; for kv in $VARIANT_SET; do VSETS="$VSETS --set $kv"; done
+  $PY -m bench.tasks.run ${ARGS/--tries ${TRIES:-10}/--tries ${VARIANT_TRIES:-3}} --agents marathon $VSETS \
+    --variant "${VARIANT_NAME:-$VARIANT_SET}" --parallel ${PAR_VARIANT:-10} \
+    --out $SUITE/variant.jsonl --keep $SUITE/keep_variant > $SUITE/variant.log 2>&1 &
 fi
 if [ -n "$TASKS2" ]; then  # a second set of tasks at its own number of tries, beside the first
   $PY -m bench.tasks.run ${ARGS/--tries ${TRIES:-10}/--tries ${TRIES2:-3}} --tasks $TASKS2 --agents $AGENTS \
