@@ -176,6 +176,13 @@ def test_definition_target_reads_the_located_code_then_the_answer_then_the_promp
     }, "two located: the answer's name decides"
     assert definition_target(code, "", twice) == {}, "two located and no name: no guess"
     assert definition_target("x = 1", "LRUCache.popitem", located) == {}
+    # The header as locate writes it for a long method shown without its docstring, and by
+    # its qualified name: the same place.
+    noted = (
+        "The code of LRUCache.popitem (cachetools/__init__.py, line 118; its docstring of 40 "
+        "lines not shown: a rewrite without a docstring keeps it):\n```python\n..."
+    )
+    assert definition_target(code, "", noted) == where
 
 
 def test_a_method_written_inside_its_class_line_replaces_that_method_alone(

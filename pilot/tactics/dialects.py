@@ -24,6 +24,7 @@ from pilot.tactics.arguments import (
     repair_arguments,
 )
 from pilot.tactics.fitting import SCHEMA_KEYWORDS, fit_arguments, resolve_tool_name
+from pilot.tactics.locate import LOCATED_RE
 from tools.definitions import ReplaceDefinition, is_test_path
 
 PATH_RE = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+\.\w+|[\w-]+\.(?:py|rs|go|js|ts|md))\b")
@@ -303,9 +304,6 @@ def addition_target(code: str, prompt: str) -> str | None:
     return fits[0] if len(fits) == 1 else None
 
 
-LOCATED_RE = re.compile(r"^The code of (\w+) \((\S+?\.py), line (\d+)\):$", re.MULTILINE)
-"""The header ``SmallModelTactics.code_to_show`` puts above a located function."""
-
 _QUALIFIER_RE = r"\b((?:[A-Z]\w*\.)+){}\b"
 """``LRUCache.popitem``: a name after CapWords classes (``cache.popitem`` is a call)."""
 
@@ -322,7 +320,7 @@ def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
         return {}
     name = parsed[0]
     located = {
-        (m.group(2), int(m.group(3))) for m in LOCATED_RE.finditer(prompt) if m.group(1) == name
+        (m.group(3), int(m.group(4))) for m in LOCATED_RE.finditer(prompt) if m.group(2) == name
     }
     if len(located) == 1:
         path, line = located.pop()

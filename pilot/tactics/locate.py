@@ -276,6 +276,18 @@ def _next_code_line(lines: list[str], after: int) -> int | None:
     return None
 
 
+LOCATED_RE = re.compile(
+    r"^The code of ((?:\w+\.)*(\w+)) \((\S+?\.py), line (\d+)(?:; [^\n]*)?\):$", re.MULTILINE
+)
+"""A :func:`located_header`: the name as shown (group 1), its last part (2), path, line."""
+
+
+def located_header(name: str, path: str, line: int, notes: list[str]) -> str:
+    """The line above a located definition's code: its name, file and first line, then what
+    is left out of it, if anything (:data:`LOCATED_RE` reads it back)."""
+    return f"The code of {name} ({path}, line {line}{''.join(f'; {n}' for n in notes)}):"
+
+
 _ABOUT_DOCS_RE = re.compile(r"docstring|doctest|>>>|\bexamples?\b", re.IGNORECASE)
 
 

@@ -234,15 +234,14 @@ class SmallModelTactics:
             if not block or (sections and shown_lines + size > locate.TOTAL_LINES):
                 continue  # the first is shown whole; a later one only where it fits
             shown_lines += size
-            cut = f", its first {size} lines" if size >= locate.MAX_LINES else ""
+            notes = [f"its first {size} lines"] if size >= locate.MAX_LINES else []
             if left_out:
-                cut += (
-                    f"; its docstring of {left_out} lines not shown: a rewrite without a "
+                notes.append(
+                    f"its docstring of {left_out} lines not shown: a rewrite without a "
                     "docstring keeps it"
                 )
-            sections.append(
-                f"The code of {name} ({path}, line {line}{cut}):\n```python\n{block}\n```"
-            )
+            header = locate.located_header(name, path, line, notes)
+            sections.append(f"{header}\n```python\n{block}\n```")
         self._located[prompt] = "\n".join(sections)
         last = []
         if sections and DEFINITION_TOOL in tools:
