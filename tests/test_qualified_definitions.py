@@ -214,3 +214,31 @@ def test_a_method_written_inside_its_class_line_replaces_that_method_alone(
     whole = "class FIFOCache(Cache):\n    def popitem(self):\n        return None\n"
     replaced = REGISTRY.invoke(name, {"code": whole}, ctx)
     assert replaced.output.startswith("Replaced class FIFOCache in caches.py."), replaced.output
+
+
+def test_the_class_written_back_whole_changes_only_the_method_the_prompt_names(
+    tmp_path: Path,
+) -> None:
+    """Asked to fix `LRUCache.popitem`, the 1.5B wrote the class back with __init__ rewritten
+    too and broke it: the method the prompt names is taken from the class, the others are left
+    as they are and the result says so."""
+    broken_getitem = "    def __getitem__(self, key):\n        return None\n\n"
+    answer = f"```python\nclass LRUCache(Cache):\n{broken_getitem}{FIXED}```"
+    phase = {"check": CHECK, "prompt": "Fix `LRUCache.popitem` in caches.py."}
+    _, events = run_rewrite(tmp_path, answer, phase)
+    [done, *_] = edits(events)
+    assert not done.is_error, done.output
+    assert done.output.startswith(
+        "Replaced function LRUCache.popitem (taken from the class written; its other methods, "
+        "LRUCache.__getitem__, left as they are: qualified_name names LRUCache.popitem"
+    ), done.output
+    diff = done.output.split("\n", 1)[1]
+    assert "+        del self.order[key]" in diff and "move_to_end" not in diff, diff
+    ended = [e for e in events if isinstance(e, ev.PhaseFinished)]
+    assert ended and ended[-1].outcome == "succeeded", ended
+    # Without a prompt that names one of its methods, the class written is taken as before.
+    code = f"class LRUCache(Cache):\n{broken_getitem}{FIXED}"
+    assert definition_target(code, "", "Fix the cache.") == {}
+    assert definition_target(code, "", "Fix `LRUCache.popitem`.") == {
+        "qualified_name": "LRUCache.popitem"
+    }

@@ -203,6 +203,24 @@ def matching(definitions: list[Qualified], target: str) -> list[Qualified]:
     return exact or [d for d in definitions if d.name.endswith("." + target)]
 
 
+def _member_named(new: NewDefinition, name: str | None) -> tuple[NewDefinition, list[str]]:
+    """The method ``name`` (``Class.method``) names, taken from ``new`` when ``new`` is that
+    class written with several methods, and the names of the others, left out: a small model
+    asked to fix ``LRUCache.popitem`` writes the class back with ``__init__`` rewritten too,
+    and the class's rewrite broke what the task did not ask to change. ``new`` as it is
+    otherwise."""
+    if not name or new.kind != "class" or len(new.members) < 2:
+        return new, []
+    cls, _, method = name.strip().rpartition(".")
+    if cls.rpartition(".")[2] != new.name:
+        return new, []
+    members = [parse_new_definition(code) for code in new.members]
+    chosen = [m for m in members if m.name == method]
+    if len(chosen) != 1:
+        return new, []
+    return chosen[0], [f"{new.name}.{m.name}" for m in members if m.name != method]
+
+
 def target_name(name: str | None, new: NewDefinition) -> str:
     """The qualified name to replace: ``name`` (the ``qualified_name`` argument) when it ends
     in the name ``code`` defines, ``name`` taken as the class around it otherwise, the bare
@@ -238,7 +256,7 @@ class ReplaceDefinition:
     known_writes = True  # it writes only the path it resolved for writing
 
     def run(self, args: ReplaceDefinitionArgs, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
-        new = parse_new_definition(args.code)
+        new, passed_over = _member_named(parse_new_definition(args.code), args.qualified_name)
         target = target_name(args.qualified_name, new)
         rel = args.path if args.path else self._defining_file(ctx, new, target, args.add_to)
         real = ctx.workspace.resolve(rel, for_write=True)
@@ -279,6 +297,12 @@ class ReplaceDefinition:
                 "corrected, whole, in one ```python block."
             )
         atomic_write(real, updated.encode("utf-8", errors="surrogateescape"))
+        if passed_over:
+            qualified += (
+                f" (taken from the class written; its other methods, {', '.join(passed_over)}, "
+                f"left as they are: qualified_name names {args.qualified_name}; send one alone "
+                "to change it)"
+            )
         return ToolResult.ok(
             f"{verb} {new.kind} {qualified} in {rel}.\n{unified_diff(text, updated, rel)}"
         )

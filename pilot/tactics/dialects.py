@@ -24,7 +24,7 @@ from pilot.tactics.arguments import (
     repair_arguments,
 )
 from pilot.tactics.fitting import SCHEMA_KEYWORDS, fit_arguments, resolve_tool_name
-from pilot.tactics.locate import LOCATED_RE
+from pilot.tactics.locate import LOCATED_RE, prompt_names
 from tools.definitions import ReplaceDefinition, is_test_path
 
 PATH_RE = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+\.\w+|[\w-]+\.(?:py|rs|go|js|ts|md))\b")
@@ -319,6 +319,9 @@ def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
     if parsed is None:
         return {}
     name = parsed[0]
+    member = _named_member(code, name, prompt)
+    if member is not None:
+        return {"qualified_name": member}
     located = {
         (m.group(3), int(m.group(4))) for m in LOCATED_RE.finditer(prompt) if m.group(2) == name
     }
@@ -331,6 +334,28 @@ def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
         if len(qualifiers) == 1:
             return {"qualified_name": f"{qualifiers.pop()}{name}"}
     return {}
+
+
+def _named_member(code: str, cls: str, prompt: str) -> str | None:
+    """The ``Class.method`` the prompt names among the methods of a block that writes class
+    ``cls`` with more than that one method (the tool then takes that method alone); None
+    otherwise."""
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except (SyntaxError, ValueError):
+        return None
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
+    if node is None:
+        return None
+    methods = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if len(methods) < 2:
+        return None
+    named = {
+        n
+        for n in prompt_names(prompt)
+        if n.rpartition(".")[0].rpartition(".")[2] == cls and n.rpartition(".")[2] in methods
+    }
+    return named.pop() if len(named) == 1 else None
 
 
 def _find_definition(content: str, known: _Tools) -> list[_Found]:
