@@ -143,6 +143,26 @@ def test_write_file_keeps_crlf_style_and_permissions(ctx: ToolContext) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["win.bat"]  # no temporary file left
 
 
+def test_write_file_will_not_shrink_a_large_file_to_a_line(ctx: ToolContext) -> None:
+    """cachetools' 27,779-byte __init__.py was overwritten with the one import line a 1.5B
+    model meant to add: refused, with what to do, the file as it was."""
+    from tools.files import SHRINK_GUARD_BYTES
+
+    module = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(SHRINK_GUARD_BYTES // 10))
+    path = write(ctx, "pkg/mod.py", module)
+    res = call(ctx, "write_file", path="pkg/mod.py", content="from collections import deque\n")
+    assert res.is_error, res.output
+    assert f"would replace all {len(module):,} bytes of pkg/mod.py with 30" in res.output
+    assert "use edit_file" in res.output and "rm pkg/mod.py" in res.output
+    assert path.read_text() == module
+    # A rewrite of most of it, and a small file rewritten to a line, are writes as before.
+    assert not call(
+        ctx, "write_file", path="pkg/mod.py", content=module[: len(module) // 2]
+    ).is_error
+    write(ctx, "small.txt", "x" * 1000)
+    assert not call(ctx, "write_file", path="small.txt", content="y").is_error
+
+
 def test_write_file_unicode_roundtrip(ctx: ToolContext) -> None:
     call(ctx, "write_file", path="u.md", content="π ≈ 3.14159 — ok ✓\n")
     assert (ctx.workspace.root / "u.md").read_text(encoding="utf-8") == "π ≈ 3.14159 — ok ✓\n"

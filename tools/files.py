@@ -306,6 +306,13 @@ def line_ending_of(data: bytes) -> str:
 # -- write_file -----------------------------------------------------------------------------
 
 
+SHRINK_GUARD_BYTES = 4096
+SHRINK_GUARD_SHARE = 0.1
+"""write_file refuses to replace a file of ``SHRINK_GUARD_BYTES`` or more with content under
+this share of its size: a small model wrote one import line as cachetools' whole 27,779-byte
+``__init__.py`` (it meant to add the line)."""
+
+
 class WriteFileArgs(ToolArgs):
     path: str = Field(description="File path, relative to the workspace root.")
     content: str = Field(description="The complete new content of the file.")
@@ -341,6 +348,15 @@ class WriteFile:
             old_size = st.st_size
             with open(real, "rb") as fh:
                 head = fh.read(1 << 20)
+            shrunk = len(content.encode("utf-8", errors="surrogateescape"))
+            if old_size >= SHRINK_GUARD_BYTES and shrunk < old_size * SHRINK_GUARD_SHARE:
+                raise ToolError(
+                    f"write_file would replace all {old_size:,} bytes of {rel} with {shrunk:,}: "
+                    "it writes the whole file, not the lines given. To add or change lines, "
+                    "use edit_file (or replace_definition for a function or class); to replace "
+                    f"the file with this short content on purpose, remove it first (run: rm "
+                    f"{rel}). Nothing was changed."
+                )
             if (
                 line_ending_of(head) == "\r\n"
                 and "\n" in content
