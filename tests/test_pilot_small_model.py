@@ -474,3 +474,31 @@ def test_a_restarted_try_is_told_the_failed_tests_not_an_assertion_diffs_markers
         "Got: | 'Employee salary'"
     )
     assert check_gist("a\nb\nc\nd\ne\n") == "b | c | d | e"
+
+
+def test_a_fresh_try_phase_starts_again_after_an_answer_with_no_code(
+    tmp_path: Path, repo: Path
+) -> None:
+    """On humanize-apnumber-zero the 1.5B described the change in prose; the nudge
+    conversation that followed drew the prompt's last line back six answers in a row. In a
+    phase that retries fresh, such an answer ends the try: the prompt again, told to answer
+    with code."""
+    commit_calc(repo, "def add(a, b):\n    return a - b\n")
+    described = {"content": "The line `return a - b` must subtract less."}
+    # The answer after one with no call is forced (native mode): the fix comes as a call.
+    fixed = {"code": "def add(a, b):\n    return a + b\n"}
+    right = {"tool_calls": [{"name": "replace_definition", "arguments": fixed}]}
+    phase = {"check": CALC_TEST, "require_change": True, "check_after_edit": True}
+    phase |= {"retry_fresh": True, "max_attempts": 1}
+    tools = ["read_file", "replace_definition", "finish"]
+    outcome, events = run_script(
+        tmp_path, repo, "prose", [described, right], phase, tools, index_by="requests"
+    )
+    assert outcome.status == "succeeded", outcome.reason
+    [restart] = [e for e in events if isinstance(e, ev.AttemptRestarted)]
+    assert restart.reason == "its answer had no tool call and no code"
+    requests = [e for e in events if isinstance(e, ev.ModelRequest)]
+    assert [r.messages for r in requests] == [2, 3], "the prompt and why, not the nudge"
+    state = final_state(tmp_path / "prose.db", outcome.run_id)
+    [told] = [m["content"] for m in state.messages if "was undone" in str(m["content"])]
+    assert told.endswith("Answer with the change itself, as code, not a description of it.")

@@ -379,6 +379,9 @@ class RunState:
                 elif ev.message:
                     self._add({"role": "user", "content": ev.message})
             case Nudge():
+                if ev.reason == "no_tool_call" and self.phase is not None:
+                    # Its words stay out: a compaction summary quotes the latest failure.
+                    self.phase.failed_try = NO_CODE_REASON
                 self._add({"role": "user", "content": ev.text})
             case Question():
                 self.questions += 1
@@ -581,15 +584,26 @@ def _brief(lines: list[str]) -> str:
     return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
 
 
+NO_CODE_REASON = "its answer had no tool call and no code"
+"""Why a try ended on an answer that only described a change: in a phase that retries fresh,
+the nudge conversation that followed drew the prompt's last line back, word for word, six
+answers in a row (the 1.5B on humanize-apnumber-zero)."""
+
+
 def restart_note(reason: str) -> str:
     """What a fresh try of a ``retry_fresh`` phase is told after its prompt. It asks for the
     wrong line first: told only "do not repeat", the 1.5B copied the function it was shown,
     unchanged, again and again; asked to name the line first, it changed the faulty one in
     some of its answers (bench/README.md, "What the 1.5B was shown")."""
-    return (
+    undone = (
         f"A previous try of this task was undone (the workspace is back as it was) because "
-        f"{reason.rstrip().rstrip('.')}. Do not repeat that answer: first say in one sentence "
-        "which line is wrong and why, then make a different change."
+        f"{reason.rstrip().rstrip('.')}."
+    )
+    if reason.startswith(NO_CODE_REASON):
+        return f"{undone} Answer with the change itself, as code, not a description of it."
+    return (
+        f"{undone} Do not repeat that answer: first say in one sentence which line is wrong "
+        "and why, then make a different change."
     )
 
 
