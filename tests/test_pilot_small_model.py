@@ -502,3 +502,31 @@ def test_a_fresh_try_phase_starts_again_after_an_answer_with_no_code(
     state = final_state(tmp_path / "prose.db", outcome.run_id)
     [told] = [m["content"] for m in state.messages if "was undone" in str(m["content"])]
     assert told.endswith("Answer with the change itself, as code, not a description of it.")
+
+
+def test_a_method_several_classes_define_is_shown_from_the_prompts_class_or_not_at_all(
+    tmp_path: Path, repo: Path
+) -> None:
+    """cachetools-lru-getitem-touch: the failing test calls ``cache.popitem()`` on an LRUCache
+    and no frame ran inside a popitem; grep's first was FIFOCache's, shown as "popitem", and
+    the model edited FIFOCache.popitem. The prompt's class decides; with none, none is shown."""
+    commit_calc(
+        repo,
+        "class Queue:\n    def pop(self):\n        return 0\n\n    def peek(self):\n"
+        "        return 0\n\n\nclass Stack:\n    def pop(self):\n        return 1\n\n"
+        "    def peek(self):\n        return self.items[0]\n",
+    )
+    failing = "printf '>       assert s.pop() == 2\\nE   assert 1 == 2\\n'; exit 1"
+    for key, prompt, shown in (
+        ("owner", "Fix `Stack.peek` in calc.py.", "The code of Stack.pop (calc.py, line 10):"),
+        ("none", "Fix the stack in calc.py.", None),
+    ):
+        phase = {"context": [failing], "locate": True, "prompt": prompt}
+        outcome, events = run_script(tmp_path, repo, key, [finish("seen")], phase)
+        assert outcome.status == "succeeded", outcome.reason
+        [started] = [e for e in events if isinstance(e, ev.PhaseStarted)]
+        assert "The code of pop " not in started.prompt, "Queue's pop, shown as bare pop"
+        if shown:
+            assert shown in started.prompt, started.prompt
+        else:
+            assert "The code of" not in started.prompt, started.prompt

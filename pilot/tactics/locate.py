@@ -161,6 +161,27 @@ def definition_search(name: str) -> str:
     )
 
 
+def methods_found(grep_output: str) -> int:
+    """How many of :func:`definition_search`'s hits are methods (an indented ``def``)."""
+    count = 0
+    for line in grep_output.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[1].isdigit() and parts[2][:1].isspace():
+            count += 1
+    return count
+
+
+def prompt_classes(named: list[str]) -> list[str]:
+    """The classes among the prompt's names (:func:`prompt_names`): ``LRUCache`` of
+    ``LRUCache.__getitem__``, or a CapWords name in backticks, in order."""
+    classes: list[str] = []
+    for name in named:
+        owner = name.rpartition(".")[0].rpartition(".")[2] if "." in name else name
+        if owner[:1].isupper() and owner not in classes:
+            classes.append(owner)
+    return classes
+
+
 def called_as_method(output: str, name: str) -> bool:
     """Whether a failing line of ``output`` calls ``name`` as an attribute (``x.name(``)."""
     return re.search(rf"\.{re.escape(name)}\s*\(", output) is not None

@@ -217,9 +217,21 @@ class SmallModelTactics:
                 hit = locate.method_hit(found.output, cls, short)
             else:
                 found = await run(locate.definition_search(name), 60, f"locate-{k}")
-                hit = locate.frame_hit(output, found.output) or locate.first_hit(
-                    found.output, method=locate.called_as_method(output, name)
-                )
+                hit = locate.frame_hit(output, found.output)
+                method = locate.called_as_method(output, name)
+                if hit is None and method and locate.methods_found(found.output) > 1:
+                    # Several classes define it and no frame ran in one: the prompt's class
+                    # decides, or nothing is shown (FIFOCache.popitem, shown for a failure in
+                    # an LRUCache, drew an edit of FIFOCache's).
+                    for owner in locate.prompt_classes(named):
+                        found = await run(locate.method_search(owner, name), 60, f"locate-{k}")
+                        hit = locate.method_hit(found.output, owner, name)
+                        if hit is not None:
+                            name = f"{owner}.{name}"
+                            break
+                    if hit is None:
+                        continue
+                hit = hit or locate.first_hit(found.output, method=method)
             if hit is None:
                 continue
             path, line = hit
