@@ -450,8 +450,22 @@ def test_a_long_function_is_shown_without_its_docstring_and_its_rewrite_keeps_it
 
 def test_a_restarted_try_is_told_the_failed_tests_not_an_assertion_diffs_markers() -> None:
     """semver's check ended in pytest's diff markers (``?   ^``): the last lines told a
-    restarted try nothing; its FAILED lines and count, or doctest's example, are what failed."""
+    restarted try nothing; its FAILED lines and count, or doctest's example, are what failed;
+    a check killed by a signal (an endless loop's memory) or timed out says so first."""
     from pilot.agent.state import check_gist
+
+    def check(output: str, exit_code: int | None = 1, timed_out: bool = False) -> str:
+        return check_gist(
+            ev.CheckFinished(
+                phase=0,
+                attempt=1,
+                command="pytest",
+                exit_code=exit_code,
+                passed=False,
+                output=output,
+                timed_out=timed_out,
+            )
+        )
 
     pytest_out = (
         "E   assert 1 == 2\n=== short test summary info ===\n"
@@ -460,7 +474,7 @@ def test_a_restarted_try_is_told_the_failed_tests_not_an_assertion_diffs_markers
         "  ?                 ^\n  + Version(minor=5, patch=6)\n  ?                 ^\n"
         "1 failed, 22 passed in 0.23s\n"
     )
-    assert check_gist(pytest_out) == (
+    assert check(pytest_out) == (
         "FAILED tests/test_bump.py::test_bump_minor - AssertionError: assert Version(minor=5, "
         "patch=6) == Version(minor=5, patch=0) | 1 failed, 22 passed in 0.23s"
     )
@@ -469,11 +483,16 @@ def test_a_restarted_try_is_told_the_failed_tests_not_an_assertion_diffs_markers
         "    humanize(\"employee_salary\")\nExpected:\n    'Employee Salary'\nGot:\n"
         "    'Employee salary'\n***Test Failed*** 1 failures.\n"
     )
-    assert check_gist(doctest_out) == (
+    assert check(doctest_out) == (
         "Failed example: | humanize(\"employee_salary\") | Expected: | 'Employee Salary' | "
         "Got: | 'Employee salary'"
     )
-    assert check_gist("a\nb\nc\nd\ne\n") == "b | c | d | e"
+    assert check("a\nb\nc\nd\ne\n") == "b | c | d | e"
+    dots = "......................\n"
+    assert check(dots, exit_code=-9).startswith(
+        "killed by signal 9 (an endless loop or too much memory?): ....."
+    )
+    assert check("", exit_code=None, timed_out=True) == "timed out"
 
 
 def test_a_fresh_try_phase_starts_again_after_an_answer_with_no_code(

@@ -355,7 +355,7 @@ class RunState:
                     self.phase.check_passed = ev.passed
                     if not ev.passed:
                         self.phase.failed_try = (
-                            f"`{ev.command}` failed after the edit: {check_gist(ev.output)}"
+                            f"`{ev.command}` failed after the edit: {check_gist(ev)}"
                         )
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
@@ -366,9 +366,7 @@ class RunState:
                     self.phase.check_attempts = ev.attempt
                     self.phase.check_passed = ev.passed
                     if not ev.passed:
-                        self.phase.failed_try = (
-                            f"the check ({ev.command}) failed: {check_gist(ev.output)}"
-                        )
+                        self.phase.failed_try = f"the check ({ev.command}) failed: {check_gist(ev)}"
                         self.phase.finish_called = False
                         self._verdict(self.phase.tracker.observe(FeedbackObs(ev.output)))
                         if ev.feedback:
@@ -564,19 +562,28 @@ def gist(output: str, *, last: bool = False) -> str:
 _FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) \S+")
 
 
-def check_gist(output: str) -> str:
-    """A failed check's output in brief: pytest's ``FAILED``/``ERROR`` summary lines (three
-    at most) and its count, or doctest's first failed example with what it expected and got,
-    else the last lines. Its last four lines were an assertion's diff markers (``?   ^``) on
-    semver's tests: a restarted try was told nothing it could use."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
+def check_gist(check: CheckFinished) -> str:
+    """A failed check's output in brief: how it ended when it did not exit on its own (timed
+    out, killed by a signal), then pytest's ``FAILED``/``ERROR`` summary lines (three at most)
+    and its count, or doctest's first failed example with what it expected and got, else the
+    last lines. Its last four lines were an assertion's diff markers (``?   ^``) on semver's
+    tests, and a row of dots when a rewrite's endless loop got the check killed: a restarted
+    try was told nothing it could use."""
+    ended = ""
+    if check.timed_out:
+        ended = "timed out: "
+    elif check.exit_code is not None and check.exit_code < 0:
+        ended = f"killed by signal {-check.exit_code} (an endless loop or too much memory?): "
+    lines = [line.strip() for line in check.output.splitlines() if line.strip()]
     failed = [line[:160] for line in lines if _FAILED_LINE.match(line)]
     if failed:
-        return _brief([*failed[:3], lines[-1]])
-    if "Failed example:" in lines:
+        body = _brief([*failed[:3], lines[-1]])
+    elif "Failed example:" in lines:
         at = lines.index("Failed example:")
-        return _brief(lines[at : at + 6])
-    return gist(output, last=True)
+        body = _brief(lines[at : at + 6])
+    else:
+        body = gist(check.output, last=True)
+    return f"{ended}{body}" if body else ended.removesuffix(": ")
 
 
 def _brief(lines: list[str]) -> str:
