@@ -549,3 +549,24 @@ def test_a_method_several_classes_define_is_shown_from_the_prompts_class_or_not_
             assert shown in started.prompt, started.prompt
         else:
             assert "The code of" not in started.prompt, started.prompt
+
+
+def test_a_try_with_its_change_made_is_nudged_on_for_its_finish_not_undone(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A check that passed from the start: the change made, the model says it is done in
+    prose; the try is not undone (its change stays), it is told to finish."""
+    commit_calc(repo, "def add(a, b):\n    return a + b\n")
+    added = {"name": "write_file", "arguments": {"path": "sub.py", "content": "X = 1\n"}}
+    turns = [
+        {"tool_calls": [added]},
+        {"content": "I added sub.py, the task is complete."},
+        {"tool_calls": [{"name": "finish", "arguments": {"summary": "added sub.py"}}]},
+    ]
+    phase = {"check": CALC_TEST, "require_change": True, "check_after_edit": True}
+    phase |= {"retry_fresh": True, "max_attempts": 1}
+    tools = ["read_file", "write_file", "finish"]
+    outcome, events = run_script(tmp_path, repo, "done-prose", turns, phase, tools)
+    assert outcome.status == "succeeded", outcome.reason
+    assert not [e for e in events if isinstance(e, ev.AttemptRestarted)]
+    assert [e.reason for e in events if isinstance(e, ev.Nudge)] == ["no_tool_call"]

@@ -377,8 +377,14 @@ class RunState:
                 elif ev.message:
                     self._add({"role": "user", "content": ev.message})
             case Nudge():
-                if ev.reason == "no_tool_call" and self.phase is not None:
-                    # Its words stay out: a compaction summary quotes the latest failure.
+                if (
+                    ev.reason == "no_tool_call"
+                    and self.phase is not None
+                    and self.snapshot == self.phase.start_snapshot
+                ):
+                    # A try with changes made is told to go on (a feature whose check passed
+                    # from the start still needs its finish). Its words stay out: a compaction
+                    # summary quotes the latest failure.
                     self.phase.failed_try = NO_CODE_REASON
                 self._add({"role": "user", "content": ev.text})
             case Question():
