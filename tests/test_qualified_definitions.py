@@ -242,3 +242,22 @@ def test_the_class_written_back_whole_changes_only_the_method_the_prompt_names(
     assert definition_target(code, "", "Fix `LRUCache.popitem`.") == {
         "qualified_name": "LRUCache.popitem"
     }
+
+
+def test_a_tool_written_as_a_python_function_is_not_code_to_add() -> None:
+    """The 1.5B wrote ``def finish(...)`` in a Python block, and it was added to the module it
+    was fixing. A function named like one of the phase's tools, with that tool's parameters,
+    is not taken as a replace_definition call; a project's own ``run(cmd, verbose)`` is."""
+    schemas = {
+        t["function"]["name"]: t["function"]["parameters"]
+        for t in REGISTRY.openai_tools(["replace_definition", "finish", "run"])
+    }
+
+    def calls(block: str) -> list[str]:
+        return [name for name, _ in extract_text_tool_calls(block, schemas).calls]
+
+    assert calls("```python\ndef finish(summary):\n    return summary\n```") == []
+    imitated = "```python\ndef replace_definition(code, path=None, add_to='t.py'):\n    pass\n```"
+    assert calls(imitated) == []
+    assert calls("```python\ndef run(cmd, verbose):\n    pass\n```") == ["replace_definition"]
+    assert calls("```python\ndef add(a, b):\n    return a + b\n```") == ["replace_definition"]

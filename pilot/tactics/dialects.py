@@ -358,6 +358,27 @@ def _named_member(code: str, cls: str, prompt: str) -> str | None:
     return named.pop() if len(named) == 1 else None
 
 
+def _imitates_tool(code: str, name: str, known: _Tools) -> bool:
+    """Whether a block's function is one of the phase's tools written as Python (``def
+    finish(summary):``, ``def replace_definition(code, path=None, ...)``): its name a tool's,
+    its parameters among that tool's. The 1.5B wrote one, and it was added to the module it
+    was fixing as a new function."""
+    if name not in known or known.schemas is None:
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except (SyntaxError, ValueError):
+        return False
+    node = next(
+        (n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)), None
+    )
+    if node is None:
+        return False
+    params = {a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
+    schema = known.schemas.get(name) or {}
+    return params <= set(schema.get("properties", {}) or {})
+
+
 def _find_definition(content: str, known: _Tools) -> list[_Found]:
     """A fenced Python block that defines one function or class, as a replace_definition
     call: what a coder model writes when it shows its fix. Only one such block per answer
@@ -370,7 +391,7 @@ def _find_definition(content: str, known: _Tools) -> list[_Found]:
         if m.group(1).lower() not in _PYTHON_LANGUAGES:
             continue
         parsed = _block_definition(m.group(2))
-        if parsed is not None:
+        if parsed is not None and not _imitates_tool(parsed[1], parsed[0], known):
             blocks.append((m, parsed))
     if len(blocks) > 1:
         # A block that defines a test beside one that defines the fix is the model showing
