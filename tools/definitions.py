@@ -128,8 +128,8 @@ def _members(node: ast.stmt, lines: list[str]) -> tuple[str, ...]:
     if not isinstance(node, ast.ClassDef):
         return ()
     body = list(node.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]  # its docstring
+    if docstring_node(node) is not None:
+        body = body[1:]
     if not body or not all(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in body):
         return ()
     return tuple(textwrap.dedent("\n".join(lines[_first_line(n) - 1 : n.end_lineno])) for n in body)
@@ -432,16 +432,15 @@ class ReplaceDefinition:
         return updated, verb, qualified
 
 
-def _docstring(node: ast.AST) -> ast.Expr | None:
-    body = getattr(node, "body", None)
-    first = body[0] if body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        return first
-    return None
+def docstring_node(node: ast.AST) -> ast.Expr | None:
+    """The statement holding the docstring of a module, class or function (its lines are
+    wanted, not only its text, which ``ast.get_docstring`` gives); None when it has none."""
+    if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    if ast.get_docstring(node, clean=False) is None:
+        return None
+    first = node.body[0]
+    return first if isinstance(first, ast.Expr) else None
 
 
 def _with_docstring_of(new_lines: list[str], old: ast.stmt, file_lines: list[str]) -> list[str]:
@@ -451,7 +450,7 @@ def _with_docstring_of(new_lines: list[str], old: ast.stmt, file_lines: list[str
     and its doctests is never the fix asked for. The same list when nothing is added."""
     if not isinstance(old, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return new_lines
-    kept = _docstring(old)
+    kept = docstring_node(old)
     try:
         tree = ast.parse("\n".join(new_lines))
     except SyntaxError:
@@ -459,7 +458,7 @@ def _with_docstring_of(new_lines: list[str], old: ast.stmt, file_lines: list[str
     fresh = tree.body[0] if tree.body else None
     if kept is None or not isinstance(fresh, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return new_lines
-    if _docstring(fresh) is not None or fresh.body[0].lineno == fresh.lineno:
+    if docstring_node(fresh) is not None or fresh.body[0].lineno == fresh.lineno:
         return new_lines  # it has one, or its body is on the def line
     old_indent = " " * kept.col_offset
     new_indent = " " * fresh.body[0].col_offset
@@ -546,7 +545,7 @@ def _missing_imports(
     first = tree.body[0] if tree.body else None
     if top:
         at = max(node.end_lineno or node.lineno for node in top)
-    elif isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+    elif first is not None and docstring_node(tree) is first:
         at = first.end_lineno or 1
     else:
         at = 0

@@ -559,10 +559,10 @@ GIST_CHARS = 400
 def gist(output: str, *, last: bool = False) -> str:
     """A tool's or a check's output in brief: its first (or last) non-empty lines."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    if last:
-        lines = lines[-4:]
-    text = " | ".join(lines[:4]).removeprefix("Error: ")
-    return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
+    lines = lines[-4:] if last else lines[:4]
+    if lines:
+        lines[0] = lines[0].removeprefix("Error: ")
+    return _brief(lines)
 
 
 _FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) \S+")
@@ -593,6 +593,7 @@ def check_gist(check: CheckFinished) -> str:
 
 
 def _brief(lines: list[str]) -> str:
+    """Lines joined on one line, at most ``GIST_CHARS``."""
     text = " | ".join(lines)
     return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
 

@@ -319,7 +319,7 @@ def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
     if parsed is None:
         return {}
     name = parsed[0]
-    member = _named_member(code, name, prompt)
+    member = _method_the_prompt_names(code, name, prompt)
     if member is not None:
         return {"qualified_name": member}
     located = {
@@ -336,7 +336,7 @@ def definition_target(code: str, content: str, prompt: str) -> dict[str, Any]:
     return {}
 
 
-def _named_member(code: str, cls: str, prompt: str) -> str | None:
+def _method_the_prompt_names(code: str, cls: str, prompt: str) -> str | None:
     """The ``Class.method`` the prompt names among the methods of a block that writes class
     ``cls`` with more than that one method (the tool then takes that method alone); None
     otherwise."""

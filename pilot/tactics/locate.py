@@ -16,6 +16,8 @@ import re
 import textwrap
 import tokenize
 
+from tools.definitions import docstring_node
+
 MAX_NAMES = 3
 """Definitions shown at most."""
 MAX_SEARCHES = 6
@@ -330,12 +332,8 @@ def without_long_docstring(block: str) -> tuple[str, int]:
     node = tree.body[0] if tree.body else None
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or len(node.body) < 2:
         return block, 0
-    first = node.body[0]
-    if not (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
+    first = docstring_node(node)
+    if first is None:
         return block, 0
     start, end = first.lineno, first.end_lineno or first.lineno
     lines = block.splitlines()
