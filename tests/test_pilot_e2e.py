@@ -204,36 +204,39 @@ def test_the_wall_time_limit_stops_the_run_with_its_status(tmp_path: Path, repo:
     assert outcome.state.steps < 20
 
 
+def run_limited(
+    tmp_path: Path, repo: Path, key: str, tool_call: dict, phase: dict, wall_s: int
+) -> tuple[RunOutcome, list[ev.Event]]:
+    """One scripted call in a one-phase run limited to ``wall_s`` seconds of wall time."""
+    script = write_script(tmp_path / "s.yaml", key, [{"tool_calls": [tool_call]}])
+    with running_sim(sim_for(script)) as sim:
+        workflow = write_workflow(
+            tmp_path / "wf.yaml",
+            key=key,
+            endpoint=sim.openai_base_url,
+            phases=[phase],
+            limits={"max_wall_time": wall_s},
+        )
+        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+    return outcome, events_of(tmp_path / "m.db", outcome.run_id)
+
+
 def test_a_hung_check_ends_at_the_wall_time_limit_not_at_its_own_timeout(
     tmp_path: Path, repo: Path
 ) -> None:
     """A check that hangs (the model's endless generator under pytest) gets the wall time
     the run has left, not its 600 s: the try ends inside its limit."""
-    script = write_script(
-        tmp_path / "s.yaml",
-        "e2e-hung-check",
-        [{"tool_calls": [call("write_file", path="app.py", content="VALUE = 2\n")]}],
-    )
-    with running_sim(sim_for(script)) as sim:
-        workflow = write_workflow(
-            tmp_path / "wf.yaml",
-            key="e2e-hung-check",
-            endpoint=sim.openai_base_url,
-            phases=[
-                {
-                    "name": "fix",
-                    "prompt": "Fix app.py.",
-                    "check": "test -f started && sleep 120; touch started; exit 1",
-                    "check_after_edit": True,
-                    "check_timeout": 600,
-                }
-            ],
-            limits={"max_wall_time": 4},
-        )
-        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+    phase = {
+        "name": "fix",
+        "prompt": "Fix app.py.",
+        "check": "test -f started && sleep 120; touch started; exit 1",
+        "check_after_edit": True,
+        "check_timeout": 600,
+    }
+    write = call("write_file", path="app.py", content="VALUE = 2\n")
+    outcome, events = run_limited(tmp_path, repo, "e2e-hung-check", write, phase, 4)
     assert outcome.status == "limit", outcome.reason
     assert outcome.reason == "run wall-time limit reached (4 s)"
-    events = EventStore(f"sqlite:///{tmp_path / 'm.db'}").load_events(outcome.run_id)
     # Killed: its own 600 s would have let the 120 s sleep end and the check fail normally.
     hung = [e for e in events if isinstance(e, ev.CheckFinished) and e.after_edit]
     assert hung and hung[0].timed_out, hung
@@ -243,22 +246,10 @@ def test_a_hung_command_ends_at_the_wall_time_limit_not_at_its_timeout(
     tmp_path: Path, repo: Path
 ) -> None:
     """`run` with a 600 s timeout gets the wall time the run has left."""
-    script = write_script(
-        tmp_path / "s.yaml",
-        "e2e-hung-run",
-        [{"tool_calls": [call("run", command="sleep 120", timeout=600)]}],
-    )
-    with running_sim(sim_for(script)) as sim:
-        workflow = write_workflow(
-            tmp_path / "wf.yaml",
-            key="e2e-hung-run",
-            endpoint=sim.openai_base_url,
-            phases=[{"name": "wait", "prompt": "Wait."}],
-            limits={"max_wall_time": 3},
-        )
-        outcome = run_in_process(workflow, repo, tmp_path / "m.db")
+    wait = call("run", command="sleep 120", timeout=600)
+    phase = {"name": "wait", "prompt": "Wait."}
+    outcome, events = run_limited(tmp_path, repo, "e2e-hung-run", wait, phase, 3)
     assert outcome.status == "limit", outcome.reason
-    events = EventStore(f"sqlite:///{tmp_path / 'm.db'}").load_events(outcome.run_id)
     ran = next(e for e in events if isinstance(e, ev.ToolFinished) and e.name == "run")
     assert ran.is_error and "the run's wall-time limit leaves no longer" in ran.output
 
